@@ -1,0 +1,5 @@
+"""`python -m ledger` runs the CLI."""
+
+from ledger.cli import main
+
+main()

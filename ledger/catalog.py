@@ -1,0 +1,206 @@
+"""The model catalog `catalog.json` (R-CAT-1..3): providers, models, prices; availability from env.
+
+Credentials are only ever looked up by name to decide availability or to make a call; their values
+are never stored, logged or printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, PrivateAttr, model_validator
+
+from ledger.errors import ConfigError, UsageError
+from ledger.validation import parse_document
+
+CATALOG_FILE = "catalog.json"
+
+Price = Annotated[float, Field(ge=0, le=1_000_000, allow_inf_nan=False)]
+Count = Annotated[int, Field(gt=0, le=10**10)]
+Modality = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$")]
+
+
+class Provider(BaseModel):
+    """One provider account family and how its availability is decided."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    available: bool | None = None
+    credential_env: str | None = Field(
+        None, alias="credentialEnv", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+    )
+    api: Literal["openai-chat", "anthropic-messages"] = "openai-chat"
+    base_url: str | None = Field(None, alias="baseUrl", pattern=r"^https?://[^\s]{1,500}$")
+    options: dict[str, JsonValue] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _has_availability(self) -> Provider:
+        if self.available is None and self.credential_env is None:
+            raise ValueError("rule: needs `available` or `credentialEnv`")
+        return self
+
+    def is_available(self, env: Mapping[str, str]) -> bool:
+        """Marked available, or its credential variable is set and non-empty (R-CAT-2)."""
+        if self.available is not None:
+            return self.available
+        return bool(self.credential_env and env.get(self.credential_env))
+
+
+class PriceTier(BaseModel):
+    """USD per million tokens up to an input size; the last tier has no bound."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    up_to_input_tokens: Count | None = Field(None, alias="upToInputTokens")
+    input_usd_per_mtok: Price | None = Field(None, alias="inputUsdPerMTok")
+    output_usd_per_mtok: Price | None = Field(None, alias="outputUsdPerMTok")
+
+
+class Model(BaseModel):
+    """One catalog model; any size or price may be unknown."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    provider: str = Field(pattern=r"^[^/\s]{1,100}$")
+    id: str = Field(pattern=r"^[^\s]{1,200}$")
+    input: list[Modality] = Field(default_factory=lambda: ["text"], max_length=16)
+    output: list[Modality] = Field(default_factory=lambda: ["text"], max_length=16)
+    context_window: Count | None = Field(None, alias="contextWindow")
+    max_output_tokens: Count | None = Field(None, alias="maxOutputTokens")
+    reasoning: bool = False
+    pricing: list[PriceTier] | None = Field(None, max_length=16)
+
+    @model_validator(mode="after")
+    def _tiers_ordered(self) -> Model:
+        tiers = self.pricing or []
+        for i, tier in enumerate(tiers):
+            last = i == len(tiers) - 1
+            if last and tier.up_to_input_tokens is not None:
+                raise ValueError("rule: the last pricing tier must have no upToInputTokens")
+            if not last and tier.up_to_input_tokens is None:
+                raise ValueError("rule: only the last pricing tier may omit upToInputTokens")
+        bounds = [t.up_to_input_tokens for t in tiers[:-1]]
+        if any(b is not None and a is not None and b <= a for a, b in zip(bounds, bounds[1:])):
+            raise ValueError("rule: pricing tiers must be ordered by upToInputTokens")
+        return self
+
+    @property
+    def key(self) -> str:
+        """`provider/model-id`."""
+        return f"{self.provider}/{self.id}"
+
+    @property
+    def text_capable(self) -> bool:
+        """Accepts and produces text (R-SEL-1)."""
+        return "text" in self.input and "text" in self.output
+
+    def price_known(self) -> bool:
+        """Every tier has both prices (an explicit zero counts as known)."""
+        return bool(self.pricing) and all(
+            t.input_usd_per_mtok is not None and t.output_usd_per_mtok is not None
+            for t in self.pricing or []
+        )
+
+    def max_prices(self) -> tuple[Decimal, Decimal] | None:
+        """The highest input and output tier prices (USD/MTok), or None when unknown."""
+        if not self.price_known():
+            return None
+        tiers = self.pricing or []
+        return (
+            max(Decimal(str(t.input_usd_per_mtok)) for t in tiers),
+            max(Decimal(str(t.output_usd_per_mtok)) for t in tiers),
+        )
+
+    def reply_reservation(self, reply_tokens: int) -> int:
+        """min(maxOutputTokens, replyTokens) (R-SEL-8)."""
+        if self.max_output_tokens is None:
+            return reply_tokens
+        return min(self.max_output_tokens, reply_tokens)
+
+
+class Catalog(BaseModel):
+    """Providers and models as read from catalog.json."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    providers: dict[Annotated[str, Field(pattern=r"^[^/\s]{1,100}$")], Provider] = Field(
+        default_factory=dict
+    )
+    models: list[Model] = Field(default_factory=list, max_length=100_000)
+    _by_key: dict[str, Model] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Catalog:
+        seen: set[str] = set()
+        for model in self.models:
+            if model.provider not in self.providers:
+                raise ValueError("rule: a model names a provider that is not in `providers`")
+            if model.key in seen:
+                raise ValueError("rule: a model key appears twice")
+            seen.add(model.key)
+        return self
+
+    def model(self, key: str) -> Model | None:
+        """The model with this key, if any."""
+        return self._by_key.get(key)
+
+    def model_post_init(self, context: Any, /) -> None:
+        self._by_key = {m.key: m for m in self.models}
+
+    def require_model(self, key: str) -> Model:
+        """The model with this key or a usage error (the key itself is not echoed)."""
+        model = self.model(key)
+        if model is None:
+            raise UsageError("unknown model: not in the catalog (see `ledger status` for routes)")
+        return model
+
+    def available_providers(self, env: Mapping[str, str] | None = None) -> frozenset[str]:
+        """Names of providers available now (R-CAT-2)."""
+        env = os.environ if env is None else env
+        return frozenset(n for n, p in self.providers.items() if p.is_available(env))
+
+    def to_json(self) -> dict[str, Any]:
+        """The catalog as camelCase JSON data (unset optional fields left out)."""
+        return self.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def split_model_key(key: str) -> tuple[str, str]:
+    """Split `provider/model-id` at the first `/`."""
+    provider, sep, model_id = key.partition("/")
+    if not sep or not provider or not model_id:
+        raise UsageError("a model key must look like provider/model-id")
+    return provider, model_id
+
+
+def parse_catalog(text: str | bytes, file: str = CATALOG_FILE) -> Catalog:
+    """Validate catalog text or raise ConfigError."""
+    return parse_document(Catalog, text, file)
+
+
+def load_catalog(home: Path) -> Catalog:
+    """Read `catalog.json` from the state directory; a missing file is an empty catalog."""
+    path = home / CATALOG_FILE
+    try:
+        text = path.read_bytes()
+    except FileNotFoundError:
+        return Catalog()
+    except OSError as exc:
+        raise ConfigError(str(path), "(file)", "cannot be read") from exc
+    return parse_catalog(text, str(path))
+
+
+def example_catalog() -> Catalog:
+    """The example catalog shipped with the package."""
+    text = (Path(__file__).parent / "data" / "catalog.example.json").read_text()
+    return parse_catalog(text, "catalog.example.json")
+
+
+def dump_catalog(catalog: Catalog) -> str:
+    """Canonical file text for a catalog."""
+    return json.dumps(catalog.to_json(), indent=2) + "\n"

@@ -1,0 +1,104 @@
+"""The policy file `recovery.json` (R-CFG-1..5): a strict model that fails closed, never echoing a value."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ledger.validation import parse_document
+
+POLICY_FILE = "recovery.json"
+
+_MODEL_KEY = r"^[^/\s]{1,100}/[^\s]{1,200}$"
+_GLOB = r"^[^\s]{1,300}$"
+
+PositiveInt = Annotated[int, Field(gt=0, le=10**12)]
+ModelKey = Annotated[str, Field(pattern=_MODEL_KEY)]
+Glob = Annotated[str, Field(pattern=_GLOB)]
+
+
+class RouteRules(BaseModel):
+    """Anchored globs over model keys (R-SEL-9): deny always wins; a non-empty allow admits only matches."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    allow: list[Glob] = Field(default_factory=list, max_length=1000)
+    deny: list[Glob] = Field(default_factory=list, max_length=1000)
+
+
+class Policy(BaseModel):
+    """The whole recovery policy; every key optional, defaults as in SPEC section 4."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    cross_provider_fallback: bool = Field(True, alias="crossProviderFallback")
+    fallback_models: list[ModelKey] = Field(
+        default_factory=list, alias="fallbackModels", max_length=1000
+    )
+    calls_per_hour: PositiveInt = Field(20, alias="callsPerHour")
+    source_calls: PositiveInt = Field(4, alias="sourceCalls")
+    source_models: PositiveInt = Field(2, alias="sourceModels")
+    timeout_ms: PositiveInt = Field(120_000, alias="timeoutMs")
+    source_time_ms: PositiveInt = Field(300_000, alias="sourceTimeMs")
+    daily_estimated_usd: Annotated[float, Field(gt=0, le=10**9, allow_inf_nan=False)] | None = (
+        Field(None, alias="dailyEstimatedUsd")
+    )
+    # keys of ours (R-CFG-1: optional, documented defaults)
+    default_model: ModelKey | None = Field(None, alias="defaultModel")
+    reply_tokens: PositiveInt = Field(4096, alias="replyTokens")
+    routes: RouteRules = Field(default_factory=RouteRules)
+    busy_timeout_ms: PositiveInt = Field(10_000, alias="busyTimeoutMs")
+    lease_ms: PositiveInt = Field(360_000, alias="leaseMs")
+    retention_days: PositiveInt = Field(30, alias="retentionDays")
+
+    @field_validator("fallback_models")
+    @classmethod
+    def _no_duplicates(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("rule: must not contain duplicate entries")
+        return value
+
+    def fingerprint(self) -> str:
+        """A short stable hash of the effective policy (R-HOME-3: shows stale processes)."""
+        return fingerprint_of(self.to_json())
+
+    def to_json(self) -> dict[str, Any]:
+        """The effective policy as camelCase JSON data."""
+        return self.model_dump(by_alias=True, mode="json")
+
+
+def fingerprint_of(document: dict[str, Any]) -> str:
+    """Hash of a canonical JSON rendering."""
+    canon = json.dumps(document, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canon.encode()).hexdigest()[:12]
+
+
+def parse_policy(text: str | bytes, file: str = POLICY_FILE) -> Policy:
+    """Validate policy text or raise ConfigError (fail closed)."""
+    return parse_document(Policy, text, file)
+
+
+def load_policy(home: Path) -> Policy:
+    """Read `recovery.json` from the state directory; a missing file means all defaults."""
+    path = home / POLICY_FILE
+    try:
+        text = path.read_bytes()
+    except FileNotFoundError:
+        return Policy()
+    except OSError as exc:
+        from ledger.errors import ConfigError
+
+        raise ConfigError(str(path), "(file)", "cannot be read") from exc
+    return parse_policy(text, str(path))
+
+
+def policy_schema() -> dict[str, Any]:
+    """The JSON Schema of recovery.json (R-CFG-5)."""
+    schema = Policy.model_json_schema(by_alias=True, mode="validation")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "ledger recovery.json"
+    return schema

@@ -1,0 +1,97 @@
+"""Reason codes, failure kinds and states: StrEnum values that appear verbatim in JSON and docs."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RefusalReason(StrEnum):
+    """Why a reservation was refused (SPEC section 7, checked in this order)."""
+
+    SHARED_HOURLY_BUDGET = "shared_hourly_budget"
+    DAILY_COST_CEILING = "daily_cost_ceiling"
+    UNKNOWN_PRICE = "unknown_price"
+    SOURCE_SETTLED = "source_settled"
+    SOURCE_PAUSED = "source_paused"
+    SOURCE_BACKOFF = "source_backoff"
+    PROVIDER_COOLDOWN = "provider_cooldown"
+    MODEL_COOLDOWN = "model_cooldown"
+    SOURCE_CALLS = "source_calls"
+    SOURCE_MODELS = "source_models"
+    SOURCE_TIME = "source_time"
+
+
+class ExclusionReason(StrEnum):
+    """Why the selector left a catalog model out (R-SEL-7)."""
+
+    UNAVAILABLE = "unavailable"
+    NO_TEXT = "no_text"
+    DENIED_BY_ROUTE = "denied_by_route"
+    PROVIDER_COOLDOWN = "provider_cooldown"
+    MODEL_COOLDOWN = "model_cooldown"
+    SAME_PROVIDER = "same_provider"
+    SIBLING_NOT_FOR_KIND = "sibling_not_for_kind"
+    NOT_IN_FALLBACK_LIST = "not_in_fallback_list"
+    SOURCE_MODELS = "source_models"
+    ALREADY_TRIED = "already_tried"
+    CONTEXT_TOO_SMALL = "context_too_small"
+    UNKNOWN_PRICE = "unknown_price"
+
+
+class FailureKind(StrEnum):
+    """The rows of the error policy table (SPEC section 8)."""
+
+    AUTH = "auth"
+    QUOTA = "quota"
+    RATE_LIMIT = "rate_limit"
+    TRANSPORT = "transport"
+    REQUEST_REJECTED = "request_rejected"
+    INVALID_OUTPUT = "invalid_output"
+    SAFETY = "safety"
+    WRITE_REJECTED = "write_rejected"
+    STALE = "stale"
+    CANCELLED = "cancelled"
+    UNKNOWN = "unknown"
+
+
+class AttemptStatus(StrEnum):
+    """Where a reservation stands."""
+
+    OPEN = "open"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+
+
+class SourceState(StrEnum):
+    """Queue states of a source (R-Q-1)."""
+
+    QUEUED = "queued"
+    LEASED = "leased"
+    DONE = "done"
+    PAUSED = "paused"
+
+
+class CooldownScope(StrEnum):
+    """What a cooldown covers."""
+
+    PROVIDER = "provider"
+    MODEL = "model"
+
+
+class CooldownOrigin(StrEnum):
+    """Who set a cooldown."""
+
+    POLICY = "policy"
+    MANUAL = "manual"
+    HINT = "hint"
+
+
+class AttemptRole(StrEnum):
+    """Why an attempt happened inside its queue item (R-DIAG-5)."""
+
+    PRIMARY = "primary"
+    FALLBACK = "fallback"
+    CORRECTION = "correction"
+    OVERRIDE = "override"
