@@ -1,0 +1,281 @@
+"""Convert LiteLLM's `model_prices_and_context_window.json` into a Catalog (R-CAT-4).
+
+Invariant: conversion is pure and total. Every top-level entry is either imported as one valid
+catalog Model or counted under exactly one fixed skip reason; malformed input never raises
+(except a document that is not a JSON object at all, which is a UsageError). Only `mode: "chat"`
+entries are imported, and only base and input-size-tiered per-token prices are read; cache,
+batch, priority, flex and other prices are ignored. Messages never echo file content.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from ledger.catalog import Catalog, Model, PriceTier, Provider
+from ledger.errors import UsageError
+
+
+class SkipReason(StrEnum):
+    """Why a LiteLLM entry was not imported (appears verbatim in CLI output)."""
+
+    DOCUMENTATION = "documentation"
+    NOT_CHAT = "not_chat"
+    NO_PROVIDER = "no_provider"
+    FILTERED = "filtered"
+    BAD_ENTRY = "bad_entry"
+    DUPLICATE = "duplicate"
+    TOO_MANY = "too_many"
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    """The converted catalog and how many entries were imported or skipped (by reason)."""
+
+    catalog: Catalog
+    imported: int
+    skipped: int
+    skipped_by_reason: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+
+
+ApiName = Literal["openai-chat", "anthropic-messages"]
+
+
+class _BadEntry(Exception):
+    """Internal: an entry cannot be converted (never shown to a user)."""
+
+
+DOCUMENTATION_KEYS = frozenset({"sample_spec"})
+KNOWN_BASE_URLS: Mapping[str, str] = MappingProxyType(
+    {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
+)
+_API_BY_PROVIDER: Mapping[str, ApiName] = MappingProxyType({"anthropic": "anthropic-messages"})
+_TIER_KEY = re.compile(r"(input|output)_cost_per_token_above_([0-9]{1,9})(k|m)?_tokens")
+_MODALITY_FLAGS = (
+    ("supports_vision", "image"),
+    ("supports_pdf_input", "pdf"),
+    ("supports_audio_input", "audio"),
+)
+_PROVIDER_NAME = re.compile(r"[^/\s]{1,100}")
+_MAX_MODELS = 100_000
+_MAX_TIERS = 16
+_MAX_USD_PER_MTOK = Decimal(1_000_000)
+_MAX_COUNT = 10**10
+_MICRO = Decimal("0.000001")
+_MILLION = Decimal(1_000_000)
+
+
+def parse_litellm(text: str | bytes) -> Mapping[str, Any]:
+    """Parse LiteLLM file text into its top-level object or raise UsageError (never echoes it)."""
+    try:
+        document = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise UsageError("the LiteLLM file is not valid JSON") from exc
+    if not isinstance(document, dict):
+        raise UsageError("the LiteLLM file must be a JSON object")
+    return document
+
+
+def credential_env_for(provider: str) -> str:
+    """`<PROVIDER>_API_KEY` with every character outside [A-Z0-9_] replaced by `_`."""
+    name = re.sub(r"[^A-Z0-9_]", "_", provider.upper())[:100]
+    if not name or name[0].isdigit():
+        name = "_" + name
+    return f"{name}_API_KEY"
+
+
+def provider_for(name: str) -> Provider:
+    """The default provider entry for an imported provider name."""
+    return Provider(
+        credential_env=credential_env_for(name),
+        api=_API_BY_PROVIDER.get(name, "openai-chat"),
+        base_url=KNOWN_BASE_URLS.get(name),
+    )
+
+
+def convert(document: object, providers: frozenset[str] | None = None) -> ImportResult:
+    """Convert a parsed LiteLLM price map; `providers` keeps only those litellm_provider values."""
+    if not isinstance(document, Mapping):
+        raise UsageError("the LiteLLM file must be a JSON object")
+    skipped: Counter[str] = Counter()
+    models: dict[str, Model] = {}
+    for key, entry in document.items():
+        reason = _skip_reason(key, entry, providers)
+        if reason is None:
+            try:
+                model = _model(key, entry)
+            except _BadEntry:
+                reason = SkipReason.BAD_ENTRY
+            else:
+                if model.key in models:
+                    reason = SkipReason.DUPLICATE
+                elif len(models) >= _MAX_MODELS:
+                    reason = SkipReason.TOO_MANY
+                else:
+                    models[model.key] = model
+        if reason is not None:
+            skipped[reason.value] += 1
+    names = sorted({m.provider for m in models.values()})
+    catalog = Catalog(providers={n: provider_for(n) for n in names}, models=list(models.values()))
+    return ImportResult(
+        catalog=catalog,
+        imported=len(models),
+        skipped=sum(skipped.values()),
+        skipped_by_reason=MappingProxyType(dict(sorted(skipped.items()))),
+    )
+
+
+def merge(existing: Catalog, imported: Catalog) -> Catalog:
+    """Update prices and sizes of same-key models, add new models and providers; keep the rest."""
+    fresh = {m.key: m for m in imported.models}
+    models: list[Model] = []
+    for model in existing.models:
+        new = fresh.pop(model.key, None)
+        models.append(model if new is None else _updated(model, new))
+    models.extend(fresh.values())
+    providers = dict(existing.providers)
+    for name, provider in imported.providers.items():
+        providers.setdefault(name, provider)
+    try:
+        return Catalog(providers=providers, models=models)
+    except ValidationError as exc:
+        raise UsageError("the merged catalog would be invalid (too many models?)") from exc
+
+
+def _updated(model: Model, new: Model) -> Model:
+    """Known imported prices and sizes replace the existing ones; unknown ones erase nothing."""
+    update: dict[str, Any] = {}
+    if new.pricing is not None:
+        update["pricing"] = new.pricing
+    if new.context_window is not None:
+        update["context_window"] = new.context_window
+    if new.max_output_tokens is not None:
+        update["max_output_tokens"] = new.max_output_tokens
+    return model.model_copy(update=update)
+
+
+def _skip_reason(key: object, entry: object, providers: frozenset[str] | None) -> SkipReason | None:
+    if key in DOCUMENTATION_KEYS:
+        return SkipReason.DOCUMENTATION
+    if not isinstance(key, str) or not isinstance(entry, Mapping):
+        return SkipReason.BAD_ENTRY
+    if entry.get("mode") != "chat":
+        return SkipReason.NOT_CHAT
+    provider = entry.get("litellm_provider")
+    if not isinstance(provider, str) or not provider:
+        return SkipReason.NO_PROVIDER
+    if providers is not None and provider not in providers:
+        return SkipReason.FILTERED
+    return None
+
+
+def _model(key: str, entry: Mapping[str, Any]) -> Model:
+    provider: str = entry["litellm_provider"]
+    if not _PROVIDER_NAME.fullmatch(provider):
+        raise _BadEntry
+    model_id = key.removeprefix(f"{provider}/")
+    max_input = _count(entry.get("max_input_tokens"))
+    max_output = _count(entry.get("max_output_tokens"))
+    max_tokens = _count(entry.get("max_tokens"))
+    window = max_input if max_input is not None else (max_tokens if max_output is None else None)
+    modalities = ["text"] + [m for flag, m in _MODALITY_FLAGS if _flag(entry.get(flag))]
+    try:
+        return Model(
+            provider=provider,
+            id=model_id,
+            input=modalities,
+            output=["text"],
+            context_window=window,
+            max_output_tokens=max_output,
+            reasoning=_flag(entry.get("supports_reasoning")),
+            pricing=_pricing(entry),
+        )
+    except ValidationError as exc:
+        raise _BadEntry from exc
+
+
+def _pricing(entry: Mapping[str, Any]) -> list[PriceTier] | None:
+    """Base prices plus one tier per `*_cost_per_token_above_<N>k_tokens` threshold, ordered."""
+    sides = ("input", "output")
+    base = {side: _usd_per_mtok(entry.get(f"{side}_cost_per_token")) for side in sides}
+    above: dict[str, dict[int, float]] = {"input": {}, "output": {}}
+    for name, value in entry.items():
+        match = _TIER_KEY.fullmatch(name) if isinstance(name, str) else None
+        if match is None or value is None:
+            continue
+        side, number, unit = match.groups()
+        threshold = int(number) * {"k": 1_000, "m": 1_000_000, None: 1}[unit]
+        price = _usd_per_mtok(value)
+        if price is None or not 0 < threshold <= _MAX_COUNT:
+            raise _BadEntry
+        above[side][threshold] = price
+    thresholds = sorted(set(above["input"]) | set(above["output"]))
+    if len(thresholds) >= _MAX_TIERS:
+        raise _BadEntry
+    if not thresholds and base["input"] is None and base["output"] is None:
+        return None
+    bounds: list[int | None] = [*thresholds, None]
+    tiers: list[PriceTier] = []
+    current = dict(base)
+    for i, bound in enumerate(bounds):
+        if i > 0:
+            # above a threshold a side without its own tier price keeps its previous price
+            for side in sides:
+                current[side] = above[side].get(thresholds[i - 1], current[side])
+        tiers.append(
+            PriceTier(
+                up_to_input_tokens=bound,
+                input_usd_per_mtok=current["input"],
+                output_usd_per_mtok=current["output"],
+            )
+        )
+    return tiers
+
+
+def _usd_per_mtok(value: object) -> float | None:
+    """USD per token → USD per million tokens, rounded to 6 decimals; None when absent."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _BadEntry
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _BadEntry
+    try:
+        per_mtok = (Decimal(value) if isinstance(value, int) else Decimal(repr(value))) * _MILLION
+        if per_mtok < 0 or per_mtok > _MAX_USD_PER_MTOK:
+            raise _BadEntry
+        return float(per_mtok.quantize(_MICRO))
+    except InvalidOperation as exc:
+        raise _BadEntry from exc
+
+
+def _count(value: object) -> int | None:
+    """A positive token count (integral floats accepted); None when absent."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _BadEntry
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        raise _BadEntry
+    count = int(value)
+    if not 0 < count <= _MAX_COUNT:
+        raise _BadEntry
+    return count
+
+
+def _flag(value: object) -> bool:
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise _BadEntry
+    return value
