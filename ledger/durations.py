@@ -1,0 +1,66 @@
+"""Operator durations (`1h30m`, `90s`, `250ms`, `2d`) to and from integer milliseconds (R-POL-8).
+
+Invariant: a parsed duration is always an int in (0, 366 days]; a rejected input raises
+UsageError with a fixed message that never repeats the input.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ledger.errors import UsageError
+
+SECOND_MS = 1_000
+MINUTE_MS = 60 * SECOND_MS
+HOUR_MS = 60 * MINUTE_MS
+DAY_MS = 24 * HOUR_MS
+MAX_DURATION_MS = 366 * DAY_MS
+
+_UNITS: tuple[tuple[str, int], ...] = (
+    ("d", DAY_MS),
+    ("h", HOUR_MS),
+    ("m", MINUTE_MS),
+    ("s", SECOND_MS),
+    ("ms", 1),
+)
+
+# Each unit at most once, in descending order, ASCII digits only (`\d` would admit other scripts).
+# `m(?!s)` keeps "250ms" from being read as minutes followed by a dangling "s".
+_DURATION = re.compile(
+    r"(?:(?P<d>[0-9]{1,12})d)?"
+    r"(?:(?P<h>[0-9]{1,12})h)?"
+    r"(?:(?P<m>[0-9]{1,12})m(?!s))?"
+    r"(?:(?P<s>[0-9]{1,12})s)?"
+    r"(?:(?P<ms>[0-9]{1,12})ms)?"
+)
+
+_INVALID = (
+    "invalid duration: use whole numbers with units d h m s ms, largest unit first, "
+    "each at most once (e.g. 1h30m, 90s, 250ms, 2d), greater than zero and at most 366d"
+)
+
+
+def parse_duration_ms(text: str) -> int:
+    """Parse an operator duration such as `1h30m` into milliseconds, or raise UsageError."""
+    match = _DURATION.fullmatch(text) if isinstance(text, str) and text else None
+    if match is None or not any(match.groupdict().values()):
+        raise UsageError(_INVALID)
+    total = sum(int(match[unit]) * size for unit, size in _UNITS if match[unit] is not None)
+    if not 0 < total <= MAX_DURATION_MS:
+        raise UsageError(_INVALID)
+    return total
+
+
+def format_duration_ms(ms: int) -> str:
+    """Compact text for a millisecond duration (`1h30m`, `45s`, `0s`; negative gets a `-`)."""
+    if ms < 0:
+        return "-" + format_duration_ms(-ms)
+    if ms == 0:
+        return "0s"
+    parts: list[str] = []
+    rest = ms
+    for unit, size in _UNITS:
+        count, rest = divmod(rest, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts)
