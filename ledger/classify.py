@@ -1,0 +1,395 @@
+"""Classify a provider outcome into a row of the error policy table (SPEC section 8, R-HTTP-2).
+
+Invariant: a Classification holds only values from fixed sets chosen here (kinds, subkind tokens,
+known error codes) plus integers parsed strictly from header metadata. Nothing from an error
+body, an exception message or any other provider prose is ever searched, stored or echoed.
+Every function is pure: time comes in as `now_ms`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, timezone
+from decimal import Decimal
+from types import MappingProxyType
+
+import httpx
+
+from ledger.errors import UsageError
+from ledger.kinds import FailureKind
+
+MAX_BODY_BYTES = 8192
+MAX_HINT_MS = 7 * 24 * 3600 * 1000
+"""Retry-After and reset hints beyond this horizon are treated as garbage and ignored."""
+
+_TOKEN = re.compile(r"[a-z0-9_.-]{1,64}")
+
+_Q = FailureKind.QUOTA
+_A = FailureKind.AUTH
+_R = FailureKind.RATE_LIMIT
+_T = FailureKind.TRANSPORT
+_X = FailureKind.REQUEST_REJECTED
+
+KNOWN_ERROR_CODES: Mapping[str, FailureKind] = MappingProxyType(
+    {
+        # quota / billing: these win on any HTTP status
+        "insufficient_quota": _Q,  # OpenAI (code and type)
+        "billing_hard_limit_reached": _Q,  # OpenAI
+        "billing_not_active": _Q,  # OpenAI
+        "billing_error": _Q,  # Anthropic 402 error.type
+        "credit_balance_too_low": _Q,  # Anthropic-style
+        "insufficient_credits": _Q,  # OpenRouter-style
+        "payment_required": _Q,  # generic 402 code
+        "quota_exceeded": _Q,  # generic
+        # auth
+        "invalid_api_key": _A,  # OpenAI
+        "authentication_error": _A,  # Anthropic
+        "permission_error": _A,  # Anthropic
+        "unauthenticated": _A,  # Google error.status
+        "permission_denied": _A,  # Google error.status
+        # rate limits
+        "rate_limit_exceeded": _R,  # OpenAI
+        "rate_limit_error": _R,  # Anthropic
+        "resource_exhausted": _R,  # Google 429 (quota-per-minute, not billing)
+        "rate_limited": _R,  # Mistral-style
+        # transport / provider health
+        "server_error": _T,  # OpenAI
+        "api_error": _T,  # Anthropic 500
+        "overloaded_error": _T,  # Anthropic 529
+        "unavailable": _T,  # Google
+        "deadline_exceeded": _T,  # Google
+        "internal": _T,  # Google
+        # request rejected, including context overflow
+        "context_length_exceeded": _X,  # OpenAI, Mistral
+        "model_context_window_exceeded": _X,  # Anthropic
+        "context_window_exceeded": _X,  # generic
+        "invalid_request_error": _X,  # OpenAI, Anthropic, Mistral
+        "not_found_error": _X,  # Anthropic
+        "request_too_large": _X,  # Anthropic 413
+        "model_not_found": _X,  # OpenAI
+        "invalid_argument": _X,  # Google
+        "not_found": _X,  # Google
+    }
+)
+"""Known provider error codes/types (compared lower-cased) and the table row each one means."""
+
+CONTEXT_OVERFLOW_CODES: frozenset[str] = frozenset(
+    {"context_length_exceeded", "model_context_window_exceeded", "context_window_exceeded"}
+)
+
+# Where providers put their machine-readable code, in the order they are consulted.
+_CODE_PATHS: tuple[tuple[str, ...], ...] = (
+    ("error", "code"),
+    ("error", "type"),
+    ("error", "status"),
+    ("code",),
+    ("type",),
+    ("status",),
+    ("error",),
+)
+
+_NORMAL_STOPS = frozenset(
+    {"stop", "end_turn", "tool_use", "tool_calls", "function_call", "stop_sequence", "pause_turn"}
+)
+_LENGTH_STOPS = frozenset({"length", "max_tokens"})
+_CONTEXT_STOPS = frozenset(
+    {"context_length_exceeded", "model_context_window_exceeded", "context_limit", "model_length"}
+)
+_SAFETY_STOPS = frozenset(
+    {"content_filter", "refusal", "safety", "recitation", "blocklist", "prohibited_content", "spii"}
+)
+
+
+@dataclass(frozen=True)
+class Classification:
+    """A failure classified into a policy-table kind, with fixed-token detail and parsed hints."""
+
+    kind: FailureKind
+    subkind: str
+    retry_after_ms: int | None = None
+    reset_at_ms: int | None = None
+    reason: str | None = None
+
+    def __post_init__(self) -> None:
+        """Refuse anything but fixed tokens, so free text cannot slip into a stored field."""
+        if not isinstance(self.kind, FailureKind):
+            raise UsageError("classification kind must be a FailureKind")
+        if not _is_token(self.subkind):
+            raise UsageError("classification subkind must match [a-z0-9_.-]{1,64}")
+        if self.reason is not None and not _is_token(self.reason):
+            raise UsageError("a failure reason must match [a-z0-9_.-]{1,64}")
+
+
+def _is_token(value: object) -> bool:
+    return isinstance(value, str) and _TOKEN.fullmatch(value) is not None
+
+
+# --------------------------------------------------------------------------- HTTP responses
+
+
+def classify_http(
+    status: int, headers: Mapping[str, str], body: bytes | None, now_ms: int
+) -> Classification:
+    """Classify an HTTP error response from its status, known body codes and hint headers."""
+    codes = _known_codes(body)
+    kind, subkind = _kind_for(status, codes)
+    retry_after_ms, reset_at_ms = _hints(headers, now_ms)
+    return Classification(kind, subkind, retry_after_ms=retry_after_ms, reset_at_ms=reset_at_ms)
+
+
+def _kind_for(status: int, codes: tuple[str, ...]) -> tuple[FailureKind, str]:
+    http = f"http_{status}" if isinstance(status, int) and 100 <= status <= 599 else "http_invalid"
+    quota = next((c for c in codes if KNOWN_ERROR_CODES[c] is _Q), None)
+    if quota is not None:
+        return _Q, quota
+    if status in (401, 403):
+        return _A, http
+    if status == 402:
+        return _Q, http
+    if status == 429:
+        return _R, _code_of(codes, _R) or http
+    if any(c in CONTEXT_OVERFLOW_CODES for c in codes):
+        return _X, "context_overflow"
+    if status == 408 or (isinstance(status, int) and 500 <= status <= 599):
+        return _T, _code_of(codes, _T) or http
+    if status in (400, 404, 422):
+        return _X, _code_of(codes, _X) or http
+    if codes:
+        return KNOWN_ERROR_CODES[codes[0]], codes[0]
+    return FailureKind.UNKNOWN, http
+
+
+def _code_of(codes: tuple[str, ...], kind: FailureKind) -> str | None:
+    return next((c for c in codes if KNOWN_ERROR_CODES[c] is kind), None)
+
+
+def _known_codes(body: bytes | None) -> tuple[str, ...]:
+    """Known codes found at the well-known code fields of a JSON error body, in path order."""
+    if not isinstance(body, bytes | bytearray) or not body:
+        return ()
+    try:
+        document = json.loads(bytes(body[:MAX_BODY_BYTES]).decode("utf-8"))
+    except (ValueError, RecursionError):  # invalid UTF-8/JSON, huge ints, deep nesting
+        return ()
+    # Google REST sometimes wraps the error object in a one-element list.
+    if isinstance(document, list) and document and isinstance(document[0], dict):
+        document = document[0]
+    if not isinstance(document, dict):
+        return ()
+    found: list[str] = []
+    for value in _values_at(document):
+        code = value.lower() if len(value) <= 64 else ""
+        if code in KNOWN_ERROR_CODES and code not in found:
+            found.append(code)
+    return tuple(found)
+
+
+def _values_at(document: dict[str, object]) -> Iterator[str]:
+    for path in _CODE_PATHS:
+        node: object = document
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, str):
+            yield node
+
+
+# --------------------------------------------------------------------------- hint headers
+
+_DELTA_SECONDS = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?")
+_IMF_FIXDATE = re.compile(
+    r"(Mon|Tue|Wed|Thu|Fri|Sat|Sun), ([0-9]{2}) "
+    r"(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) ([0-9]{4}) "
+    r"([0-9]{2}):([0-9]{2}):([0-9]{2}) GMT"
+)
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_GO_DURATION = re.compile(
+    r"(?:(?P<h>[0-9]{1,6})h)?"
+    r"(?:(?P<m>[0-9]{1,6})m(?!s))?"
+    r"(?:(?P<s>[0-9]{1,9}(?:\.[0-9]{1,9})?)s)?"
+    r"(?:(?P<ms>[0-9]{1,9}(?:\.[0-9]{1,9})?)ms)?"
+)
+_RFC3339 = re.compile(
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt]([0-9]{2}):([0-9]{2}):([0-9]{2})(\.[0-9]{1,9})?"
+    r"(?:([Zz])|([+-])([0-9]{2}):([0-9]{2}))"
+)
+# Rate-limit families whose reset headers are read: OpenAI durations, Anthropic RFC 3339 times.
+_FAMILIES = ("requests", "tokens", "input-tokens", "output-tokens")
+
+
+def parse_retry_after(value: str, now_ms: int) -> int | None:
+    """Milliseconds from `Retry-After` (delta-seconds or IMF-fixdate); None unless valid."""
+    if not isinstance(value, str) or len(value) > 64:
+        return None
+    text = value.strip(" \t")
+    if _DELTA_SECONDS.fullmatch(text):
+        return _bounded(int(Decimal(text) * 1000))
+    date_ms = _parse_imf_fixdate(text)
+    return None if date_ms is None else _bounded(date_ms - now_ms)
+
+
+def _parse_retry_after_ms(value: str) -> int | None:
+    text = value.strip(" \t") if isinstance(value, str) and len(value) <= 64 else ""
+    return _bounded(int(Decimal(text))) if _DELTA_SECONDS.fullmatch(text) else None
+
+
+def _parse_go_duration(value: str) -> int | None:
+    """OpenAI reset durations such as `6m0s`, `1.5s`, `250ms`, `1h2m3s`."""
+    text = value.strip(" \t") if isinstance(value, str) and len(value) <= 64 else ""
+    match = _GO_DURATION.fullmatch(text) if text else None
+    if match is None or not any(match.groupdict().values()):
+        return None
+    scale = {"h": 3_600_000, "m": 60_000, "s": 1_000, "ms": 1}
+    total = sum(Decimal(match[unit]) * size for unit, size in scale.items() if match[unit])
+    return _bounded(int(total))
+
+
+def _parse_imf_fixdate(text: str) -> int | None:
+    match = _IMF_FIXDATE.fullmatch(text)
+    if match is None:
+        return None
+    weekday, day, month, year, hour, minute, second = match.groups()
+    try:
+        moment = datetime(
+            int(year),
+            _MONTHS.index(month) + 1,
+            int(day),
+            int(hour),
+            int(minute),
+            int(second),
+            tzinfo=UTC,
+        )
+    except ValueError:
+        return None
+    if _WEEKDAYS[moment.weekday()] != weekday:
+        return None
+    return int(moment.timestamp()) * 1000
+
+
+def _parse_rfc3339(value: str) -> int | None:
+    text = value.strip(" \t") if isinstance(value, str) and len(value) <= 64 else ""
+    match = _RFC3339.fullmatch(text)
+    if match is None:
+        return None
+    year, month, day, hour, minute, second, fraction, zulu, sign, off_h, off_m = match.groups()
+    try:
+        zone = UTC
+        if not zulu:
+            offset = timedelta(hours=int(off_h), minutes=int(off_m))
+            zone = timezone(-offset if sign == "-" else offset)
+        moment = datetime(
+            int(year), int(month), int(day), int(hour), int(minute), int(second), tzinfo=zone
+        )
+        epoch_ms = int(moment.timestamp()) * 1000
+    except (ValueError, OverflowError):
+        return None
+    if fraction:
+        epoch_ms += int(Decimal(fraction) * 1000)
+    return epoch_ms
+
+
+def _bounded(ms: int) -> int | None:
+    return ms if 0 <= ms <= MAX_HINT_MS else None
+
+
+def _header_view(headers: Mapping[str, str]) -> dict[str, str]:
+    """Lower-cased header names; a name given twice with different values is dropped (ambiguous)."""
+    seen: dict[str, str | None] = {}
+    try:
+        items = list(headers.items())
+    except Exception:  # a hostile mapping must not break classification
+        return {}
+    for name, value in items:
+        if not isinstance(name, str) or not isinstance(value, str):
+            continue
+        key = name.lower()
+        seen[key] = value if seen.get(key, value) == value else None
+    return {k: v for k, v in seen.items() if v is not None}
+
+
+def _hints(headers: Mapping[str, str], now_ms: int) -> tuple[int | None, int | None]:
+    """Parse (retry_after_ms, reset_at_ms) from hint headers; garbage is ignored, never guessed."""
+    view = _header_view(headers) if isinstance(headers, Mapping) else {}
+    retry_after = (
+        _parse_retry_after_ms(view["retry-after-ms"]) if "retry-after-ms" in view else None
+    )
+    if retry_after is None and "retry-after" in view:
+        retry_after = parse_retry_after(view["retry-after"], now_ms)
+
+    resets: dict[str, int] = {}
+    for family in _FAMILIES:
+        openai = view.get(f"x-ratelimit-reset-{family}")
+        delta = _parse_go_duration(openai) if openai is not None else None
+        if delta is not None:
+            resets[f"x-ratelimit-remaining-{family}"] = now_ms + delta
+        anthropic = view.get(f"anthropic-ratelimit-{family}-reset")
+        moment = _parse_rfc3339(anthropic) if anthropic is not None else None
+        if moment is not None and 0 < moment - now_ms <= MAX_HINT_MS:
+            resets[f"anthropic-ratelimit-{family}-remaining"] = moment
+    # Prefer the limits the provider says are exhausted; otherwise the latest reset (never shorter).
+    exhausted = [at for remaining, at in resets.items() if view.get(remaining, "").strip() == "0"]
+    chosen = exhausted or list(resets.values())
+    return retry_after, (max(chosen) if chosen else None)
+
+
+# --------------------------------------------------------------------------- stop reasons
+
+
+def classify_stop_reason(stop_reason: str | None) -> Classification | None:
+    """Classify a raw stop/finish reason enum; None means a normal stop (not a failure)."""
+    if stop_reason is None:
+        return None
+    stop = stop_reason.lower() if isinstance(stop_reason, str) and len(stop_reason) <= 64 else ""
+    if stop in _NORMAL_STOPS:
+        return None
+    if stop in _LENGTH_STOPS:
+        return Classification(FailureKind.INVALID_OUTPUT, "length_stop")
+    if stop in _CONTEXT_STOPS:
+        return Classification(FailureKind.REQUEST_REJECTED, "context_overflow")
+    if stop in _SAFETY_STOPS:
+        return Classification(FailureKind.SAFETY, f"{stop}_stop")
+    return Classification(FailureKind.UNKNOWN, "unrecognised_stop")
+
+
+# --------------------------------------------------------------------------- exceptions
+
+_EXCEPTION_KINDS: tuple[tuple[type[BaseException], FailureKind, str], ...] = (
+    (asyncio.CancelledError, FailureKind.CANCELLED, "cancelled"),
+    (KeyboardInterrupt, FailureKind.CANCELLED, "interrupted"),
+    (SystemExit, FailureKind.CANCELLED, "shutdown"),
+    (httpx.TimeoutException, _T, "timeout"),
+    (TimeoutError, _T, "timeout"),
+    (httpx.ConnectError, _T, "connect_error"),
+    (httpx.RemoteProtocolError, _T, "protocol_error"),
+    (httpx.ReadError, _T, "stream_cut"),
+    (httpx.WriteError, _T, "write_error"),
+    (httpx.NetworkError, _T, "network_error"),
+    (httpx.ProxyError, _T, "proxy_error"),
+    (ConnectionError, _T, "network_error"),
+)
+
+
+def classify_exception(exc: BaseException) -> Classification:
+    """Classify an exception by its type alone; its message is never read."""
+    for exc_type, kind, subkind in _EXCEPTION_KINDS:
+        if isinstance(exc, exc_type):
+            return Classification(kind, subkind)
+    return Classification(FailureKind.UNKNOWN, "exception")
+
+
+# --------------------------------------------------------------------------- explicit outcomes
+
+
+def classify_kind(kind: FailureKind | str, reason: str | None = None) -> Classification:
+    """An outcome the caller states explicitly (e.g. invalid_output with reason `json_schema`)."""
+    try:
+        failure = FailureKind(kind)
+    except ValueError:
+        raise UsageError("unknown failure kind; see `ledger settle --help`") from None
+    if reason is not None and not _is_token(reason):
+        raise UsageError("a failure reason must match [a-z0-9_.-]{1,64}")
+    return Classification(failure, "reported", reason=reason)
