@@ -1,0 +1,385 @@
+"""The error policy table (SPEC section 8) as data, and the pure decision over it (R-POL-1..7).
+
+Invariant: `decide` is a pure function of a FailureContext and a jitter source. It never
+shortens a cooldown it reports (the store keeps max(old, new), R-POL-2), never permits a fallback
+from a paused source, a guard refusal or a side-effecting attempt (R-POL-5, R-POL-7), and never
+puts provider text into a Decision.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+
+from ledger.catalog import split_model_key
+from ledger.classify import MAX_HINT_MS, Classification
+from ledger.clock import iso
+from ledger.durations import HOUR_MS, MINUTE_MS, SECOND_MS, format_duration_ms
+from ledger.kinds import CooldownOrigin, CooldownScope, FailureKind
+
+BACKOFF_STEPS_MS: tuple[int, ...] = (1 * MINUTE_MS, 5 * MINUTE_MS, 15 * MINUTE_MS, 1 * HOUR_MS)
+"""R-POL-3: the n-th backoff (0-based) uses entry n; every later one uses the last."""
+BACKOFF_JITTER = 0.2
+TRANSPORT_STRIKE_WINDOW_MS = 15 * MINUTE_MS
+"""Transport strikes on a model older than this are not counted (the store filters by it)."""
+FAILURE_CAP = 5
+OUTPUT_FAILURE_CAP = 3
+
+
+class FallbackConstraint(StrEnum):
+    """Which immediate alternate the selector may offer after a failure (R-POL-4, R-SEL-4)."""
+
+    OTHER_PROVIDER = "other_provider"
+    OTHER_PROVIDER_OR_SIBLING = "other_provider_or_sibling"
+    COMPATIBLE_WINDOW = "compatible_window"
+    ALTERNATE_MODEL = "alternate_model"
+
+
+_FALLBACK_DOC: Mapping[FallbackConstraint | None, str] = {
+    FallbackConstraint.OTHER_PROVIDER: "another allowed provider",
+    FallbackConstraint.OTHER_PROVIDER_OR_SIBLING: (
+        "another provider, or an allowlisted same-provider model"
+    ),
+    FallbackConstraint.COMPATIBLE_WINDOW: "a compatible backup (one whose window fits, R-SEL-8)",
+    FallbackConstraint.ALTERNATE_MODEL: "alternate model, an allowlisted sibling included",
+    None: "no",
+}
+
+
+@dataclass(frozen=True)
+class PolicyRow:
+    """One row of the error policy table."""
+
+    kind: FailureKind
+    triggers: str
+    cooldown_scope: CooldownScope | None = None
+    cooldown_ms: int = 0
+    cooldown_from_strike: int = 1
+    """The cooldown starts with this failure of the kind on the model within the strike window."""
+    uses_hints: bool = False
+    """A supplied Retry-After / reset time may lengthen (never shorten) the cooldown."""
+    sets_backoff: bool = False
+    pause_after: int | None = None
+    """Pause the source when this many failures of this kind have been recorded."""
+    fallback: FallbackConstraint | None = None
+    fallback_needs_cooldown: bool = False
+    """Fallback is permitted only when this failure put the model into cooldown."""
+    source_doc: str = ""
+    fallback_doc: str = ""
+
+    def cooldown_doc(self) -> str:
+        """The cooldown column text."""
+        if self.cooldown_scope is None:
+            return "none"
+        duration = format_duration_ms(self.cooldown_ms)
+        if self.cooldown_from_strike > 1:
+            window = format_duration_ms(TRANSPORT_STRIKE_WINDOW_MS)
+            return (
+                f"none on the first; failure no. {self.cooldown_from_strike} on the same "
+                f"{self.cooldown_scope} within {window} cools that {self.cooldown_scope} {duration}"
+            )
+        text = f"{self.cooldown_scope}, {duration}"
+        if self.uses_hints:
+            text += " or a later supplied `Retry-After` / reset"
+        return text
+
+    def source_column(self) -> str:
+        """The source column text."""
+        parts = [self.source_doc] if self.source_doc else []
+        parts.append("backoff (R-POL-3)" if self.sets_backoff else "no backoff of its own")
+        if self.pause_after == 1:
+            parts.append("**pause** with the reason")
+        elif self.pause_after is not None:
+            parts.append(f"**pause** after {self.pause_after}")
+        return "; ".join(parts)
+
+    def fallback_column(self) -> str:
+        """The immediate-fallback column text."""
+        if self.fallback_doc:
+            return self.fallback_doc
+        text = _FALLBACK_DOC[self.fallback]
+        return f"{text}, only once the model is cooling" if self.fallback_needs_cooldown else text
+
+
+_ROWS = (
+    PolicyRow(
+        FailureKind.AUTH,
+        "HTTP 401, 403",
+        CooldownScope.PROVIDER,
+        15 * MINUTE_MS,
+        fallback=FallbackConstraint.OTHER_PROVIDER,
+    ),
+    PolicyRow(
+        FailureKind.QUOTA,
+        "HTTP 402; a known quota/billing code (e.g. `insufficient_quota`) on any status",
+        CooldownScope.PROVIDER,
+        1 * HOUR_MS,
+        uses_hints=True,
+        fallback=FallbackConstraint.OTHER_PROVIDER,
+    ),
+    PolicyRow(
+        FailureKind.RATE_LIMIT,
+        "HTTP 429 without a known quota code",
+        CooldownScope.MODEL,
+        60 * SECOND_MS,
+        uses_hints=True,
+        fallback=FallbackConstraint.OTHER_PROVIDER_OR_SIBLING,
+    ),
+    PolicyRow(
+        FailureKind.TRANSPORT,
+        "HTTP 408, 5xx (incl. 529), timeout, connection/network error, stream cut",
+        CooldownScope.MODEL,
+        15 * MINUTE_MS,
+        cooldown_from_strike=2,
+        sets_backoff=True,
+        fallback=FallbackConstraint.OTHER_PROVIDER,
+        fallback_needs_cooldown=True,
+    ),
+    PolicyRow(
+        FailureKind.REQUEST_REJECTED,
+        "context overflow (known codes, or a `context_limit` stop), HTTP 400, 404, 422",
+        CooldownScope.MODEL,
+        1 * HOUR_MS,
+        fallback=FallbackConstraint.COMPATIBLE_WINDOW,
+    ),
+    PolicyRow(
+        FailureKind.INVALID_OUTPUT,
+        "invalid JSON, output truncated (`length` stop), broken output contract (with a reason)",
+        pause_after=OUTPUT_FAILURE_CAP,
+        fallback=FallbackConstraint.ALTERNATE_MODEL,
+        source_doc="1st: one corrective prompt on the same model naming the rule; "
+        "2nd: an alternate model",
+        fallback_doc="alternate model from the 2nd output failure, an allowlisted sibling included",
+    ),
+    PolicyRow(
+        FailureKind.SAFETY,
+        "recognised safety refusal (`content_filter`, `refusal` stop)",
+        pause_after=1,
+        fallback_doc="**never** (no fallback to get around a guard)",
+    ),
+    PolicyRow(
+        FailureKind.WRITE_REJECTED,
+        "an unsafe or unauthorised write; the store refusing on its own authority (with a reason)",
+        pause_after=1,
+        fallback_doc="**never** (no fallback to get around a guard)",
+    ),
+    PolicyRow(
+        FailureKind.STALE,
+        "the result was overtaken by a newer change",
+        sets_backoff=True,
+        source_doc="counts one reserved call and one failure",
+    ),
+    PolicyRow(
+        FailureKind.CANCELLED,
+        "cancellation, shutdown, reload",
+        source_doc="lease released, **no failure added**; the reservation still counts",
+    ),
+    PolicyRow(
+        FailureKind.UNKNOWN,
+        "anything else",
+        sets_backoff=True,
+        source_doc="generic bounded retry; no guessing from prose",
+    ),
+)
+
+POLICY_TABLE: Mapping[FailureKind, PolicyRow] = MappingProxyType({row.kind: row for row in _ROWS})
+
+
+@dataclass(frozen=True)
+class FailureContext:
+    """What the store reads inside the settle transaction before deciding."""
+
+    classification: Classification
+    model_key: str
+    now_ms: int
+    recent_transport_strikes: int
+    failures: int
+    output_failures: int
+    backoff_steps: int
+    correction_used: bool
+    side_effects: bool = False
+    existing_cooldowns: Mapping[tuple[CooldownScope, str], int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CooldownAction:
+    """A cooldown to write; the store keeps max(existing, until_ms)."""
+
+    scope: CooldownScope
+    target: str
+    until_ms: int
+    kind: FailureKind
+    origin: CooldownOrigin
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Everything the settle transaction must write after one failure."""
+
+    kind: FailureKind
+    subkind: str
+    reason: str | None
+    cooldowns: tuple[CooldownAction, ...]
+    backoff_until_ms: int | None
+    pause_reason: str | None
+    counts_failure: bool
+    counts_output_failure: bool
+    transport_strike: bool
+    use_correction: bool
+    fallback: FallbackConstraint | None
+    actions: tuple[str, ...]
+
+
+def backoff_ms(step: int, jitter: Callable[[], float]) -> int:
+    """R-POL-3: 1 min, 5 min, 15 min, then 1 h, each plus up to 20 % positive jitter."""
+    base = BACKOFF_STEPS_MS[min(max(step, 0), len(BACKOFF_STEPS_MS) - 1)]
+    fraction = jitter()
+    if not math.isfinite(fraction) or fraction < 0:
+        fraction = 0.0
+    fraction = min(fraction, 1.0)
+    return base + int(base * BACKOFF_JITTER * fraction)
+
+
+def decide(ctx: FailureContext, jitter: Callable[[], float]) -> Decision:
+    """Apply the error policy table to one failure (R-POL-1..7)."""
+    c = ctx.classification
+    row = POLICY_TABLE[c.kind]
+    if c.kind is FailureKind.CANCELLED:
+        return Decision(
+            c.kind,
+            c.subkind,
+            c.reason,
+            (),
+            None,
+            None,
+            False,
+            False,
+            False,
+            False,
+            None,
+            ("cancelled: lease released, no failure added",),
+        )
+    actions: list[str] = []
+    cooldowns = _cooldowns(ctx, row, actions)
+
+    backoff_until = None
+    if row.sets_backoff:
+        delay = backoff_ms(ctx.backoff_steps, jitter)
+        backoff_until = ctx.now_ms + delay
+        actions.append(
+            f"source backoff until {iso(backoff_until)} "
+            f"({format_duration_ms(delay)}, backoff {ctx.backoff_steps + 1})"
+        )
+
+    failures = ctx.failures + 1
+    output_failures = ctx.output_failures + (c.kind is FailureKind.INVALID_OUTPUT)
+    actions.append(f"failure {failures} of {FAILURE_CAP} counted")
+    if c.kind is FailureKind.INVALID_OUTPUT:
+        actions.append(f"output failure {output_failures} of {OUTPUT_FAILURE_CAP} counted")
+    if c.kind is FailureKind.TRANSPORT:
+        actions.append(f"transport strike recorded on {ctx.model_key}")
+
+    pause = _pause_reason(c, row, output_failures, failures)
+    use_correction = False
+    fallback = row.fallback
+    if row.fallback_needs_cooldown and not cooldowns:
+        fallback = None
+    first_output_failure = c.kind is FailureKind.INVALID_OUTPUT and ctx.output_failures == 0
+    if first_output_failure and not ctx.correction_used:
+        use_correction, fallback = True, None
+    if pause is not None:
+        use_correction, fallback = False, None
+        actions.append(f"source paused: {pause}")
+    if ctx.side_effects and (use_correction or fallback is not None):
+        use_correction, fallback = False, None
+        actions.append("no fallback or correction: the attempt caused side effects (R-POL-7)")
+    if use_correction:
+        actions.append("next attempt: one corrective prompt on the same model")
+    actions.append(f"fallback permitted: {fallback}" if fallback else "no immediate fallback")
+
+    return Decision(
+        kind=c.kind,
+        subkind=c.subkind,
+        reason=c.reason,
+        cooldowns=cooldowns,
+        backoff_until_ms=backoff_until,
+        pause_reason=pause,
+        counts_failure=True,
+        counts_output_failure=c.kind is FailureKind.INVALID_OUTPUT,
+        transport_strike=c.kind is FailureKind.TRANSPORT,
+        use_correction=use_correction,
+        fallback=fallback,
+        actions=tuple(actions),
+    )
+
+
+def _cooldowns(
+    ctx: FailureContext, row: PolicyRow, actions: list[str]
+) -> tuple[CooldownAction, ...]:
+    if row.cooldown_scope is None or ctx.recent_transport_strikes + 1 < row.cooldown_from_strike:
+        if row.kind is FailureKind.TRANSPORT:
+            actions.append("no cooldown: first transport failure on this model within 15m")
+        return ()
+    if row.cooldown_scope is CooldownScope.PROVIDER:
+        target = split_model_key(ctx.model_key)[0]
+    else:
+        split_model_key(ctx.model_key)  # validates the key
+        target = ctx.model_key
+    base_until = ctx.now_ms + row.cooldown_ms
+    until, origin = base_until, CooldownOrigin.POLICY
+    if row.uses_hints:
+        hint = _hint_until(ctx.classification, ctx.now_ms)
+        if hint is not None and hint > base_until:
+            until, origin = hint, CooldownOrigin.HINT
+    existing = ctx.existing_cooldowns.get((row.cooldown_scope, target))
+    text = (
+        f"cooldown {row.cooldown_scope} {target} until {iso(until)} "
+        f"({format_duration_ms(until - ctx.now_ms)}, {origin})"
+    )
+    if existing is not None and existing >= until:
+        text += f"; kept (longer existing until {iso(existing)})"
+    actions.append(text)
+    return (CooldownAction(row.cooldown_scope, target, until, row.kind, origin),)
+
+
+def _hint_until(c: Classification, now_ms: int) -> int | None:
+    """The latest valid supplied hint as an absolute time; invalid hints are ignored."""
+    candidates = []
+    if c.retry_after_ms is not None and 0 <= c.retry_after_ms <= MAX_HINT_MS:
+        candidates.append(now_ms + c.retry_after_ms)
+    if c.reset_at_ms is not None and now_ms < c.reset_at_ms <= now_ms + MAX_HINT_MS:
+        candidates.append(c.reset_at_ms)
+    return max(candidates) if candidates else None
+
+
+def _pause_reason(
+    c: Classification, row: PolicyRow, kind_failures: int, failures: int
+) -> str | None:
+    if row.pause_after == 1:
+        return f"{c.kind}:{c.reason}" if c.reason else str(c.kind)
+    if row.pause_after is not None and kind_failures >= row.pause_after:
+        return "output_failures"
+    if failures >= FAILURE_CAP:
+        return "failure_cap"
+    return None
+
+
+def markdown_table() -> str:
+    """The error policy table rendered from POLICY_TABLE, for the README."""
+    lines = [
+        "| kind | triggers | cooldown | source | immediate fallback |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for row in POLICY_TABLE.values():
+        cells = (
+            f"`{row.kind}`",
+            row.triggers,
+            row.cooldown_doc(),
+            row.source_column(),
+            row.fallback_column(),
+        )
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
