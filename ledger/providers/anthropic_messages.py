@@ -1,0 +1,82 @@
+"""Adapter for the Anthropic messages API (R-HTTP-1).
+
+Invariant: returns raw facts only (status, headers, bounded error body, stop reason, usage);
+the credential is sent as `x-api-key` and appears nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ledger.providers.base import CallRequest, HttpAdapter, ProviderResponse, token_count
+from ledger.providers.bounded import JsonReply, post_json
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+DEFAULT_VERSION = "2023-06-01"
+
+
+class AnthropicMessagesAdapter(HttpAdapter):
+    """POST {baseUrl}/v1/messages; system messages go to the top-level `system` field."""
+
+    def call(self, request: CallRequest, *, now_ms: Callable[[], int]) -> ProviderResponse:
+        """Make one messages call within the request deadline."""
+        headers = self.option_headers()
+        headers["anthropic-version"] = self.option_str("anthropicVersion", DEFAULT_VERSION)
+        credential = self.credential()
+        if credential is not None:
+            headers["x-api-key"] = credential
+        system = [m.content for m in request.messages if m.role == "system"]
+        payload: dict[str, object] = {
+            "model": request.model_id,
+            "max_tokens": request.max_tokens,
+            "messages": [
+                {"role": m.role, "content": m.content}
+                for m in request.messages
+                if m.role != "system"
+            ],
+        }
+        if system:
+            payload["system"] = "\n\n".join(system)
+        reply = post_json(
+            self.client,
+            f"{self.base_url(DEFAULT_BASE_URL)}/v1/messages",
+            headers,
+            payload,
+            deadline_ms=request.deadline_ms,
+            now_ms=now_ms,
+        )
+        if isinstance(reply, ProviderResponse):
+            return reply
+        return parse_message(reply)
+
+
+def parse_message(reply: JsonReply) -> ProviderResponse:
+    """Facts from a messages body (text blocks joined); a wrong shape is INVALID_RESPONSE."""
+    data = reply.data
+    if not isinstance(data, dict):
+        return reply.invalid()
+    content = data.get("content")
+    stop = data.get("stop_reason")
+    if not isinstance(content, list) or not (stop is None or isinstance(stop, str)):
+        return reply.invalid()
+    texts: list[str] = []
+    for block in content:
+        if not isinstance(block, dict):
+            return reply.invalid()
+        if block.get("type") == "text":
+            text = block.get("text")
+            if not isinstance(text, str):
+                return reply.invalid()
+            texts.append(text)
+    usage = data.get("usage")
+    if not isinstance(usage, dict):
+        usage = {}
+    return ProviderResponse(
+        ok=True,
+        status=reply.status,
+        text="".join(texts),
+        stop_reason=stop,
+        input_tokens=token_count(usage.get("input_tokens")),
+        output_tokens=token_count(usage.get("output_tokens")),
+        elapsed_ms=reply.elapsed_ms(),
+    )

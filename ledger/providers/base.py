@@ -1,0 +1,144 @@
+"""The provider call contract: a request in, raw facts out (R-HTTP-1..3).
+
+Invariant: an adapter never classifies and never raises for a provider or transport failure; it
+returns a ProviderResponse holding only status, lower-cased headers, a bounded error body, a
+detached transport exception, the raw stop reason and usage. The credential is read from the
+environment at call time only and appears in no repr, response, exception or log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal, Protocol
+
+import httpx
+
+from ledger.catalog import Provider
+
+INVALID_RESPONSE = "invalid_response"
+"""`stop_reason` of a 2xx reply whose body is unparsable or oversized: the worker classifies it as
+`invalid_output` (with `ok=False`, `status` set and `exception=None`)."""
+
+Role = Literal["system", "user", "assistant"]
+
+
+@dataclass(frozen=True)
+class Message:
+    """One chat message; `content` is caller text and never logged."""
+
+    role: Role
+    content: str = field(repr=False)
+
+
+@dataclass(frozen=True)
+class CallRequest:
+    """One provider call authorised by a reservation."""
+
+    model_id: str
+    messages: tuple[Message, ...] = field(repr=False)
+    max_tokens: int
+    deadline_ms: int
+
+
+_NO_HEADERS: Mapping[str, str] = MappingProxyType({})
+
+
+def _no_headers() -> Mapping[str, str]:
+    return _NO_HEADERS
+
+
+@dataclass(frozen=True)
+class ProviderResponse:
+    """Raw facts about one call; the error body and text are for the caller only, never stored."""
+
+    ok: bool
+    status: int | None
+    headers: Mapping[str, str] = field(default_factory=_no_headers, repr=False)
+    error_body: bytes | None = field(default=None, repr=False)
+    exception: BaseException | None = None
+    text: str | None = field(default=None, repr=False)
+    stop_reason: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cost_usd: float | None = None
+    elapsed_ms: int = 0
+
+
+class ProviderAdapter(Protocol):
+    """Makes one call; returns facts, never raises for provider or transport failures."""
+
+    def call(self, request: CallRequest, *, now_ms: Callable[[], int]) -> ProviderResponse:
+        """Call the provider within `request.deadline_ms`."""
+        ...
+
+
+def adapter_for(
+    provider: Provider, env: Mapping[str, str], *, client: httpx.Client | None = None
+) -> ProviderAdapter:
+    """The built-in adapter for `provider.api`; `env` is consulted for the credential per call."""
+    from ledger.providers.anthropic_messages import AnthropicMessagesAdapter
+    from ledger.providers.openai_chat import OpenAIChatAdapter
+
+    if provider.api == "anthropic-messages":
+        return AnthropicMessagesAdapter(provider, env, client=client)
+    return OpenAIChatAdapter(provider, env, client=client)
+
+
+class HttpAdapter:
+    """Common ground of the built-in httpx adapters: credential lookup, headers, safe repr."""
+
+    def __init__(
+        self, provider: Provider, env: Mapping[str, str], *, client: httpx.Client | None = None
+    ) -> None:
+        self._provider = provider
+        self._env = env
+        self._client = client
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(api={self._provider.api!r})"
+
+    __str__ = __repr__
+
+    @property
+    def client(self) -> httpx.Client | None:
+        """The shared client, or None to open one per call."""
+        return self._client
+
+    def credential(self) -> str | None:
+        """The credential, read from the environment now; None when unset or empty."""
+        name = self._provider.credential_env
+        value = self._env.get(name) if name else None
+        return value or None
+
+    def base_url(self, default: str) -> str:
+        """The provider's base URL without a trailing slash."""
+        return (self._provider.base_url or default).rstrip("/")
+
+    def option_headers(self) -> dict[str, str]:
+        """Extra headers from `options.headers` (string values only)."""
+        extra = self._provider.options.get("headers")
+        if not isinstance(extra, dict):
+            return {}
+        return {k: v for k, v in extra.items() if isinstance(v, str)}
+
+    def option_str(self, name: str, default: str) -> str:
+        """A string option, or `default` when absent or not a string."""
+        value = self._provider.options.get(name)
+        return value if isinstance(value, str) and value else default
+
+
+def token_count(value: object) -> int | None:
+    """A usage count when it is a plausible non-negative integer, else None."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if 0 <= value <= 10**12 else None
+
+
+def reported_cost(value: object) -> float | None:
+    """A provider-reported USD cost when finite and non-negative, else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    cost = float(value)
+    return cost if 0 <= cost < 1e9 else None

@@ -1,0 +1,81 @@
+"""Adapter for the OpenAI-compatible chat-completions API (R-HTTP-1).
+
+Invariant: returns raw facts only (status, headers, bounded error body, finish reason, usage);
+the credential is sent as a bearer token and appears nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ledger.providers.base import (
+    CallRequest,
+    HttpAdapter,
+    ProviderResponse,
+    reported_cost,
+    token_count,
+)
+from ledger.providers.bounded import JsonReply, post_json
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
+class OpenAIChatAdapter(HttpAdapter):
+    """POST {baseUrl}/chat/completions."""
+
+    def call(self, request: CallRequest, *, now_ms: Callable[[], int]) -> ProviderResponse:
+        """Make one chat-completions call within the request deadline."""
+        headers = self.option_headers()
+        credential = self.credential()
+        if credential is not None:
+            headers["authorization"] = f"Bearer {credential}"
+        payload = {
+            "model": request.model_id,
+            "messages": [{"role": m.role, "content": m.content} for m in request.messages],
+            "max_tokens": request.max_tokens,
+        }
+        reply = post_json(
+            self.client,
+            f"{self.base_url(DEFAULT_BASE_URL)}/chat/completions",
+            headers,
+            payload,
+            deadline_ms=request.deadline_ms,
+            now_ms=now_ms,
+        )
+        if isinstance(reply, ProviderResponse):
+            return reply
+        return parse_chat_completion(reply)
+
+
+def parse_chat_completion(reply: JsonReply) -> ProviderResponse:
+    """Facts from a chat-completions body; a wrong shape is INVALID_RESPONSE."""
+    data = reply.data
+    if not isinstance(data, dict):
+        return reply.invalid()
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return reply.invalid()
+    message = choices[0].get("message")
+    stop = choices[0].get("finish_reason")
+    if not isinstance(message, dict) or not (stop is None or isinstance(stop, str)):
+        return reply.invalid()
+    content = message.get("content")
+    refusal = message.get("refusal")
+    if content is None and isinstance(refusal, str) and refusal:
+        # OpenAI reports a safety refusal in `message.refusal`, not in the finish reason.
+        stop = "refusal"
+    elif not (content is None or isinstance(content, str)):
+        return reply.invalid()
+    usage = data.get("usage")
+    if not isinstance(usage, dict):
+        usage = {}
+    return ProviderResponse(
+        ok=True,
+        status=reply.status,
+        text=content if isinstance(content, str) else "",
+        stop_reason=stop,
+        input_tokens=token_count(usage.get("prompt_tokens")),
+        output_tokens=token_count(usage.get("completion_tokens")),
+        cost_usd=reported_cost(usage.get("cost")),
+        elapsed_ms=reply.elapsed_ms(),
+    )
