@@ -1,0 +1,143 @@
+"""Budget arithmetic for one reservation (SPEC section 7): pure, takes `now`, returns Grant or Refusal.
+
+The store reads a `BudgetState` inside the write transaction and writes what `check` decides, so
+the checks and the insert are one atomic step (R-DB-2).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from decimal import Decimal
+
+from ledger.catalog import Model
+from ledger.config import Policy
+from ledger.kinds import RefusalReason, SourceState
+
+HOUR_MS = 3_600_000
+DAY_MS = 86_400_000
+
+
+@dataclass(frozen=True)
+class SourceBudget:
+    """What a source has used so far (counters are never cleared by an override)."""
+
+    state: SourceState
+    retry_at_ms: int | None
+    calls: int
+    models: frozenset[str]
+    time_used_ms: int
+
+
+@dataclass(frozen=True)
+class BudgetState:
+    """Everything the checks need, read inside the reserving transaction."""
+
+    now_ms: int
+    hourly_count: int
+    hourly_next_free_ms: int | None  # when the oldest reservation in the window leaves it
+    daily_cost_micro: int
+    daily_next_free_ms: int | None
+    source: SourceBudget
+    provider_cooldown_until: int | None
+    model_cooldown_until: int | None
+
+
+@dataclass(frozen=True)
+class Grant:
+    """Permission for exactly one call."""
+
+    deadline_ms: int
+    estimate_micro: int | None
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A refused reservation with its reason code and, when known, when it could succeed."""
+
+    reason: RefusalReason
+    retry_at_ms: int | None = None
+
+
+def estimate_micro(model: Model, input_bytes: int, reply_tokens: int) -> int | None:
+    """Input bytes x highest input tier + reply reservation x highest output tier, in micro-USD.
+
+    A token is at least one byte, so bytes bound tokens from above; USD/MTok x tokens = micro-USD.
+    None when the price is unknown.
+    """
+    prices = model.max_prices()
+    if prices is None:
+        return None
+    in_price, out_price = prices
+    allowance = model.reply_reservation(reply_tokens)
+    return math.ceil(Decimal(input_bytes) * in_price + Decimal(allowance) * out_price)
+
+
+def actual_micro(model: Model, input_tokens: int, output_tokens: int) -> int | None:
+    """Cost of reported usage at the tier the input size falls in; None when prices are unknown."""
+    if not model.price_known():
+        return None
+    tiers = model.pricing or []
+    tier = next(
+        (t for t in tiers if t.up_to_input_tokens is None or input_tokens <= t.up_to_input_tokens),
+        tiers[-1],
+    )
+    assert tier.input_usd_per_mtok is not None and tier.output_usd_per_mtok is not None
+    return math.ceil(
+        Decimal(input_tokens) * Decimal(str(tier.input_usd_per_mtok))
+        + Decimal(output_tokens) * Decimal(str(tier.output_usd_per_mtok))
+    )
+
+
+def usd_to_micro(usd: float) -> int:
+    """Round a provider-reported USD amount up to whole micro-USD."""
+    return math.ceil(Decimal(str(usd)) * 1_000_000)
+
+
+def check(
+    state: BudgetState,
+    policy: Policy,
+    model: Model,
+    estimate: int | None,
+    *,
+    override: bool = False,
+) -> Grant | Refusal:
+    """Run the checks of R-RES-1..9 in the SPEC's order; the first failing one refuses."""
+    now = state.now_ms
+    src = state.source
+    # R-RES-1: nothing bypasses the shared hourly budget
+    if state.hourly_count >= policy.calls_per_hour:
+        return Refusal(RefusalReason.SHARED_HOURLY_BUDGET, state.hourly_next_free_ms)
+    # R-RES-2: nothing bypasses the daily ceiling; unknown prices fail closed
+    if policy.daily_estimated_usd is not None:
+        if estimate is None:
+            return Refusal(RefusalReason.UNKNOWN_PRICE)
+        ceiling = math.floor(Decimal(str(policy.daily_estimated_usd)) * 1_000_000)
+        if state.daily_cost_micro + estimate > ceiling:
+            return Refusal(RefusalReason.DAILY_COST_CEILING, state.daily_next_free_ms)
+    # R-RES-3: a settled source is never rerun; a paused one waits for resume
+    if src.state == SourceState.DONE:
+        return Refusal(RefusalReason.SOURCE_SETTLED)
+    if src.state == SourceState.PAUSED:
+        return Refusal(RefusalReason.SOURCE_PAUSED)
+    if override:  # R-RES-9: skips R-RES-4..8, deadline is then timeoutMs
+        return Grant(now + policy.timeout_ms, estimate)
+    # R-RES-4
+    if src.retry_at_ms is not None and src.retry_at_ms > now:
+        return Refusal(RefusalReason.SOURCE_BACKOFF, src.retry_at_ms)
+    # R-RES-5
+    if state.provider_cooldown_until is not None and state.provider_cooldown_until > now:
+        return Refusal(RefusalReason.PROVIDER_COOLDOWN, state.provider_cooldown_until)
+    if state.model_cooldown_until is not None and state.model_cooldown_until > now:
+        return Refusal(RefusalReason.MODEL_COOLDOWN, state.model_cooldown_until)
+    # R-RES-6
+    if src.calls >= policy.source_calls:
+        return Refusal(RefusalReason.SOURCE_CALLS)
+    # R-RES-7
+    if model.key not in src.models and len(src.models) + 1 > policy.source_models:
+        return Refusal(RefusalReason.SOURCE_MODELS)
+    # R-RES-8: the deadline is per attempt, clamped to what the source has left
+    left = policy.source_time_ms - src.time_used_ms
+    if left <= 0:
+        return Refusal(RefusalReason.SOURCE_TIME)
+    return Grant(now + min(policy.timeout_ms, left), estimate)

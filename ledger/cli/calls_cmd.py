@@ -1,0 +1,210 @@
+"""`ledger reserve`, `ledger settle`, `ledger select`: one library call each, rendered."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import click
+
+from ledger.classify import classify_http, classify_kind
+from ledger.cli.main import AppContext, emit_json, pass_app, run
+from ledger.clock import iso, now_ms
+from ledger.errors import Refused, UsageError
+from ledger.kinds import FailureKind
+from ledger.records import Cancelled, Failed, Outcome, Success, micro_to_usd
+
+NONNEG = click.IntRange(min=0, max=10**12)
+
+
+def _finite_usd(_ctx: click.Context, _param: click.Parameter, value: float | None) -> float | None:
+    if value is not None and (not math.isfinite(value) or value < 0 or value > 1e9):
+        raise click.BadParameter("must be a finite non-negative amount")
+    return value
+
+
+@click.command("reserve")
+@click.argument("source")
+@click.option("--model", "model", required=True, metavar="KEY", help="provider/model-id")
+@click.option("--input-bytes", type=NONNEG, default=0, show_default=True)
+@click.option("--request-id", metavar="ID", help="Idempotency key (R-RES-10a).")
+@click.option("--override", is_flag=True, help="One explicit attempt past source caps (R-RES-9).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_app
+def reserve(
+    app: AppContext,
+    source: str,
+    model: str,
+    input_bytes: int,
+    request_id: str | None,
+    override: bool,
+    as_json: bool,
+) -> None:
+    """Reserve one provider call, or refuse with a reason code (exit 3)."""
+    res = run(
+        as_json,
+        lambda: app.ledger().reserve(
+            source, model, input_bytes=input_bytes, request_id=request_id, override=override
+        ),
+    )
+    if as_json:
+        emit_json(res.to_json())
+        return
+    est = micro_to_usd(res.estimate_micro)
+    click.echo(
+        f"reservation {res.id}: {res.model} for source until {iso(res.deadline_ms)}, "
+        f"estimate {'unknown' if est is None else f'${est:.6f}'}"
+        + (" (replayed)" if res.replayed else "")
+    )
+
+
+def _outcome(
+    ok: bool,
+    http_status: int | None,
+    kind: str | None,
+    cancelled: bool,
+    code: str | None,
+    retry_after: str | None,
+    reason: str | None,
+    usage: tuple[int | None, int | None, float | None],
+    finish: bool,
+    side_effects: bool,
+) -> Outcome:
+    chosen = sum([ok, http_status is not None, kind is not None, cancelled])
+    if chosen != 1:
+        raise UsageError("give exactly one of --ok, --http-status, --kind, --cancelled")
+    if not ok and (finish or any(u is not None for u in usage)):
+        raise UsageError("--finish and usage options go with --ok")
+    if http_status is None and (code is not None or retry_after is not None):
+        raise UsageError("--code and --retry-after go with --http-status")
+    if ok:
+        return Success(usage[0], usage[1], usage[2], finish)
+    if cancelled:
+        return Cancelled()
+    if http_status is not None:
+        headers = {"retry-after": retry_after} if retry_after is not None else {}
+        body = json.dumps({"error": {"code": code}}).encode() if code else None
+        return Failed(classify_http(http_status, headers, body, now_ms()), side_effects)
+    assert kind is not None
+    return Failed(classify_kind(kind, reason), side_effects)
+
+
+@click.command("settle")
+@click.argument("reservation", type=click.IntRange(min=1, max=2**62))
+@click.option("--ok", is_flag=True, help="The call succeeded.")
+@click.option("--input-tokens", type=NONNEG)
+@click.option("--output-tokens", type=NONNEG)
+@click.option("--cost-usd", type=float, callback=_finite_usd)
+@click.option("--finish", is_flag=True, help="The source is finished (never rerun).")
+@click.option("--http-status", type=click.IntRange(min=100, max=599))
+@click.option("--code", metavar="C", help="The provider's error code, if any.")
+@click.option("--retry-after", metavar="S", help="The Retry-After header value.")
+@click.option("--kind", type=click.Choice([k.value for k in FailureKind]))
+@click.option("--reason", metavar="R", help="The broken rule (invalid_output, write_rejected).")
+@click.option("--cancelled", is_flag=True)
+@click.option("--side-effects", is_flag=True, help="The attempt already caused side effects.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_app
+def settle(
+    app: AppContext,
+    reservation: int,
+    ok: bool,
+    input_tokens: int | None,
+    output_tokens: int | None,
+    cost_usd: float | None,
+    finish: bool,
+    http_status: int | None,
+    code: str | None,
+    retry_after: str | None,
+    kind: str | None,
+    reason: str | None,
+    cancelled: bool,
+    side_effects: bool,
+    as_json: bool,
+) -> None:
+    """Record the outcome of a reservation; prints the kind and every action applied."""
+
+    def act() -> object:
+        outcome = _outcome(
+            ok, http_status, kind, cancelled, code, retry_after, reason,
+            (input_tokens, output_tokens, cost_usd), finish, side_effects,
+        )
+        return app.ledger().settle(reservation, outcome)
+
+    result = run(as_json, act)
+    if as_json:
+        emit_json(result.to_json())
+        return
+    click.echo(
+        f"reservation {result.reservation_id}: {result.status.value}"
+        + (f" ({result.kind}/{result.subkind})" if result.kind else "")
+        + (" LATE - do not commit the result" if result.late else "")
+    )
+    for action in result.actions:
+        click.echo(f"  - {action}")
+    if result.fallback:
+        click.echo(f"  fallback permitted: {result.fallback}")
+
+
+@click.command("select")
+@click.argument("source")
+@click.option("--model", metavar="KEY", help="The default model for this call.")
+@click.option("--after-failure", type=click.Choice([k.value for k in FailureKind]))
+@click.option("--failed-model", metavar="KEY")
+@click.option("--tried", multiple=True, metavar="KEY", help="Models already tried (repeatable).")
+@click.option("--input-bytes", type=NONNEG, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_app
+def select_cmd(
+    app: AppContext,
+    source: str,
+    model: str | None,
+    after_failure: str | None,
+    failed_model: str | None,
+    tried: tuple[str, ...],
+    input_bytes: int,
+    as_json: bool,
+) -> None:
+    """Ordered eligible routes and why every other model was excluded (reserves nothing)."""
+    if (after_failure is None) != (failed_model is None):
+        run(as_json, _raise(UsageError("--after-failure and --failed-model go together")))
+    led = run(as_json, app.ledger)
+    tried_set = frozenset(tried) | (frozenset([failed_model]) if failed_model else frozenset())
+    for key in tried_set:
+        run(as_json, lambda key=key: led.model(key))
+    selection = run(
+        as_json,
+        lambda: led.select(
+            source,
+            model=model,
+            input_bytes=input_bytes,
+            after_failure=FailureKind(after_failure) if after_failure else None,
+            failed_model=failed_model,
+            tried=tried_set,
+        ),
+    )
+    if as_json:
+        emit_json(selection.to_json())
+    else:
+        if selection.routes:
+            click.echo("routes (in order):")
+            for i, route in enumerate(selection.routes, 1):
+                click.echo(f"  {i}. {route}")
+        else:
+            click.echo("no eligible route")
+        if selection.excluded:
+            click.echo("excluded:")
+            width = max(len(e.model) for e in selection.excluded)
+            for e in selection.excluded:
+                click.echo(f"  {e.model.ljust(width)}  {e.reason.value}")
+        if selection.retry_at_ms is not None:
+            click.echo(f"earliest route frees at {iso(selection.retry_at_ms)}")
+    if not selection.routes:
+        raise SystemExit(Refused.exit_code)
+
+
+def _raise(error: Exception) -> object:
+    def thrower() -> object:
+        raise error
+
+    return thrower

@@ -1,0 +1,50 @@
+"""`ledger config validate` / `ledger config schema` (R-CFG-3..5)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from ledger.catalog import load_catalog
+from ledger.cli.main import AppContext, emit_json, pass_app
+from ledger.config import load_policy, policy_schema
+from ledger.inert import inert_entries
+
+
+@click.group("config")
+def config_group() -> None:
+    """Policy and catalog files."""
+
+
+@config_group.command("validate")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_app
+def validate(app: AppContext, as_json: bool) -> None:
+    """Check recovery.json and catalog.json; list inert entries as warnings."""
+    policy = load_policy(app.state.path)
+    catalog = load_catalog(app.state.path)
+    warnings = inert_entries(policy, catalog)
+    if as_json:
+        emit_json(
+            {
+                "valid": True,
+                "policy_fingerprint": policy.fingerprint(),
+                "models": len(catalog.models),
+                "providers": len(catalog.providers),
+                "warnings": warnings,
+            }
+        )
+        return
+    click.echo(
+        f"valid: policy {policy.fingerprint()}, catalog {len(catalog.providers)} providers, "
+        f"{len(catalog.models)} models"
+    )
+    for warning in warnings:
+        click.echo(f"warning: {warning}")
+
+
+@config_group.command("schema")
+def schema() -> None:
+    """Print the JSON Schema of recovery.json."""
+    click.echo(json.dumps(policy_schema(), indent=2))

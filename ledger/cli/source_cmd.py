@@ -1,0 +1,170 @@
+"""`ledger source add|list|show|pause|resume|done|evolve`: queue and per-source views."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ledger.cli.main import AppContext, emit_json, pass_app, run
+from ledger.clock import iso
+from ledger.errors import NotFoundError
+from ledger.records import micro_to_usd
+from ledger.store.views import source_detail, source_rows
+
+
+@click.group("source")
+def source_group() -> None:
+    """Sources: units of background work with their own budgets."""
+
+
+@source_group.command("add")
+@click.argument("source_id")
+@click.option("--payload", "payload_ref", metavar="REF", help="Opaque payload reference.")
+@click.option("--no-queue", is_flag=True, help="Create without queueing it for workers.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_app
+def add(app: AppContext, source_id: str, payload_ref: str | None, no_queue: bool,
+        as_json: bool) -> None:
+    """Create a source and queue it for workers."""
+    created = run(as_json, lambda: app.ledger().add_source(source_id, payload_ref, not no_queue))
+    if as_json:
+        emit_json({"source": source_id, "created": created, "queued": not no_queue})
+    else:
+        click.echo(("added" if created else "updated") + f" source ({'queued' if not no_queue else 'not queued'})")
+
+
+@source_group.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_app
+def list_sources(app: AppContext, as_json: bool) -> None:
+    """List sources with state and counters."""
+    rows = run(as_json, lambda: source_rows(app.ledger().db))
+    docs = [_source_json(r) for r in rows]
+    if as_json:
+        emit_json({"sources": docs})
+        return
+    if not docs:
+        click.echo("no sources")
+    for d in docs:
+        click.echo(
+            f"{d['id'][:40]:40}  {d['state']:7} calls {d['calls']:>3}  failures {d['failures']:>2}"
+            + (f"  paused: {d['pause_reason']}" if d["pause_reason"] else "")
+        )
+
+
+def _source_json(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "state": row["state"],
+        "queued": bool(row["in_queue"]),
+        "calls": int(row.get("calls", 0)) + int(row["archived_calls"]),
+        "failures": row["failures"],
+        "output_failures": row["output_failures"],
+        "retry_at": iso(row["retry_at_ms"]),
+        "last_checked": iso(row["last_checked_ms"]),
+        "lease_owner": row["lease_owner"],
+        "lease_expires": iso(row["lease_expires_ms"]),
+        "correction_used": bool(row["correction_used"]),
+        "pause_reason": row["pause_reason"],
+        "finished": iso(row["finished_ms"]),
+    }
+
+
+def _attempt_json(a: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": a["id"],
+        "created": iso(a["created_ms"]),
+        "model": a["model_key"],
+        "role": a["role"],
+        "fallback": a["role"] == "fallback",
+        "correction": a["role"] == "correction",
+        "override": a["role"] == "override",
+        "fallback_from": a["fallback_from"],
+        "status": a["status"],
+        "kind": a["kind"],
+        "subkind": a["subkind"],
+        "reason": a["reason"],
+        "late": bool(a["late"]),
+        "duration_ms": a["duration_ms"],
+        "deadline": iso(a["deadline_ms"]),
+        "input_tokens": a["input_tokens"],
+        "output_tokens": a["output_tokens"],
+        "estimate_usd": micro_to_usd(a["estimate_micro"]),
+        "cost_usd": micro_to_usd(a["actual_micro"]),
+    }
+
+
+@source_group.command("show")
+@click.argument("source_id")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_app
+def show(app: AppContext, source_id: str, as_json: bool) -> None:
+    """The source's counters and whole failover history (R-DIAG-5)."""
+
+    def load() -> dict[str, Any]:
+        detail = source_detail(app.ledger().db, source_id)
+        if detail is None:
+            raise NotFoundError("unknown source")
+        return detail
+
+    detail = run(as_json, load)
+    budget = detail["budget"]
+    doc = _source_json({**detail["source"], "calls": len(detail["attempts"])})
+    doc["models"] = sorted(budget.models)
+    doc["time_used_ms"] = budget.time_used_ms
+    doc["attempts"] = [_attempt_json(a) for a in detail["attempts"]]
+    if as_json:
+        emit_json(doc)
+        return
+    click.echo(f"source {doc['id']}: {doc['state']}"
+               + (f" (paused: {doc['pause_reason']})" if doc["pause_reason"] else ""))
+    click.echo(
+        f"  calls {doc['calls']}  models {len(doc['models'])}  failures {doc['failures']}  "
+        f"output failures {doc['output_failures']}  time used {budget.time_used_ms / 1000:.1f}s"
+    )
+    if doc["retry_at"]:
+        click.echo(f"  retry at {doc['retry_at']}")
+    for a in doc["attempts"]:
+        tags = [t for t in ("fallback", "correction", "override") if a[t]]
+        outcome = a["status"] + (f" {a['kind']}/{a['subkind']}" if a["kind"] else "")
+        click.echo(
+            f"  #{a['id']:<5} {a['created']}  {a['model']:32}  {outcome:34}"
+            f" {a['duration_ms'] if a['duration_ms'] is not None else '-':>7} ms"
+            + (f"  [{', '.join(tags)}]" if tags else "") + ("  LATE" if a["late"] else "")
+        )
+
+
+def _state_command(action: str, help_text: str) -> click.Command:
+    @click.command(action, help=help_text)
+    @click.argument("source_id")
+    @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+    @pass_app
+    def command(app: AppContext, source_id: str, as_json: bool) -> None:
+        state = run(as_json, lambda: app.ledger().set_source_state(source_id, action))
+        if as_json:
+            emit_json({"source": source_id, "state": state})
+        else:
+            click.echo(f"source is now {state}")
+
+    return command
+
+
+source_group.add_command(_state_command("pause", "Pause a source (manual)."))
+source_group.add_command(_state_command("resume", "Resume a paused source (keeps its counters)."))
+source_group.add_command(_state_command("done", "Finish a source: it is never rerun."))
+
+
+@source_group.command("evolve")
+@click.argument("source_id")
+@click.option("--model", required=True, metavar="KEY")
+@click.option("--input-bytes", type=click.IntRange(min=0, max=10**12), default=0)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_app
+def evolve(app: AppContext, source_id: str, model: str, input_bytes: int, as_json: bool) -> None:
+    """One explicit override attempt (R-RES-9): skips backoff, cooldowns and source caps."""
+    res = run(as_json, lambda: app.ledger().evolve(source_id, model, input_bytes=input_bytes))
+    if as_json:
+        emit_json(res.to_json())
+    else:
+        click.echo(f"override reservation {res.id}: {res.model} until {iso(res.deadline_ms)}")

@@ -1,0 +1,23 @@
+"""`ledger status` (R-DIAG-1, R-DIAG-2): the operator's dashboard."""
+
+from __future__ import annotations
+
+import click
+
+from ledger.cli.main import AppContext, emit_json, pass_app, run
+from ledger.status import build_status, render_prometheus, render_text
+
+
+@click.command("status")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document (stable shape).")
+@click.option("--prometheus", is_flag=True, help="Prometheus text exposition format.")
+@pass_app
+def status(app: AppContext, as_json: bool, prometheus: bool) -> None:
+    """Routes, cooldowns, budgets, sources and recent outcomes."""
+    doc = run(as_json, lambda: build_status(app.ledger()))
+    if as_json:
+        emit_json(doc)
+    elif prometheus:
+        click.echo(render_prometheus(doc), nl=False)
+    else:
+        click.echo(render_text(doc))

@@ -1,0 +1,91 @@
+"""The state directory (R-HOME-1..3): where ledger.db, recovery.json and catalog.json live."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ledger.errors import UsageError
+
+DB_FILE = "ledger.db"
+
+
+@dataclass(frozen=True)
+class StateDir:
+    """A resolved state directory and the database URL to use."""
+
+    path: Path
+    db_url: str
+
+    @property
+    def db_path(self) -> Path | None:
+        """The SQLite file, when the database is a local SQLite file."""
+        prefix = "sqlite:///"
+        if self.db_url.startswith(prefix) and self.db_url != "sqlite:///:memory:":
+            return Path(self.db_url[len(prefix) :])
+        return None
+
+
+def resolve_home(home: str | None, env: Mapping[str, str] | None = None) -> Path:
+    """--home, else $LEDGER_HOME, else $XDG_STATE_HOME/ledger, else ~/.local/state/ledger."""
+    env = os.environ if env is None else env
+    if home:
+        return Path(home).expanduser()
+    if env.get("LEDGER_HOME"):
+        return Path(env["LEDGER_HOME"]).expanduser()
+    if env.get("XDG_STATE_HOME"):
+        return Path(env["XDG_STATE_HOME"]).expanduser() / "ledger"
+    return Path("~/.local/state/ledger").expanduser()
+
+
+def resolve_db_url(home: Path, db: str | None, env: Mapping[str, str] | None = None) -> str:
+    """--db URL, else $LEDGER_DB, else ledger.db in the state directory (R-HOME-2)."""
+    env = os.environ if env is None else env
+    value = db or env.get("LEDGER_DB") or ""
+    if not value:
+        return f"sqlite:///{(home / DB_FILE).absolute()}"
+    if "://" in value:
+        return value
+    return f"sqlite:///{Path(value).expanduser().absolute()}"
+
+
+def ensure_home(path: Path) -> Path:
+    """Create the state directory with mode 0700 (an existing one is left as it is)."""
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError("the state directory cannot be created") from exc
+    return path
+
+
+def symlink_warning(path: Path) -> str | None:
+    """A warning when the state directory is a symlink to a directory another user owns."""
+    try:
+        if not path.is_symlink():
+            return None
+        target = path.resolve()
+        owner = target.stat().st_uid
+    except OSError:
+        return None
+    if owner != os.getuid():
+        return "warning: the state directory is a symlink into a directory owned by another user"
+    return None
+
+
+def secure_file(path: Path) -> None:
+    """Make a database file (and its journal siblings) readable by the owner only."""
+    for candidate in (path, *(path.with_name(path.name + s) for s in ("-journal", "-wal", "-shm"))):
+        try:
+            if candidate.exists() and stat.S_IMODE(candidate.stat().st_mode) != 0o600:
+                candidate.chmod(0o600)
+        except OSError:
+            continue
+
+
+def state_dir(home: str | None, db: str | None) -> StateDir:
+    """Resolve the state directory and database URL for this process."""
+    path = resolve_home(home)
+    return StateDir(path=path, db_url=resolve_db_url(path, db))

@@ -1,0 +1,112 @@
+"""The store: the only place that speaks SQL. Every public method is exactly one transaction."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import select, update
+
+from ledger import budgets
+from ledger.catalog import Catalog
+from ledger.config import Policy
+from ledger.errors import NotFoundError, Refused, UsageError
+from ledger.kinds import CooldownOrigin, CooldownScope, SourceState
+from ledger.records import Outcome, Reservation, SettleResult
+from ledger.store import reservations as res_ops
+from ledger.store.cooldowns import clear_cooldowns, upsert_cooldown
+from ledger.store.engine import Database
+from ledger.store.schema import sources
+
+__all__ = ["Database", "Store"]
+
+
+class Store:
+    """Ledger state in one database; each method is one read or one write transaction."""
+
+    def __init__(self, db: Database, jitter: Callable[[], float] = random.random) -> None:
+        self.db = db
+        self.jitter = jitter
+
+    def reserve(
+        self, policy: Policy, request: res_ops.ReserveRequest, policy_fp: str
+    ) -> Reservation:
+        """Check every budget and cooldown and insert the reservation, atomically (R-DB-2)."""
+        with self.db.write() as txn:
+            verdict = res_ops.reserve(txn.conn, txn.now, policy, request, policy_fp)
+        if isinstance(verdict, budgets.Refusal):
+            raise Refused(verdict.reason.value, retry_at_ms=verdict.retry_at_ms)
+        return verdict
+
+    def settle(self, catalog: Catalog, reservation_id: int, outcome: Outcome) -> SettleResult:
+        """Record an outcome and apply the policy table in one write transaction."""
+        with self.db.write() as txn:
+            return res_ops.settle(txn.conn, txn.now, catalog, reservation_id, outcome, self.jitter)
+
+    # --- sources -------------------------------------------------------------------------
+
+    def add_source(self, source_id: str, payload_ref: str | None, enqueue: bool = True) -> bool:
+        """Create (or enqueue) a source; returns True when it was new."""
+        with self.db.write() as txn:
+            row = txn.conn.execute(select(sources.c.state).where(sources.c.id == source_id)).first()
+            if row is None:
+                res_ops.ensure_source(txn.conn, source_id, txn.now)
+                txn.conn.execute(
+                    update(sources).where(sources.c.id == source_id).values(
+                        in_queue=enqueue, payload_ref=payload_ref
+                    )
+                )
+                return True
+            values: dict[str, Any] = {"in_queue": enqueue or None}
+            if payload_ref is not None:
+                values["payload_ref"] = payload_ref
+            values = {k: v for k, v in values.items() if v is not None}
+            if values:
+                txn.conn.execute(update(sources).where(sources.c.id == source_id).values(**values))
+            return False
+
+    def set_source_state(self, source_id: str, action: str) -> str:
+        """pause / resume / done a source; returns its new state."""
+        with self.db.write() as txn:
+            row = txn.conn.execute(select(sources).where(sources.c.id == source_id)).first()
+            if row is None:
+                raise NotFoundError("unknown source")
+            values: dict[str, Any]
+            if action == "pause":
+                if row.state == SourceState.DONE.value:
+                    raise Refused("source_settled")
+                values = {"state": SourceState.PAUSED.value, "pause_reason": "manual",
+                          "lease_owner": None, "lease_expires_ms": None}
+            elif action == "resume":
+                if row.state == SourceState.DONE.value:
+                    raise Refused("source_settled")
+                values = {"state": SourceState.QUEUED.value, "pause_reason": None}
+            elif action == "done":
+                values = {"state": SourceState.DONE.value, "finished_ms": txn.now,
+                          "lease_owner": None, "lease_expires_ms": None}
+            else:  # pragma: no cover - CLI passes fixed words
+                raise UsageError("unknown source action")
+            txn.conn.execute(update(sources).where(sources.c.id == source_id).values(**values))
+            return str(values["state"])
+
+    # --- cooldowns -----------------------------------------------------------------------
+
+    def set_cooldown(
+        self, scope: CooldownScope, target: str, duration_ms: int, reason: str | None
+    ) -> tuple[int, int]:
+        """A manual cooldown (R-POL-8); returns (now, until in force)."""
+        with self.db.write() as txn:
+            until = upsert_cooldown(
+                txn.conn, txn.now, scope, target, txn.now + duration_ms, "manual",
+                CooldownOrigin.MANUAL, reason,
+            )
+            return txn.now, until
+
+    def clear_cooldown(self, scope: CooldownScope, target: str, force: bool) -> int:
+        """Remove manual cooldowns on a target (all origins with force)."""
+        origins: tuple[CooldownOrigin, ...] = (CooldownOrigin.MANUAL,)
+        if force:
+            origins = (CooldownOrigin.MANUAL, CooldownOrigin.POLICY, CooldownOrigin.HINT)
+        with self.db.write() as txn:
+            return clear_cooldowns(txn.conn, scope, target, origins)

@@ -1,0 +1,188 @@
+"""Engine, connection PRAGMAs and the one write-transaction opener (the only backend-specific code).
+
+Every write goes through `Database.write()`: `BEGIN IMMEDIATE` on SQLite, so the transaction starts
+as the writer and reads inside it see what it decides on (R-DB-2). The ledger's time is read after
+the lock is taken and never moves backwards (R-DB-3b). Reads use short deferred transactions.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event, exc, select, update
+from sqlalchemy.pool import NullPool
+
+from ledger.clock import now_ms
+from ledger.errors import (
+    BusyError,
+    LedgerError,
+    ReadOnlyError,
+    StorageFullError,
+    StoreError,
+    UnreadableDatabaseError,
+)
+from ledger.store.schema import clock
+
+NETWORK_FILESYSTEMS = frozenset(
+    {"nfs", "nfs4", "cifs", "smb", "smb2", "smb3", "smbfs", "9p", "afs", "ncpfs", "fuse.sshfs"}
+)
+
+
+def wal_is_safe(version: str) -> bool:
+    """False for SQLite libraries with the WAL-reset corruption bug (R-DB-3a)."""
+    try:
+        parts = tuple(int(p) for p in version.split(".")[:3])
+    except ValueError:
+        return False
+    v = parts + (0,) * (3 - len(parts))
+    if v < (3, 7, 0):
+        return False  # no WAL at all
+    if v >= (3, 51, 3):
+        return True
+    if (3, 50, 7) <= v < (3, 51, 0):
+        return True
+    return (3, 44, 6) <= v < (3, 45, 0)
+
+
+def chosen_journal_mode(version: str | None = None) -> str:
+    """`wal` where the library is safe, else a rollback journal (`delete`)."""
+    return "wal" if wal_is_safe(version or sqlite3.sqlite_version) else "delete"
+
+
+def network_filesystem(path: Path, mounts_file: Path = Path("/proc/mounts")) -> str | None:
+    """The filesystem type when `path` lies on a network filesystem, else None."""
+    try:
+        lines = mounts_file.read_text().splitlines()
+    except OSError:
+        return None
+    target = str(path.absolute())
+    best: tuple[int, str] | None = None
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        mount_point = fields[1].replace("\\040", " ")
+        prefix = mount_point.rstrip("/") + "/"
+        if (target == mount_point or target.startswith(prefix) or mount_point == "/") and (
+            best is None or len(mount_point) > best[0]
+        ):
+            best = (len(mount_point), fields[2])
+    if best and best[1] in NETWORK_FILESYSTEMS:
+        return best[1]
+    return None
+
+
+def translate(error: BaseException) -> LedgerError:
+    """Map a driver error to the ledger's fixed-message errors (never the driver's text)."""
+    text = str(getattr(error, "orig", error)).lower()
+    if "locked" in text or "busy" in text:
+        return BusyError()
+    if "full" in text:
+        return StorageFullError()
+    if "readonly" in text or "read-only" in text or "unable to open" in text:
+        return ReadOnlyError()
+    if "not a database" in text or "malformed" in text or "encrypted" in text:
+        return UnreadableDatabaseError()
+    return StoreError("database error; nothing was written")
+
+
+@dataclass
+class WriteTxn:
+    """An open write transaction and the ledger time taken after its lock."""
+
+    conn: Connection
+    now: int
+
+
+class Database:
+    """An engine with ledger PRAGMAs plus read and write transaction helpers."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        busy_timeout_ms: int = 10_000,
+        clock_fn: Callable[[], int] = now_ms,
+        journal_mode: str | None = None,
+    ) -> None:
+        self.url = url
+        self.is_sqlite = url.startswith("sqlite")
+        self.busy_timeout_ms = busy_timeout_ms
+        self.clock_fn = clock_fn
+        self.journal_mode = journal_mode or chosen_journal_mode()
+        self.engine: Engine = create_engine(url, poolclass=NullPool)
+        if self.is_sqlite:
+            event.listen(self.engine, "connect", self._on_connect)
+            event.listen(self.engine, "begin", self._on_begin)
+
+    def _on_connect(self, dbapi_conn: Any, _record: Any) -> None:
+        # PRAGMAs when a connection opens, never inside a transaction (R-DB-3).
+        dbapi_conn.isolation_level = None  # we emit BEGIN ourselves
+        cur = dbapi_conn.cursor()
+        try:
+            cur.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            cur.execute("PRAGMA foreign_keys = ON")
+            cur.execute("PRAGMA synchronous = FULL")
+            row = cur.execute("PRAGMA journal_mode").fetchone()
+            current = str(row[0]).lower() if row else ""
+            if current != self.journal_mode and current != "memory":
+                try:
+                    cur.execute(f"PRAGMA journal_mode = {self.journal_mode}")
+                except sqlite3.OperationalError:
+                    pass  # another process holds it open; the mode in force is reported by status
+        finally:
+            cur.close()
+
+    def _on_begin(self, conn: Connection) -> None:
+        mode = "IMMEDIATE" if conn.get_execution_options().get("ledger_write") else "DEFERRED"
+        conn.exec_driver_sql(f"BEGIN {mode}")
+
+    @contextmanager
+    def write(self) -> Iterator[WriteTxn]:
+        """One write transaction: lock first, then read the ledger time, then decide and write."""
+        try:
+            with self.engine.connect() as conn:
+                conn.execution_options(ledger_write=True)
+                with conn.begin():
+                    yield WriteTxn(conn, self._ledger_now(conn))
+        except exc.DBAPIError as error:
+            raise translate(error) from error
+        except sqlite3.Error as error:
+            raise translate(error) from error
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        """One short deferred read transaction."""
+        try:
+            with self.engine.connect() as conn, conn.begin():
+                yield conn
+        except exc.DBAPIError as error:
+            raise translate(error) from error
+        except sqlite3.Error as error:
+            raise translate(error) from error
+
+    def _ledger_now(self, conn: Connection) -> int:
+        """max(wall clock, newest stored time), stored back so time never moves backwards."""
+        wall = int(self.clock_fn())
+        newest = conn.execute(select(clock.c.newest_ms).where(clock.c.id == 1)).scalar()
+        if newest is None:
+            conn.execute(clock.insert().values(id=1, newest_ms=wall))
+            return wall
+        if wall > newest:
+            conn.execute(update(clock).where(clock.c.id == 1).values(newest_ms=wall))
+            return wall
+        return int(newest)
+
+    def read_now(self, conn: Connection) -> int:
+        """Ledger time for a read path (never before the newest stored time; writes nothing)."""
+        newest = conn.execute(select(clock.c.newest_ms).where(clock.c.id == 1)).scalar()
+        return max(int(self.clock_fn()), int(newest or 0))
+
+    def dispose(self) -> None:
+        """Close pooled connections."""
+        self.engine.dispose()

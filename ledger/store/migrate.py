@@ -1,0 +1,209 @@
+"""Schema revisions (R-DB-1, R-DB-4, R-DB-5): create at head, refuse old/new, upgrade with a backup.
+
+Only alembic changes the schema; a new database is built by running the migrations.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, inspect, text
+
+from ledger.errors import (
+    SchemaTooNewError,
+    SchemaTooOldError,
+    StoreError,
+    UnreadableDatabaseError,
+)
+from ledger.home import secure_file
+from ledger.store.engine import Database
+from ledger.store.schema import meta
+
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+
+
+def _migrations_dir() -> Path:
+    try:
+        import migrations  # the top-level package shipped in the wheel
+
+        return Path(migrations.__file__).resolve().parent
+    except ImportError:  # pragma: no cover - source checkout without install
+        return MIGRATIONS_DIR
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    """An alembic Config pointing at the shipped migrations, optionally bound to a connection."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(_migrations_dir()))
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+def script() -> ScriptDirectory:
+    """The revision scripts."""
+    return ScriptDirectory.from_config(alembic_config())
+
+
+def head_revision() -> str:
+    """The newest revision this code knows."""
+    head = script().get_current_head()
+    if head is None:  # pragma: no cover - packaging error
+        raise StoreError("no migrations are installed")
+    return head
+
+
+def known_revisions() -> set[str]:
+    """Every revision id this code knows."""
+    return {rev.revision for rev in script().walk_revisions()}
+
+
+def current_revision(db: Database) -> str | None:
+    """The database's revision, or None for an empty database."""
+    with db.read() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def _has_tables(conn: Connection) -> bool:
+    return bool(set(inspect(conn).get_table_names()) - {"alembic_version"})
+
+
+def _prepare_file(db: Database) -> None:
+    """Create a missing SQLite file 0600 so it is never world-readable, even for a moment."""
+    path = db_file(db)
+    if path is None or path.exists():
+        return
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    os.close(fd)
+
+
+def db_file(db: Database) -> Path | None:
+    """The SQLite file behind a database URL, when there is one."""
+    prefix = "sqlite:///"
+    if db.url.startswith(prefix) and ":memory:" not in db.url:
+        return Path(db.url[len(prefix) :])
+    return None
+
+
+def _check_sqlite_header(path: Path) -> None:
+    """Refuse a file that is not an SQLite database, before SQLite may touch it."""
+    try:
+        with path.open("rb") as handle:
+            header = handle.read(16)
+    except OSError as exc:
+        raise UnreadableDatabaseError() from exc
+    if header and header != b"SQLite format 3\x00":
+        raise UnreadableDatabaseError()
+
+
+def _upgrade_in_txn(db: Database, target: str = "head") -> None:
+    with db.engine.connect() as conn:
+        conn.execution_options(ledger_write=True)
+        with conn.begin():
+            command.upgrade(alembic_config(conn), target)
+            _record_meta(conn, db)
+
+
+def _record_meta(conn: Connection, db: Database) -> None:
+    values = {"journal_mode": db.journal_mode, "sqlite_version": sqlite3.sqlite_version}
+    for key, value in values.items():
+        conn.execute(meta.delete().where(meta.c.key == key))
+        conn.execute(meta.insert().values(key=key, value=value))
+
+
+def open_checked(db: Database) -> str:
+    """Make sure the schema is usable: create a new database at head, refuse old or new ones."""
+    path = db_file(db)
+    if path is not None:
+        if path.exists():
+            _check_sqlite_header(path)
+        else:
+            _prepare_file(db)
+    try:
+        with db.read() as conn:
+            revision = MigrationContext.configure(conn).get_current_revision()
+            empty = revision is None and not _has_tables(conn)
+    except StoreError:
+        raise
+    head = head_revision()
+    if revision is None:
+        if not empty:
+            raise UnreadableDatabaseError()
+        _upgrade_in_txn(db)
+        if path is not None:
+            secure_file(path)
+        return head
+    if revision == head:
+        return head
+    if revision in known_revisions():
+        raise SchemaTooOldError()
+    raise SchemaTooNewError()
+
+
+def backup_sqlite(path: Path, revision: str, now: datetime | None = None) -> Path:
+    """Copy the database with SQLite's online backup API to ledger.db.bak-<rev>-<UTC stamp>."""
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
+    target = path.with_name(f"{path.name}.bak-{revision}-{stamp}")
+    fd = os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    os.close(fd)
+    src = sqlite3.connect(path)
+    dst = sqlite3.connect(target)
+    try:
+        with dst:
+            src.backup(dst)
+    finally:
+        dst.close()
+        src.close()
+    secure_file(target)
+    return target
+
+
+def upgrade(db: Database, target: str = "head") -> tuple[str | None, str, Path | None]:
+    """Back up an existing SQLite file, then migrate; returns (from, to, backup path)."""
+    path = db_file(db)
+    backup: Path | None = None
+    if path is not None and path.exists():
+        _check_sqlite_header(path)
+    before: str | None = None
+    if path is None or path.exists():
+        before = current_revision(db)
+    if before is not None and before not in known_revisions():
+        raise SchemaTooNewError()
+    if path is not None and path.exists() and path.stat().st_size > 0 and before is not None:
+        backup = backup_sqlite(path, before)
+    _prepare_file(db)
+    _upgrade_in_txn(db, target)
+    if path is not None:
+        secure_file(path)
+    return before, current_revision(db) or "", backup
+
+
+def downgrade(db: Database, target: str) -> None:
+    """Migrate down (tests and emergencies)."""
+    with db.engine.connect() as conn:
+        conn.execution_options(ledger_write=True)
+        with conn.begin():
+            command.downgrade(alembic_config(conn), target)
+
+
+def pragma(db: Database, name: str) -> str:
+    """Read one PRAGMA (status shows journal mode, etc.)."""
+    if not db.is_sqlite:
+        return "n/a"
+    with db.engine.connect() as conn:
+        value = conn.exec_driver_sql(f"PRAGMA {name}").scalar()  # name is a fixed literal
+        conn.rollback()
+    return str(value)
+
+
+def integrity_ok(db: Database) -> bool:
+    """PRAGMA integrity_check is ok."""
+    with db.engine.connect() as conn:
+        return conn.execute(text("PRAGMA integrity_check")).scalar() == "ok"

@@ -1,0 +1,364 @@
+"""Reserve and settle: each is exactly one write transaction (R-DB-2) that reads, decides, writes.
+
+The decisions themselves are pure (ledger.budgets.check, ledger.policy_table.decide); this module
+only reads the state they need and writes what they return.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, Row, delete, func, insert, select, update
+
+from ledger import budgets
+from ledger.catalog import Catalog, Model
+from ledger.config import Policy
+from ledger.errors import NotFoundError, UsageError
+from ledger.kinds import AttemptRole, AttemptStatus, CooldownScope, FailureKind, SourceState
+from ledger.policy_table import Decision, FailureContext, decide
+from ledger.records import Cancelled, Failed, Outcome, Reservation, SettleResult, Success
+from ledger.store import reads
+from ledger.store.cooldowns import upsert_cooldown
+from ledger.store.notices import record_notice
+from ledger.store.schema import reservations, source_models, sources, transport_strikes
+
+STRIKE_WINDOW_MS = 15 * 60_000
+
+
+@dataclass(frozen=True)
+class ReserveRequest:
+    """One request for call authority."""
+
+    source_id: str
+    model: Model
+    input_bytes: int
+    request_id: str | None = None
+    override: bool = False
+    role: AttemptRole = AttemptRole.PRIMARY
+    fallback_from: str | None = None
+
+
+def ensure_source(conn: Connection, source_id: str, now: int) -> None:
+    """Create a source on first use (not queued for workers unless enqueued)."""
+    exists = conn.execute(select(sources.c.id).where(sources.c.id == source_id)).first()
+    if exists is None:
+        conn.execute(
+            insert(sources).values(
+                id=source_id,
+                state=SourceState.QUEUED.value,
+                in_queue=False,
+                created_ms=now,
+                last_checked_ms=now,
+            )
+        )
+
+
+def expire_open(conn: Connection, now: int) -> None:
+    """Reservations past their deadline and never settled become `expired` (and keep counting)."""
+    conn.execute(
+        update(reservations)
+        .where(reservations.c.status == AttemptStatus.OPEN.value, reservations.c.deadline_ms <= now)
+        .values(status=AttemptStatus.EXPIRED.value)
+    )
+
+
+def _to_reservation(row: Row[tuple[object, ...]] | object, replayed: bool = False) -> Reservation:
+    r = row  # a Row with reservation columns
+    return Reservation(
+        id=int(r.id),  # type: ignore[attr-defined]
+        source=str(r.source_id),  # type: ignore[attr-defined]
+        model=str(r.model_key),  # type: ignore[attr-defined]
+        created_ms=int(r.created_ms),  # type: ignore[attr-defined]
+        deadline_ms=int(r.deadline_ms),  # type: ignore[attr-defined]
+        estimate_micro=r.estimate_micro,  # type: ignore[attr-defined]
+        role=AttemptRole(r.role),  # type: ignore[attr-defined]
+        status=AttemptStatus(r.status),  # type: ignore[attr-defined]
+        request_id=r.request_id,  # type: ignore[attr-defined]
+        replayed=replayed,
+    )
+
+
+def reserve(
+    conn: Connection, now: int, policy: Policy, request: ReserveRequest, policy_fp: str
+) -> Reservation | budgets.Refusal:
+    """All checks of R-RES-1..9 and the insert, inside the caller's write transaction."""
+    model = request.model
+    if request.request_id is not None:
+        row = conn.execute(
+            select(reservations).where(reservations.c.request_id == request.request_id)
+        ).first()
+        if row is not None:
+            if row.source_id != request.source_id or row.model_key != model.key:
+                raise UsageError("this request id was already used for another source or model")
+            return _to_reservation(row, replayed=True)
+    ensure_source(conn, request.source_id, now)
+    expire_open(conn, now)
+    hourly, hourly_free = reads.hourly_usage(conn, now, policy.calls_per_hour)
+    daily, daily_free = (0, None)
+    if policy.daily_estimated_usd is not None:
+        daily, daily_free = reads.daily_cost(conn, now)
+    source = reads.source_budget(conn, request.source_id)
+    assert source is not None
+    state = budgets.BudgetState(
+        now_ms=now,
+        hourly_count=hourly,
+        hourly_next_free_ms=hourly_free,
+        daily_cost_micro=daily,
+        daily_next_free_ms=daily_free,
+        source=source,
+        provider_cooldown_until=reads.cooldown_until(
+            conn, CooldownScope.PROVIDER, model.provider, now
+        ),
+        model_cooldown_until=reads.cooldown_until(conn, CooldownScope.MODEL, model.key, now),
+    )
+    estimate = budgets.estimate_micro(model, request.input_bytes, policy.reply_tokens)
+    verdict = budgets.check(state, policy, model, estimate, override=request.override)
+    if isinstance(verdict, budgets.Refusal):
+        if verdict.reason in {"provider_cooldown", "model_cooldown"}:
+            # R-POL-6: temporarily unroutable work moves behind other eligible work
+            conn.execute(
+                update(sources)
+                .where(sources.c.id == request.source_id)
+                .values(last_checked_ms=now)
+            )
+        return verdict
+    role = AttemptRole.OVERRIDE if request.override else request.role
+    new_id = conn.execute(
+        insert(reservations).values(
+            request_id=request.request_id,
+            source_id=request.source_id,
+            model_key=model.key,
+            provider=model.provider,
+            role=role.value,
+            fallback_from=request.fallback_from,
+            created_ms=now,
+            deadline_ms=verdict.deadline_ms,
+            input_bytes=request.input_bytes,
+            estimate_micro=verdict.estimate_micro,
+            status=AttemptStatus.OPEN.value,
+            cost_micro=verdict.estimate_micro,
+            policy_fp=policy_fp,
+        )
+    ).inserted_primary_key
+    if model.key not in source.models:
+        conn.execute(
+            insert(source_models).values(
+                source_id=request.source_id, model_key=model.key, first_ms=now
+            )
+        )
+    conn.execute(
+        update(sources).where(sources.c.id == request.source_id).values(last_checked_ms=now)
+    )
+    return Reservation(
+        id=int(new_id[0]),
+        source=request.source_id,
+        model=model.key,
+        created_ms=now,
+        deadline_ms=verdict.deadline_ms,
+        estimate_micro=verdict.estimate_micro,
+        role=role,
+        status=AttemptStatus.OPEN,
+        request_id=request.request_id,
+    )
+
+
+def settle(
+    conn: Connection,
+    now: int,
+    catalog: Catalog,
+    reservation_id: int,
+    outcome: Outcome,
+    jitter: Callable[[], float],
+) -> SettleResult:
+    """Record an outcome and apply the policy table, inside the caller's write transaction."""
+    row = conn.execute(select(reservations).where(reservations.c.id == reservation_id)).first()
+    if row is None:
+        raise NotFoundError("unknown reservation")
+    if row.status not in reads.OPEN_LIKE:
+        raise UsageError("this reservation is already settled")
+    late = now > row.deadline_ms
+    duration = max(0, now - row.created_ms)
+    model = catalog.model(row.model_key)
+    base = {"settled_ms": now, "duration_ms": duration, "late": late}
+    where = reservations.c.id == reservation_id
+    if isinstance(outcome, Success):
+        return _settle_success(conn, now, row, model, outcome, late, base)
+    if isinstance(outcome, Cancelled):
+        conn.execute(
+            update(reservations)
+            .where(where)
+            .values(status=AttemptStatus.CANCELLED.value, kind=FailureKind.CANCELLED.value, **base)
+        )
+        return SettleResult(
+            reservation_id, row.source_id, row.model_key, AttemptStatus.CANCELLED, late,
+            kind=FailureKind.CANCELLED.value, subkind="cancelled",
+            actions=("lease released; no failure added; the reservation still counts",),
+            cost_micro=row.cost_micro,
+        )
+    return _settle_failure(conn, now, row, model, outcome, late, base, jitter)
+
+
+def _usage_cost(
+    model: Model | None, input_tokens: int | None, output_tokens: int | None, cost_usd: float | None
+) -> int | None:
+    if cost_usd is not None:
+        return budgets.usd_to_micro(cost_usd)
+    if model is not None and input_tokens is not None and output_tokens is not None:
+        return budgets.actual_micro(model, input_tokens, output_tokens)
+    return None
+
+
+def _settle_success(
+    conn: Connection,
+    now: int,
+    row: Row[tuple[object, ...]],
+    model: Model | None,
+    outcome: Success,
+    late: bool,
+    base: dict[str, object],
+) -> SettleResult:
+    r = row._mapping
+    actual = _usage_cost(model, outcome.input_tokens, outcome.output_tokens, outcome.cost_usd)
+    cost = actual if actual is not None else r["estimate_micro"]
+    conn.execute(
+        update(reservations)
+        .where(reservations.c.id == r["id"])
+        .values(
+            status=AttemptStatus.SUCCEEDED.value,
+            input_tokens=outcome.input_tokens,
+            output_tokens=outcome.output_tokens,
+            actual_micro=actual,
+            cost_micro=cost,
+            **base,
+        )
+    )
+    actions: list[str] = []
+    conn.execute(delete(transport_strikes).where(transport_strikes.c.model_key == r["model_key"]))
+    if late:
+        actions.append("late: usage recorded; the result must not be committed")
+    if r["role"] == AttemptRole.FALLBACK.value and r["fallback_from"]:
+        pair = f"{r['fallback_from']} -> {r['model_key']}"
+        record_notice(
+            conn, now, "fallback", f"fallback:{pair}:{now // budgets.HOUR_MS}",
+            f"fallback succeeded: {pair}", r["source_id"],
+        )
+        actions.append("fallback notice recorded")
+    finished = False
+    if outcome.finish and not late:
+        conn.execute(
+            update(sources)
+            .where(sources.c.id == r["source_id"])
+            .values(state=SourceState.DONE.value, finished_ms=now, lease_owner=None,
+                    lease_expires_ms=None)
+        )
+        finished = True
+        actions.append("source finished")
+    return SettleResult(
+        int(r["id"]), str(r["source_id"]), str(r["model_key"]), AttemptStatus.SUCCEEDED, late,
+        actions=tuple(actions), finished=finished, cost_micro=cost,
+    )
+
+
+def _settle_failure(
+    conn: Connection,
+    now: int,
+    row: Row[tuple[object, ...]],
+    model: Model | None,
+    outcome: Failed,
+    late: bool,
+    base: dict[str, object],
+    jitter: Callable[[], float],
+) -> SettleResult:
+    r = row._mapping
+    cls = outcome.classification
+    src = conn.execute(select(sources).where(sources.c.id == r["source_id"])).one()._mapping
+    strikes = conn.execute(
+        select(func.count()).select_from(transport_strikes).where(
+            transport_strikes.c.model_key == r["model_key"],
+            transport_strikes.c.at_ms > now - STRIKE_WINDOW_MS,
+        )
+    ).scalar_one()
+    provider = str(r["provider"])
+    existing = {
+        (scope, target): until
+        for scope, target in ((CooldownScope.PROVIDER, provider), (CooldownScope.MODEL, str(r["model_key"])))
+        if (until := reads.cooldown_until(conn, scope, target, now)) is not None
+    }
+    decision: Decision = decide(
+        FailureContext(
+            classification=cls,
+            model_key=str(r["model_key"]),
+            now_ms=now,
+            recent_transport_strikes=int(strikes),
+            failures=int(src["failures"]),
+            output_failures=int(src["output_failures"]),
+            backoff_steps=int(src["backoff_steps"]),
+            correction_used=bool(src["correction_used"]),
+            side_effects=outcome.side_effects,
+            existing_cooldowns=existing,
+        ),
+        jitter,
+    )
+    actual = _usage_cost(model, outcome.input_tokens, outcome.output_tokens, None)
+    cost = actual if actual is not None else r["estimate_micro"]
+    conn.execute(
+        update(reservations)
+        .where(reservations.c.id == r["id"])
+        .values(
+            status=AttemptStatus.FAILED.value,
+            kind=decision.kind.value,
+            subkind=decision.subkind,
+            reason=decision.reason,
+            side_effects=outcome.side_effects,
+            input_tokens=outcome.input_tokens,
+            output_tokens=outcome.output_tokens,
+            actual_micro=actual,
+            cost_micro=cost,
+            **base,
+        )
+    )
+    for action in decision.cooldowns:
+        upsert_cooldown(conn, now, action.scope, action.target, action.until_ms,
+                        action.kind.value, action.origin)
+    changes: dict[str, object] = {}
+    if decision.counts_failure:
+        changes["failures"] = sources.c.failures + 1
+    if decision.counts_output_failure:
+        changes["output_failures"] = sources.c.output_failures + 1
+    if decision.backoff_until_ms is not None:
+        changes["retry_at_ms"] = decision.backoff_until_ms
+        changes["backoff_steps"] = sources.c.backoff_steps + 1
+    if decision.use_correction:
+        changes["correction_used"] = True
+        changes["correction_reason"] = decision.reason
+    if decision.pause_reason is not None:
+        changes["state"] = SourceState.PAUSED.value
+        changes["pause_reason"] = decision.pause_reason
+        changes["lease_owner"] = None
+        changes["lease_expires_ms"] = None
+    if changes:
+        conn.execute(update(sources).where(sources.c.id == r["source_id"]).values(**changes))
+    if decision.transport_strike:
+        conn.execute(insert(transport_strikes).values(model_key=r["model_key"], at_ms=now))
+    source_id = str(r["source_id"])
+    if decision.counts_failure:
+        record_notice(
+            conn, now, "failure", f"failure:{source_id}:{decision.kind.value}",
+            f"{decision.kind.value} ({decision.subkind}) on {r['model_key']}", source_id,
+        )
+    if decision.pause_reason is not None:
+        record_notice(
+            conn, now, "pause", f"pause:{source_id}:{decision.pause_reason}",
+            f"source paused: {decision.pause_reason}", source_id,
+        )
+    actions = list(decision.actions)
+    if late:
+        actions.append("late: usage recorded; the result must not be committed")
+    return SettleResult(
+        int(r["id"]), source_id, str(r["model_key"]), AttemptStatus.FAILED, late,
+        kind=decision.kind.value, subkind=decision.subkind, reason=decision.reason,
+        actions=tuple(actions),
+        fallback=None if decision.fallback is None else decision.fallback.value,
+        use_correction=decision.use_correction, paused=decision.pause_reason, cost_micro=cost,
+    )

@@ -1,0 +1,174 @@
+"""SQLAlchemy Core tables: the single description of the schema that the migrations must match.
+
+Times are integer UTC milliseconds; money is integer micro-USD (R-DB-3b).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    text,
+)
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING)
+
+ZERO = text("0")
+
+meta = Table(
+    "meta",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", String(200), nullable=False),
+)
+
+# A single row: the newest time ever stored, so the ledger's clock never moves backwards.
+clock = Table(
+    "clock",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("newest_ms", BigInteger, nullable=False),
+    CheckConstraint("id = 1", name="single_row"),
+)
+
+sources = Table(
+    "sources",
+    metadata,
+    Column("id", String(200), primary_key=True),
+    Column("payload_ref", String(1000), nullable=True),
+    Column("state", String(16), nullable=False),
+    Column("in_queue", Boolean, nullable=False, server_default=ZERO),
+    Column("created_ms", BigInteger, nullable=False),
+    Column("last_checked_ms", BigInteger, nullable=False),
+    Column("retry_at_ms", BigInteger, nullable=True),
+    Column("lease_owner", String(200), nullable=True),
+    Column("lease_expires_ms", BigInteger, nullable=True),
+    Column("failures", Integer, nullable=False, server_default=ZERO),
+    Column("output_failures", Integer, nullable=False, server_default=ZERO),
+    Column("backoff_steps", Integer, nullable=False, server_default=ZERO),
+    Column("correction_used", Boolean, nullable=False, server_default=ZERO),
+    Column("correction_reason", String(64), nullable=True),
+    Column("pause_reason", String(100), nullable=True),
+    Column("finished_ms", BigInteger, nullable=True),
+    # counters carried over when old reservations are compacted (R-DB-6)
+    Column("archived_calls", Integer, nullable=False, server_default=ZERO),
+    Column("archived_time_ms", BigInteger, nullable=False, server_default=ZERO),
+    CheckConstraint("state IN ('queued', 'leased', 'done', 'paused')", name="state"),
+    Index("ix_sources_claim", "in_queue", "state", "retry_at_ms", "last_checked_ms"),
+)
+
+source_models = Table(
+    "source_models",
+    metadata,
+    Column("source_id", String(200), ForeignKey("sources.id"), primary_key=True),
+    Column("model_key", String(300), primary_key=True),
+    Column("first_ms", BigInteger, nullable=False),
+)
+
+reservations = Table(
+    "reservations",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("request_id", String(200), nullable=True, unique=True),
+    Column("source_id", String(200), ForeignKey("sources.id"), nullable=False),
+    Column("model_key", String(300), nullable=False),
+    Column("provider", String(100), nullable=False),
+    Column("role", String(16), nullable=False),
+    Column("fallback_from", String(300), nullable=True),
+    Column("created_ms", BigInteger, nullable=False),
+    Column("deadline_ms", BigInteger, nullable=False),
+    Column("input_bytes", BigInteger, nullable=False),
+    Column("estimate_micro", BigInteger, nullable=True),
+    Column("status", String(16), nullable=False),
+    Column("settled_ms", BigInteger, nullable=True),
+    Column("duration_ms", BigInteger, nullable=True),
+    Column("kind", String(32), nullable=True),
+    Column("subkind", String(64), nullable=True),
+    Column("reason", String(64), nullable=True),
+    Column("late", Boolean, nullable=False, server_default=ZERO),
+    Column("side_effects", Boolean, nullable=False, server_default=ZERO),
+    Column("input_tokens", BigInteger, nullable=True),
+    Column("output_tokens", BigInteger, nullable=True),
+    Column("actual_micro", BigInteger, nullable=True),
+    # what the rolling 24 h ceiling counts: actual cost where known, else the estimate
+    Column("cost_micro", BigInteger, nullable=True),
+    Column("policy_fp", String(16), nullable=False),
+    CheckConstraint(
+        "status IN ('open', 'succeeded', 'failed', 'cancelled', 'expired')", name="status"
+    ),
+    Index("ix_reservations_created", "created_ms", "cost_micro"),
+    Index("ix_reservations_source", "source_id", "status"),
+    Index("ix_reservations_open", "status", "deadline_ms"),
+    Index("ix_reservations_model", "model_key", "created_ms"),
+)
+
+cooldowns = Table(
+    "cooldowns",
+    metadata,
+    Column("scope", String(16), primary_key=True),
+    Column("target", String(300), primary_key=True),
+    Column("origin", String(16), primary_key=True),
+    Column("until_ms", BigInteger, nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("reason", String(200), nullable=True),
+    Column("created_ms", BigInteger, nullable=False),
+    CheckConstraint("scope IN ('provider', 'model')", name="scope"),
+    CheckConstraint("origin IN ('policy', 'manual', 'hint')", name="origin"),
+    Index("ix_cooldowns_until", "until_ms"),
+)
+
+transport_strikes = Table(
+    "transport_strikes",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("model_key", String(300), nullable=False),
+    Column("at_ms", BigInteger, nullable=False),
+    Index("ix_transport_strikes_model", "model_key", "at_ms"),
+)
+
+notices = Table(
+    "notices",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("dedup_key", String(700), nullable=False, unique=True),
+    Column("category", String(16), nullable=False),
+    Column("message", String(500), nullable=False),
+    Column("source_id", String(200), nullable=True),
+    Column("first_ms", BigInteger, nullable=False),
+    Column("last_ms", BigInteger, nullable=False),
+    Column("count", Integer, nullable=False, server_default=text("1")),
+    Index("ix_notices_last", "last_ms"),
+)
+
+# Per-day aggregates of compacted history (R-DB-6): status keeps reporting them.
+daily_totals = Table(
+    "daily_totals",
+    metadata,
+    Column("day", String(10), primary_key=True),
+    Column("model_key", String(300), primary_key=True),
+    Column("attempts", Integer, nullable=False),
+    Column("succeeded", Integer, nullable=False),
+    Column("failed", Integer, nullable=False),
+    Column("cancelled", Integer, nullable=False),
+    Column("expired", Integer, nullable=False),
+    Column("input_tokens", BigInteger, nullable=False),
+    Column("output_tokens", BigInteger, nullable=False),
+    Column("cost_micro", BigInteger, nullable=False),
+    Column("unknown_cost", Integer, nullable=False),
+)

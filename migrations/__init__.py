@@ -1,0 +1,1 @@
+"""Alembic migrations for the ledger schema (shipped inside the wheel)."""

@@ -1,0 +1,138 @@
+"""Policy file rules R-CFG-1..5: defaults, fail-closed validation, never echoing a value."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from click.testing import CliRunner
+
+from ledger.cli.main import _register, cli
+from ledger.config import Policy, parse_policy, policy_schema
+from ledger.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+SECRET = "sk-live-S3CR3T-do-not-print-0123456789"
+
+_register()
+
+
+def test_r_cfg_1_defaults_match_spec() -> None:
+    spec = {
+        "crossProviderFallback": True,
+        "fallbackModels": [],
+        "callsPerHour": 20,
+        "sourceCalls": 4,
+        "sourceModels": 2,
+        "timeoutMs": 120000,
+        "sourceTimeMs": 300000,
+        "dailyEstimatedUsd": None,
+    }
+    doc = Policy().to_json()
+    assert {k: doc[k] for k in spec} == spec
+    assert doc["replyTokens"] == 4096
+
+
+def test_r_cfg_1_example_file_lists_every_key_with_its_default() -> None:
+    example = json.loads((ROOT / "recovery.example.json").read_text())
+    assert example == Policy().to_json()
+    assert parse_policy(json.dumps(example)) == Policy()
+
+
+def test_r_cfg_5_example_validates_against_the_printed_schema() -> None:
+    result = CliRunner().invoke(cli, ["config", "schema"])
+    assert result.exit_code == 0
+    schema = json.loads(result.output)
+    example = json.loads((ROOT / "recovery.example.json").read_text())
+    jsonschema.validate(example, schema)
+    assert schema == policy_schema()
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"callsPerHour": 0}, schema)
+
+
+BAD: list[tuple[str, dict[str, Any], str, str]] = [
+    ("R-CFG-2 unknown key", {"callsPerHourr": 3}, "<key>", "unknown key"),
+    ("R-CFG-2 wrong type", {"callsPerHour": "20"}, "callsPerHour", "must be an integer"),
+    ("R-CFG-2 bool is not int", {"sourceCalls": True}, "sourceCalls", "must be an integer"),
+    ("R-CFG-2 float is not int", {"timeoutMs": 1.5}, "timeoutMs", "must be an integer"),
+    ("R-CFG-2 zero limit", {"callsPerHour": 0}, "callsPerHour", "greater than zero"),
+    ("R-CFG-2 negative limit", {"sourceTimeMs": -1}, "sourceTimeMs", "greater than zero"),
+    ("R-CFG-2 fallback malformed", {"fallbackModels": ["no-slash"]}, "fallbackModels[0]",
+     "wrong format"),
+    ("R-CFG-2 fallback empty id", {"fallbackModels": ["openai/"]}, "fallbackModels[0]",
+     "wrong format"),
+    ("R-CFG-2 fallback duplicate", {"fallbackModels": ["a/b", "a/b"]}, "fallbackModels",
+     "duplicate"),
+    ("R-CFG-2 ceiling zero", {"dailyEstimatedUsd": 0}, "dailyEstimatedUsd", ""),
+    ("R-CFG-2 ceiling negative", {"dailyEstimatedUsd": -5}, "dailyEstimatedUsd", ""),
+    ("R-CFG-2 ceiling string", {"dailyEstimatedUsd": "5"}, "dailyEstimatedUsd", ""),
+    ("R-CFG-2 fallback flag type", {"crossProviderFallback": "yes"}, "crossProviderFallback",
+     "true or false"),
+    ("R-CFG-2 route rule type", {"routes": {"allow": [3]}}, "routes.allow[0]", "string"),
+    ("R-CFG-2 route unknown key", {"routes": {"block": []}}, "routes.<key>", "unknown key"),
+]
+
+
+@pytest.mark.parametrize(("label", "doc", "path", "rule"), BAD, ids=[b[0] for b in BAD])
+def test_r_cfg_2_fails_closed(label: str, doc: dict[str, Any], path: str, rule: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_policy(json.dumps(doc), "recovery.json")
+    assert info.value.path == path
+    assert rule in info.value.rule
+    assert info.value.message.startswith("recovery.json: ")
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"callsPerHour": SECRET},
+        {SECRET: 1},
+        {"fallbackModels": [SECRET]},
+        {"defaultModel": SECRET + " x"},
+        {"routes": {SECRET: []}},
+        {"dailyEstimatedUsd": SECRET},
+    ],
+)
+def test_r_cfg_3_error_never_echoes_the_value(doc: dict[str, Any], tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    home.mkdir()
+    (home / "recovery.json").write_text(json.dumps(doc))
+    result = CliRunner().invoke(cli, ["--home", str(home), "config", "validate"])
+    assert result.exit_code == 2
+    assert SECRET not in result.output
+    assert "S3CR3T" not in (result.stderr or "")
+    assert len(result.output.strip().splitlines()) == 1
+    assert re.match(r"^ledger: .*recovery\.json: ", result.output)
+    assert not (home / "ledger.db").exists()  # fail closed: nothing that would reserve ran
+
+
+def test_r_cfg_2_invalid_policy_blocks_reserving(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    home.mkdir()
+    (home / "recovery.json").write_text('{"callsPerHour": 0}')
+    result = CliRunner().invoke(cli, ["--home", str(home), "reserve", "s1", "--model", "a/b"])
+    assert result.exit_code == 2
+    assert not (home / "ledger.db").exists()
+
+
+@pytest.mark.parametrize("text", ["", "{", "[]", "null", '"x"', "{" * 5000 + "}" * 5000])
+def test_r_cfg_2_not_json_or_not_object(text: str) -> None:
+    with pytest.raises(ConfigError):
+        parse_policy(text)
+
+
+def test_r_cfg_4_validate_reports_ok(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["--home", str(tmp_path), "config", "validate", "--json"])
+    assert result.exit_code == 0
+    doc = json.loads(result.output)
+    assert doc["valid"] is True
+    assert doc["policy_fingerprint"] == Policy().fingerprint()
+
+
+def test_r_home_3_fingerprint_changes_with_policy() -> None:
+    assert Policy().fingerprint() != Policy(callsPerHour=21).fingerprint()
+    assert Policy().fingerprint() == Policy(callsPerHour=20).fingerprint()

@@ -1,0 +1,139 @@
+"""R-DB-1, R-DB-4, R-DB-5: migrations are the schema; old/new databases refused; upgrade backs up."""
+
+from __future__ import annotations
+
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from click.testing import CliRunner
+
+from ledger.cli.main import _register, cli
+from ledger.errors import SchemaTooNewError, SchemaTooOldError, UnreadableDatabaseError
+from ledger.store import Database, migrate
+from ledger.store.schema import metadata
+
+_register()
+
+
+def _db(path: Path) -> Database:
+    return Database(f"sqlite:///{path}")
+
+
+def test_r_db_1_single_head() -> None:
+    assert len(migrate.script().get_heads()) == 1
+
+
+def test_r_db_1_base_to_head_then_no_autogenerate_drift(tmp_path: Path) -> None:
+    db = _db(tmp_path / "l.db")
+    assert migrate.open_checked(db) == migrate.head_revision()
+    with db.engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), metadata)
+    assert diff == []
+
+
+def test_r_db_1_down_and_up_through_every_revision(tmp_path: Path) -> None:
+    db = _db(tmp_path / "l.db")
+    migrate.open_checked(db)
+    revisions = [r.revision for r in migrate.script().walk_revisions()]  # head first
+    for rev in revisions[1:]:
+        migrate.downgrade(db, rev)
+        assert migrate.current_revision(db) == rev
+    migrate.downgrade(db, "base")
+    assert migrate.current_revision(db) is None
+    migrate.upgrade(db)
+    assert migrate.current_revision(db) == migrate.head_revision()
+    with db.engine.connect() as conn:
+        assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+
+
+def test_r_db_4_new_database_created_at_head_with_0600(tmp_path: Path) -> None:
+    path = tmp_path / "l.db"
+    migrate.open_checked(_db(path))
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_r_db_4_older_schema_refused_with_the_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "h"
+    home.mkdir()
+    migrate.open_checked(_db(home / "ledger.db"))
+    current = migrate.head_revision()
+    # this code "knows" a newer head: the database's known revision is now older than head
+    monkeypatch.setattr(migrate, "head_revision", lambda: "9999_newer")
+    monkeypatch.setattr(migrate, "known_revisions", lambda: {current, "9999_newer"})
+    with pytest.raises(SchemaTooOldError):
+        migrate.open_checked(_db(home / "ledger.db"))
+    result = CliRunner().invoke(cli, ["--home", str(home), "status"])
+    assert result.exit_code == 4
+    assert "ledger db upgrade" in result.output
+
+
+def test_r_db_4_empty_after_downgrade_is_rebuilt(tmp_path: Path) -> None:
+    db = _db(tmp_path / "l.db")
+    migrate.open_checked(db)
+    migrate.downgrade(db, "base")
+    assert migrate.open_checked(db) == migrate.head_revision()
+
+
+def test_r_db_4_newer_schema_refused_exit_4_and_untouched(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    home.mkdir()
+    path = home / "ledger.db"
+    migrate.open_checked(_db(path))
+    with sqlite3.connect(path) as raw:
+        raw.execute("UPDATE alembic_version SET version_num = 'ffff_from_the_future'")
+    before = path.read_bytes()
+    for args in (["status"], ["db", "upgrade"], ["reserve", "s", "--model", "alpha/small"]):
+        result = CliRunner().invoke(cli, ["--home", str(home), *args])
+        assert result.exit_code == 4, (args, result.output)
+        assert "newer" in result.output
+    assert path.read_bytes() == before
+
+
+def test_r_db_4_garbage_file_refused_and_never_modified(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    home.mkdir()
+    path = home / "ledger.db"
+    path.write_bytes(b"this is not a database at all" * 100)
+    before = path.read_bytes()
+    with pytest.raises(UnreadableDatabaseError):
+        migrate.open_checked(_db(path))
+    result = CliRunner().invoke(cli, ["--home", str(home), "status"])
+    assert result.exit_code == 4
+    result = CliRunner().invoke(cli, ["--home", str(home), "db", "upgrade"])
+    assert result.exit_code == 4
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in home.iterdir()) == ["ledger.db"]
+
+
+def test_r_db_5_upgrade_backs_up_first_and_backup_restores(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    home.mkdir()
+    path = home / "ledger.db"
+    db = _db(path)
+    migrate.open_checked(db)
+    with sqlite3.connect(path) as raw:
+        raw.execute("INSERT INTO meta (key, value) VALUES ('marker', 'kept')")
+    result = CliRunner().invoke(cli, ["--home", str(home), "db", "upgrade"])
+    assert result.exit_code == 0, result.output
+    backups = list(home.glob("ledger.db.bak-*"))
+    assert len(backups) == 1
+    assert backups[0].name.startswith(f"ledger.db.bak-{migrate.head_revision()}-")
+    assert str(backups[0]) in result.output
+    assert stat.S_IMODE(backups[0].stat().st_mode) == 0o600
+    with sqlite3.connect(backups[0]) as raw:
+        assert raw.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert raw.execute("SELECT value FROM meta WHERE key='marker'").fetchone()[0] == "kept"
+
+
+def test_r_db_5_db_current(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["--home", str(tmp_path), "db", "upgrade"])
+    assert result.exit_code == 0
+    result = CliRunner().invoke(cli, ["--home", str(tmp_path), "db", "current"])
+    assert result.exit_code == 0
+    assert migrate.head_revision() in result.output
