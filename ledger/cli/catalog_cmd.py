@@ -39,7 +39,7 @@ def catalog() -> None:
 
 
 @catalog.command("import-litellm")
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("file", type=click.Path(path_type=Path))
 @click.option("--providers", metavar="A,B", help="Import only these litellm_provider values.")
 @click.option("--dry-run", is_flag=True, help="Report what would be imported; write nothing.")
 @json_option
