@@ -1,4 +1,4 @@
-"""The library API: open a ledger, reserve, settle, select; thin glue over the store and pure core."""
+"""The library API: open a ledger, reserve, settle, select; thin glue over store and pure core."""
 
 from __future__ import annotations
 
@@ -76,14 +76,16 @@ class Ledger:
         clock: Callable[[], int] = now_ms,
         jitter: Callable[[], float] = random.random,
     ) -> Ledger:
-        """Resolve the state directory, read policy and catalog once (R-HOME-3), check the schema."""
+        """Resolve the state dir, read policy and catalog once (R-HOME-3), check the schema."""
         state = state_dir(None if home is None else str(home), db)
         ensure_home(state.path)
         policy = policy if policy is not None else load_policy(state.path)
         catalog = catalog if catalog is not None else load_catalog(state.path)
         database = Database(state.db_url, busy_timeout_ms=policy.busy_timeout_ms, clock_fn=clock)
         migrate.open_checked(database)
-        return cls(state, policy, catalog, Store(database, jitter), os.environ if env is None else env)
+        return cls(
+            state, policy, catalog, Store(database, jitter), os.environ if env is None else env
+        )
 
     @property
     def db(self) -> Database:
@@ -155,8 +157,10 @@ class Ledger:
             self.model(model)
         if failed_model is not None:
             self.model(failed_model)
-        tokens = estimate_tokens(text) if text is not None else tokens_for_bytes(
-            request_size(input_bytes, None)
+        tokens = (
+            estimate_tokens(text)
+            if text is not None
+            else tokens_for_bytes(request_size(input_bytes, None))
         )
         st = select_state(self.db, source, self.policy.calls_per_hour)
         snapshot = Snapshot(

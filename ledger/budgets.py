@@ -1,4 +1,4 @@
-"""Budget arithmetic for one reservation (SPEC section 7): pure, takes `now`, returns Grant or Refusal.
+"""Budget arithmetic for one reservation (SPEC section 7): pure, takes `now`, gives Grant/Refusal.
 
 The store reads a `BudgetState` inside the write transaction and writes what `check` decides, so
 the checks and the insert are one atomic step (R-DB-2).
@@ -82,7 +82,8 @@ def actual_micro(model: Model, input_tokens: int, output_tokens: int) -> int | N
         (t for t in tiers if t.up_to_input_tokens is None or input_tokens <= t.up_to_input_tokens),
         tiers[-1],
     )
-    assert tier.input_usd_per_mtok is not None and tier.output_usd_per_mtok is not None
+    assert tier.input_usd_per_mtok is not None
+    assert tier.output_usd_per_mtok is not None
     return math.ceil(
         Decimal(input_tokens) * Decimal(str(tier.input_usd_per_mtok))
         + Decimal(output_tokens) * Decimal(str(tier.output_usd_per_mtok))

@@ -6,10 +6,10 @@ are never stored, logged or printed.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -86,7 +86,7 @@ class Model(BaseModel):
             if not last and tier.up_to_input_tokens is None:
                 raise ValueError("rule: only the last pricing tier may omit upToInputTokens")
         bounds = [t.up_to_input_tokens for t in tiers[:-1]]
-        if any(b is not None and a is not None and b <= a for a, b in zip(bounds, bounds[1:])):
+        if any(b is not None and a is not None and b <= a for a, b in itertools.pairwise(bounds)):
             raise ValueError("rule: pricing tiers must be ordered by upToInputTokens")
         return self
 

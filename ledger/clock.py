@@ -15,6 +15,8 @@ def iso(ms: int | None) -> str | None:
     """ISO 8601 UTC text for a millisecond timestamp (None stays None)."""
     if ms is None:
         return None
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds").replace(
-        "+00:00", "Z"
+    return (
+        datetime.fromtimestamp(ms / 1000, tz=UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
     )

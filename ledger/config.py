@@ -1,4 +1,4 @@
-"""The policy file `recovery.json` (R-CFG-1..5): a strict model that fails closed, never echoing a value."""
+"""The policy file `recovery.json` (R-CFG-1..5): a strict model that fails closed, never echoing."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ Glob = Annotated[str, Field(pattern=_GLOB)]
 
 
 class RouteRules(BaseModel):
-    """Anchored globs over model keys (R-SEL-9): deny always wins; a non-empty allow admits only matches."""
+    """Anchored globs over model keys (R-SEL-9): deny wins; a non-empty allow admits only those."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -27,7 +27,7 @@ class UsageError(LedgerError):
 
 
 class ConfigError(UsageError):
-    """A configuration file is invalid; the message names file, field path and rule, never a value."""
+    """A configuration file is invalid; the message names file, field path and rule, not a value."""
 
     def __init__(self, file: str, path: str, rule: str) -> None:
         self.file = file
@@ -59,7 +59,7 @@ class StoreError(LedgerError):
 
 
 class BusyError(StoreError):
-    """database busy: another process held the write lock past the busy timeout; nothing was written, retry later"""
+    """database busy: the write lock was held past the busy timeout; nothing written, retry"""
 
 
 class SchemaTooOldError(StoreError):

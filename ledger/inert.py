@@ -13,7 +13,9 @@ from ledger.config import Policy
 from ledger.routes import glob_to_regex
 
 
-def inert_entries(policy: Policy, catalog: Catalog, env: Mapping[str, str] | None = None) -> list[str]:
+def inert_entries(
+    policy: Policy, catalog: Catalog, env: Mapping[str, str] | None = None
+) -> list[str]:
     """Warnings for entries that match no available, text-capable catalog model."""
     available = catalog.available_providers(os.environ if env is None else env)
     keys = [m.key for m in catalog.models if m.provider in available and m.text_capable]

@@ -101,7 +101,8 @@ def parse_document(model: type[M], text: str | bytes, file: str) -> M:
             # our own validators raise ValueError with fixed text prefixed "rule: "
             msg = str(err.get("msg", ""))
             rule = msg.split("rule: ", 1)[1] if "rule: " in msg else "is invalid"
-        raise ConfigError(file, render_path(loc, known), rule or f"is invalid ({err['type']})") \
-            from None
+        raise ConfigError(
+            file, render_path(loc, known), rule or f"is invalid ({err['type']})"
+        ) from None
     except RecursionError as exc:
         raise ConfigError(file, "(top level)", "is nested too deeply") from exc

@@ -1,4 +1,4 @@
-"""Alembic environment: runs on a connection handed in by ledger (the whole upgrade, one transaction)."""
+"""Alembic environment: runs on a connection ledger hands in (whole upgrade, one transaction)."""
 
 from __future__ import annotations
 

@@ -22,17 +22,38 @@ TEST_CATALOG: dict[str, Any] = {
         "gamma": {"credentialEnv": "GAMMA_TEST_KEY"},
     },
     "models": [
-        {"provider": "alpha", "id": "small", "contextWindow": 100000, "maxOutputTokens": 4096,
-         "pricing": [{"inputUsdPerMTok": 1, "outputUsdPerMTok": 2}]},
-        {"provider": "alpha", "id": "big", "contextWindow": 200000, "maxOutputTokens": 8192,
-         "reasoning": True,
-         "pricing": [{"upToInputTokens": 100000, "inputUsdPerMTok": 3, "outputUsdPerMTok": 15},
-                     {"inputUsdPerMTok": 6, "outputUsdPerMTok": 22.5}]},
-        {"provider": "beta", "id": "mid", "contextWindow": 150000, "maxOutputTokens": 4096,
-         "pricing": [{"inputUsdPerMTok": 0.5, "outputUsdPerMTok": 1.5}]},
+        {
+            "provider": "alpha",
+            "id": "small",
+            "contextWindow": 100000,
+            "maxOutputTokens": 4096,
+            "pricing": [{"inputUsdPerMTok": 1, "outputUsdPerMTok": 2}],
+        },
+        {
+            "provider": "alpha",
+            "id": "big",
+            "contextWindow": 200000,
+            "maxOutputTokens": 8192,
+            "reasoning": True,
+            "pricing": [
+                {"upToInputTokens": 100000, "inputUsdPerMTok": 3, "outputUsdPerMTok": 15},
+                {"inputUsdPerMTok": 6, "outputUsdPerMTok": 22.5},
+            ],
+        },
+        {
+            "provider": "beta",
+            "id": "mid",
+            "contextWindow": 150000,
+            "maxOutputTokens": 4096,
+            "pricing": [{"inputUsdPerMTok": 0.5, "outputUsdPerMTok": 1.5}],
+        },
         {"provider": "beta", "id": "free/unknown", "contextWindow": 8000},
-        {"provider": "gamma", "id": "g1", "contextWindow": 32000,
-         "pricing": [{"inputUsdPerMTok": 0.1, "outputUsdPerMTok": 0.2}]},
+        {
+            "provider": "gamma",
+            "id": "g1",
+            "contextWindow": 32000,
+            "pricing": [{"inputUsdPerMTok": 0.1, "outputUsdPerMTok": 0.2}],
+        },
     ],
 }
 

@@ -61,17 +61,33 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
     ("R-CFG-2 float is not int", {"timeoutMs": 1.5}, "timeoutMs", "must be an integer"),
     ("R-CFG-2 zero limit", {"callsPerHour": 0}, "callsPerHour", "greater than zero"),
     ("R-CFG-2 negative limit", {"sourceTimeMs": -1}, "sourceTimeMs", "greater than zero"),
-    ("R-CFG-2 fallback malformed", {"fallbackModels": ["no-slash"]}, "fallbackModels[0]",
-     "wrong format"),
-    ("R-CFG-2 fallback empty id", {"fallbackModels": ["openai/"]}, "fallbackModels[0]",
-     "wrong format"),
-    ("R-CFG-2 fallback duplicate", {"fallbackModels": ["a/b", "a/b"]}, "fallbackModels",
-     "duplicate"),
+    (
+        "R-CFG-2 fallback malformed",
+        {"fallbackModels": ["no-slash"]},
+        "fallbackModels[0]",
+        "wrong format",
+    ),
+    (
+        "R-CFG-2 fallback empty id",
+        {"fallbackModels": ["openai/"]},
+        "fallbackModels[0]",
+        "wrong format",
+    ),
+    (
+        "R-CFG-2 fallback duplicate",
+        {"fallbackModels": ["a/b", "a/b"]},
+        "fallbackModels",
+        "duplicate",
+    ),
     ("R-CFG-2 ceiling zero", {"dailyEstimatedUsd": 0}, "dailyEstimatedUsd", ""),
     ("R-CFG-2 ceiling negative", {"dailyEstimatedUsd": -5}, "dailyEstimatedUsd", ""),
     ("R-CFG-2 ceiling string", {"dailyEstimatedUsd": "5"}, "dailyEstimatedUsd", ""),
-    ("R-CFG-2 fallback flag type", {"crossProviderFallback": "yes"}, "crossProviderFallback",
-     "true or false"),
+    (
+        "R-CFG-2 fallback flag type",
+        {"crossProviderFallback": "yes"},
+        "crossProviderFallback",
+        "true or false",
+    ),
     ("R-CFG-2 route rule type", {"routes": {"allow": [3]}}, "routes.allow[0]", "string"),
     ("R-CFG-2 route unknown key", {"routes": {"block": []}}, "routes.<key>", "unknown key"),
 ]
@@ -134,5 +150,5 @@ def test_r_cfg_4_validate_reports_ok(tmp_path: Path) -> None:
 
 
 def test_r_home_3_fingerprint_changes_with_policy() -> None:
-    assert Policy().fingerprint() != Policy(callsPerHour=21).fingerprint()
-    assert Policy().fingerprint() == Policy(callsPerHour=20).fingerprint()
+    assert Policy().fingerprint() != Policy.model_validate({"callsPerHour": 21}).fingerprint()
+    assert Policy().fingerprint() == Policy.model_validate({"callsPerHour": 20}).fingerprint()

@@ -1,4 +1,4 @@
-"""R-DB-1, R-DB-4, R-DB-5: migrations are the schema; old/new databases refused; upgrade backs up."""
+"""R-DB-1, R-DB-4, R-DB-5: migrations are the schema; old/new refused; upgrade backs up first."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from alembic.runtime.migration import MigrationContext
 from click.testing import CliRunner
 
 from ledger.cli.main import _register, cli
-from ledger.errors import SchemaTooNewError, SchemaTooOldError, UnreadableDatabaseError
+from ledger.errors import SchemaTooOldError, UnreadableDatabaseError
 from ledger.store import Database, migrate
 from ledger.store.schema import metadata
 

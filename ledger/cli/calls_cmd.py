@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+from functools import partial
 
 import click
 
 from ledger.classify import classify_http, classify_kind
-from ledger.cli.main import AppContext, emit_json, pass_app, run
+from ledger.api import Ledger
+from ledger.cli.main import AppContext, emit_json, fail, pass_app, run
 from ledger.clock import iso, now_ms
 from ledger.errors import Refused, UsageError
 from ledger.kinds import FailureKind
@@ -126,8 +128,16 @@ def settle(
 
     def act() -> object:
         outcome = _outcome(
-            ok, http_status, kind, cancelled, code, retry_after, reason,
-            (input_tokens, output_tokens, cost_usd), finish, side_effects,
+            ok,
+            http_status,
+            kind,
+            cancelled,
+            code,
+            retry_after,
+            reason,
+            (input_tokens, output_tokens, cost_usd),
+            finish,
+            side_effects,
         )
         return app.ledger().settle(reservation, outcome)
 
@@ -167,11 +177,11 @@ def select_cmd(
 ) -> None:
     """Ordered eligible routes and why every other model was excluded (reserves nothing)."""
     if (after_failure is None) != (failed_model is None):
-        run(as_json, _raise(UsageError("--after-failure and --failed-model go together")))
-    led = run(as_json, app.ledger)
+        fail(UsageError("--after-failure and --failed-model go together"), as_json)
+    led: Ledger = run(as_json, app.ledger)
     tried_set = frozenset(tried) | (frozenset([failed_model]) if failed_model else frozenset())
-    for key in tried_set:
-        run(as_json, lambda key=key: led.model(key))
+    for key in sorted(tried_set):
+        run(as_json, partial(led.model, key))
     selection = run(
         as_json,
         lambda: led.select(
@@ -202,9 +212,3 @@ def select_cmd(
     if not selection.routes:
         raise SystemExit(Refused.exit_code)
 
-
-def _raise(error: Exception) -> object:
-    def thrower() -> object:
-        raise error
-
-    return thrower

@@ -51,8 +51,9 @@ def list_cooldowns(app: AppContext, as_json: bool) -> None:
 @click.option("--reason", metavar="TEXT", help="A short note for other operators.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_app
-def set_cooldown(app: AppContext, target: str, duration: str, reason: str | None,
-                 as_json: bool) -> None:
+def set_cooldown(
+    app: AppContext, target: str, duration: str, reason: str | None, as_json: bool
+) -> None:
     """Cool a provider (`openai`) or a model (`openai/gpt-x`) for DURATION (`2h`, `1h30m`)."""
 
     def act() -> tuple[str, str, int, int]:
@@ -66,8 +67,15 @@ def set_cooldown(app: AppContext, target: str, duration: str, reason: str | None
 
     scope, key, now, until = run(as_json, act)
     if as_json:
-        emit_json({"scope": scope, "target": key, "until": iso(until),
-                   "remaining_s": round((until - now) / 1000, 3), "origin": "manual"})
+        emit_json(
+            {
+                "scope": scope,
+                "target": key,
+                "until": iso(until),
+                "remaining_s": round((until - now) / 1000, 3),
+                "origin": "manual",
+            }
+        )
     else:
         click.echo(f"{scope} cooldown until {iso(until)} ({format_duration_ms(until - now)})")
 

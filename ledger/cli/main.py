@@ -97,8 +97,12 @@ class LedgerGroup(click.Group):
 
 
 @click.group(cls=LedgerGroup)
-@click.option("--home", "home", metavar="DIR", help="State directory (default: $LEDGER_HOME, "
-              "$XDG_STATE_HOME/ledger, ~/.local/state/ledger).")
+@click.option(
+    "--home",
+    "home",
+    metavar="DIR",
+    help="State directory (default: $LEDGER_HOME, $XDG_STATE_HOME/ledger, ~/.local/state/ledger).",
+)
 @click.option("--db", "db", metavar="URL", help="Database path or SQLAlchemy URL ($LEDGER_DB).")
 @click.option("--debug", is_flag=True, help="Show tracebacks for internal errors.")
 @click.version_option(package_name="ledger")

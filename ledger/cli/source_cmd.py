@@ -24,14 +24,18 @@ def source_group() -> None:
 @click.option("--no-queue", is_flag=True, help="Create without queueing it for workers.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_app
-def add(app: AppContext, source_id: str, payload_ref: str | None, no_queue: bool,
-        as_json: bool) -> None:
+def add(
+    app: AppContext, source_id: str, payload_ref: str | None, no_queue: bool, as_json: bool
+) -> None:
     """Create a source and queue it for workers."""
     created = run(as_json, lambda: app.ledger().add_source(source_id, payload_ref, not no_queue))
     if as_json:
         emit_json({"source": source_id, "created": created, "queued": not no_queue})
     else:
-        click.echo(("added" if created else "updated") + f" source ({'queued' if not no_queue else 'not queued'})")
+        click.echo(
+            ("added" if created else "updated")
+            + f" source ({'queued' if not no_queue else 'not queued'})"
+        )
 
 
 @source_group.command("list")
@@ -117,8 +121,10 @@ def show(app: AppContext, source_id: str, as_json: bool) -> None:
     if as_json:
         emit_json(doc)
         return
-    click.echo(f"source {doc['id']}: {doc['state']}"
-               + (f" (paused: {doc['pause_reason']})" if doc["pause_reason"] else ""))
+    click.echo(
+        f"source {doc['id']}: {doc['state']}"
+        + (f" (paused: {doc['pause_reason']})" if doc["pause_reason"] else "")
+    )
     click.echo(
         f"  calls {doc['calls']}  models {len(doc['models'])}  failures {doc['failures']}  "
         f"output failures {doc['output_failures']}  time used {budget.time_used_ms / 1000:.1f}s"
@@ -131,7 +137,8 @@ def show(app: AppContext, source_id: str, as_json: bool) -> None:
         click.echo(
             f"  #{a['id']:<5} {a['created']}  {a['model']:32}  {outcome:34}"
             f" {a['duration_ms'] if a['duration_ms'] is not None else '-':>7} ms"
-            + (f"  [{', '.join(tags)}]" if tags else "") + ("  LATE" if a["late"] else "")
+            + (f"  [{', '.join(tags)}]" if tags else "")
+            + ("  LATE" if a["late"] else "")
         )
 
 

@@ -53,9 +53,9 @@ class Store:
             if row is None:
                 res_ops.ensure_source(txn.conn, source_id, txn.now)
                 txn.conn.execute(
-                    update(sources).where(sources.c.id == source_id).values(
-                        in_queue=enqueue, payload_ref=payload_ref
-                    )
+                    update(sources)
+                    .where(sources.c.id == source_id)
+                    .values(in_queue=enqueue, payload_ref=payload_ref)
                 )
                 return True
             values: dict[str, Any] = {"in_queue": enqueue or None}
@@ -76,15 +76,23 @@ class Store:
             if action == "pause":
                 if row.state == SourceState.DONE.value:
                     raise Refused("source_settled")
-                values = {"state": SourceState.PAUSED.value, "pause_reason": "manual",
-                          "lease_owner": None, "lease_expires_ms": None}
+                values = {
+                    "state": SourceState.PAUSED.value,
+                    "pause_reason": "manual",
+                    "lease_owner": None,
+                    "lease_expires_ms": None,
+                }
             elif action == "resume":
                 if row.state == SourceState.DONE.value:
                     raise Refused("source_settled")
                 values = {"state": SourceState.QUEUED.value, "pause_reason": None}
             elif action == "done":
-                values = {"state": SourceState.DONE.value, "finished_ms": txn.now,
-                          "lease_owner": None, "lease_expires_ms": None}
+                values = {
+                    "state": SourceState.DONE.value,
+                    "finished_ms": txn.now,
+                    "lease_owner": None,
+                    "lease_expires_ms": None,
+                }
             else:  # pragma: no cover - CLI passes fixed words
                 raise UsageError("unknown source action")
             txn.conn.execute(update(sources).where(sources.c.id == source_id).values(**values))
@@ -98,8 +106,14 @@ class Store:
         """A manual cooldown (R-POL-8); returns (now, until in force)."""
         with self.db.write() as txn:
             until = upsert_cooldown(
-                txn.conn, txn.now, scope, target, txn.now + duration_ms, "manual",
-                CooldownOrigin.MANUAL, reason,
+                txn.conn,
+                txn.now,
+                scope,
+                target,
+                txn.now + duration_ms,
+                "manual",
+                CooldownOrigin.MANUAL,
+                reason,
             )
             return txn.now, until
 

@@ -1,4 +1,4 @@
-"""Cooldown rows: upserted so a cooldown never shortens (R-POL-2); manual ones cleared by operators."""
+"""Cooldown rows: upserted so a cooldown never shortens (R-POL-2); operators clear manual ones."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def upsert_cooldown(
     origin: CooldownOrigin,
     reason: str | None = None,
 ) -> int:
-    """Set a cooldown to max(existing, new) for (scope, target, origin); returns the until in force."""
+    """Set a cooldown to max(existing, new) per (scope, target, origin); returns its end."""
     key = (
         cooldowns.c.scope == scope.value,
         cooldowns.c.target == target,
@@ -28,16 +28,21 @@ def upsert_cooldown(
     if existing is None:
         conn.execute(
             insert(cooldowns).values(
-                scope=scope.value, target=target, origin=origin.value, until_ms=until_ms,
-                kind=kind, reason=reason, created_ms=now,
+                scope=scope.value,
+                target=target,
+                origin=origin.value,
+                until_ms=until_ms,
+                kind=kind,
+                reason=reason,
+                created_ms=now,
             )
         )
         return until_ms
     if existing <= now:  # an expired row is replaced outright
         conn.execute(
-            update(cooldowns).where(*key).values(
-                until_ms=until_ms, kind=kind, reason=reason, created_ms=now
-            )
+            update(cooldowns)
+            .where(*key)
+            .values(until_ms=until_ms, kind=kind, reason=reason, created_ms=now)
         )
         return until_ms
     if until_ms > existing:

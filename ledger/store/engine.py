@@ -7,6 +7,7 @@ the lock is taken and never moves backwards (R-DB-3b). Reads use short deferred 
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -131,10 +132,9 @@ class Database:
             row = cur.execute("PRAGMA journal_mode").fetchone()
             current = str(row[0]).lower() if row else ""
             if current != self.journal_mode and current != "memory":
-                try:
+                # another process may hold it open; the mode in force is reported by status
+                with contextlib.suppress(sqlite3.OperationalError):
                     cur.execute(f"PRAGMA journal_mode = {self.journal_mode}")
-                except sqlite3.OperationalError:
-                    pass  # another process holds it open; the mode in force is reported by status
         finally:
             cur.close()
 

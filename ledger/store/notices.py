@@ -16,14 +16,19 @@ def record_notice(
     if existing is None:
         conn.execute(
             insert(notices).values(
-                dedup_key=key, category=category, message=message[:500], source_id=source_id,
-                first_ms=now, last_ms=now, count=1,
+                dedup_key=key,
+                category=category,
+                message=message[:500],
+                source_id=source_id,
+                first_ms=now,
+                last_ms=now,
+                count=1,
             )
         )
         return True
     conn.execute(
-        update(notices).where(notices.c.id == existing).values(
-            last_ms=now, count=notices.c.count + 1
-        )
+        update(notices)
+        .where(notices.c.id == existing)
+        .values(last_ms=now, count=notices.c.count + 1)
     )
     return False

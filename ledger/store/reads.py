@@ -12,7 +12,7 @@ OPEN_LIKE = ("open", "expired")
 
 
 def hourly_usage(conn: Connection, now: int, limit: int) -> tuple[int, int | None]:
-    """Reservations created in the last 3600 s, and when the next slot frees if the budget is full."""
+    """Reservations created in the last 3600 s, and when the next slot frees when full."""
     since = now - HOUR_MS
     count = conn.execute(
         select(func.count()).select_from(reservations).where(reservations.c.created_ms > since)
@@ -33,8 +33,10 @@ def daily_cost(conn: Connection, now: int) -> tuple[int, int | None]:
     """Sum of cost (actual where known, else estimate) over the last 24 h, and the oldest + 24 h."""
     since = now - DAY_MS
     total, oldest = conn.execute(
-        select(func.coalesce(func.sum(reservations.c.cost_micro), 0), func.min(reservations.c.created_ms))
-        .where(reservations.c.created_ms > since)
+        select(
+            func.coalesce(func.sum(reservations.c.cost_micro), 0),
+            func.min(reservations.c.created_ms),
+        ).where(reservations.c.created_ms > since)
     ).one()
     return int(total), None if oldest is None else int(oldest) + DAY_MS
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Connection, Row, delete, func, insert, select, update
 
@@ -63,18 +64,18 @@ def expire_open(conn: Connection, now: int) -> None:
     )
 
 
-def _to_reservation(row: Row[tuple[object, ...]] | object, replayed: bool = False) -> Reservation:
-    r = row  # a Row with reservation columns
+def _to_reservation(row: Row[Any], replayed: bool = False) -> Reservation:
+    r = row._mapping
     return Reservation(
-        id=int(r.id),  # type: ignore[attr-defined]
-        source=str(r.source_id),  # type: ignore[attr-defined]
-        model=str(r.model_key),  # type: ignore[attr-defined]
-        created_ms=int(r.created_ms),  # type: ignore[attr-defined]
-        deadline_ms=int(r.deadline_ms),  # type: ignore[attr-defined]
-        estimate_micro=r.estimate_micro,  # type: ignore[attr-defined]
-        role=AttemptRole(r.role),  # type: ignore[attr-defined]
-        status=AttemptStatus(r.status),  # type: ignore[attr-defined]
-        request_id=r.request_id,  # type: ignore[attr-defined]
+        id=int(r["id"]),
+        source=str(r["source_id"]),
+        model=str(r["model_key"]),
+        created_ms=int(r["created_ms"]),
+        deadline_ms=int(r["deadline_ms"]),
+        estimate_micro=r["estimate_micro"],
+        role=AttemptRole(r["role"]),
+        status=AttemptStatus(r["status"]),
+        request_id=r["request_id"],
         replayed=replayed,
     )
 
@@ -118,9 +119,7 @@ def reserve(
         if verdict.reason in {"provider_cooldown", "model_cooldown"}:
             # R-POL-6: temporarily unroutable work moves behind other eligible work
             conn.execute(
-                update(sources)
-                .where(sources.c.id == request.source_id)
-                .values(last_checked_ms=now)
+                update(sources).where(sources.c.id == request.source_id).values(last_checked_ms=now)
             )
         return verdict
     role = AttemptRole.OVERRIDE if request.override else request.role
@@ -141,6 +140,7 @@ def reserve(
             policy_fp=policy_fp,
         )
     ).inserted_primary_key
+    assert new_id is not None
     if model.key not in source.models:
         conn.execute(
             insert(source_models).values(
@@ -191,8 +191,13 @@ def settle(
             .values(status=AttemptStatus.CANCELLED.value, kind=FailureKind.CANCELLED.value, **base)
         )
         return SettleResult(
-            reservation_id, row.source_id, row.model_key, AttemptStatus.CANCELLED, late,
-            kind=FailureKind.CANCELLED.value, subkind="cancelled",
+            reservation_id,
+            row.source_id,
+            row.model_key,
+            AttemptStatus.CANCELLED,
+            late,
+            kind=FailureKind.CANCELLED.value,
+            subkind="cancelled",
             actions=("lease released; no failure added; the reservation still counts",),
             cost_micro=row.cost_micro,
         )
@@ -212,7 +217,7 @@ def _usage_cost(
 def _settle_success(
     conn: Connection,
     now: int,
-    row: Row[tuple[object, ...]],
+    row: Row[Any],
     model: Model | None,
     outcome: Success,
     late: bool,
@@ -240,8 +245,12 @@ def _settle_success(
     if r["role"] == AttemptRole.FALLBACK.value and r["fallback_from"]:
         pair = f"{r['fallback_from']} -> {r['model_key']}"
         record_notice(
-            conn, now, "fallback", f"fallback:{pair}:{now // budgets.HOUR_MS}",
-            f"fallback succeeded: {pair}", r["source_id"],
+            conn,
+            now,
+            "fallback",
+            f"fallback:{pair}:{now // budgets.HOUR_MS}",
+            f"fallback succeeded: {pair}",
+            r["source_id"],
         )
         actions.append("fallback notice recorded")
     finished = False
@@ -249,21 +258,31 @@ def _settle_success(
         conn.execute(
             update(sources)
             .where(sources.c.id == r["source_id"])
-            .values(state=SourceState.DONE.value, finished_ms=now, lease_owner=None,
-                    lease_expires_ms=None)
+            .values(
+                state=SourceState.DONE.value,
+                finished_ms=now,
+                lease_owner=None,
+                lease_expires_ms=None,
+            )
         )
         finished = True
         actions.append("source finished")
     return SettleResult(
-        int(r["id"]), str(r["source_id"]), str(r["model_key"]), AttemptStatus.SUCCEEDED, late,
-        actions=tuple(actions), finished=finished, cost_micro=cost,
+        int(r["id"]),
+        str(r["source_id"]),
+        str(r["model_key"]),
+        AttemptStatus.SUCCEEDED,
+        late,
+        actions=tuple(actions),
+        finished=finished,
+        cost_micro=cost,
     )
 
 
 def _settle_failure(
     conn: Connection,
     now: int,
-    row: Row[tuple[object, ...]],
+    row: Row[Any],
     model: Model | None,
     outcome: Failed,
     late: bool,
@@ -274,7 +293,9 @@ def _settle_failure(
     cls = outcome.classification
     src = conn.execute(select(sources).where(sources.c.id == r["source_id"])).one()._mapping
     strikes = conn.execute(
-        select(func.count()).select_from(transport_strikes).where(
+        select(func.count())
+        .select_from(transport_strikes)
+        .where(
             transport_strikes.c.model_key == r["model_key"],
             transport_strikes.c.at_ms > now - STRIKE_WINDOW_MS,
         )
@@ -282,7 +303,10 @@ def _settle_failure(
     provider = str(r["provider"])
     existing = {
         (scope, target): until
-        for scope, target in ((CooldownScope.PROVIDER, provider), (CooldownScope.MODEL, str(r["model_key"])))
+        for scope, target in (
+            (CooldownScope.PROVIDER, provider),
+            (CooldownScope.MODEL, str(r["model_key"])),
+        )
         if (until := reads.cooldown_until(conn, scope, target, now)) is not None
     }
     decision: Decision = decide(
@@ -319,8 +343,15 @@ def _settle_failure(
         )
     )
     for action in decision.cooldowns:
-        upsert_cooldown(conn, now, action.scope, action.target, action.until_ms,
-                        action.kind.value, action.origin)
+        upsert_cooldown(
+            conn,
+            now,
+            action.scope,
+            action.target,
+            action.until_ms,
+            action.kind.value,
+            action.origin,
+        )
     changes: dict[str, object] = {}
     if decision.counts_failure:
         changes["failures"] = sources.c.failures + 1
@@ -344,21 +375,37 @@ def _settle_failure(
     source_id = str(r["source_id"])
     if decision.counts_failure:
         record_notice(
-            conn, now, "failure", f"failure:{source_id}:{decision.kind.value}",
-            f"{decision.kind.value} ({decision.subkind}) on {r['model_key']}", source_id,
+            conn,
+            now,
+            "failure",
+            f"failure:{source_id}:{decision.kind.value}",
+            f"{decision.kind.value} ({decision.subkind}) on {r['model_key']}",
+            source_id,
         )
     if decision.pause_reason is not None:
         record_notice(
-            conn, now, "pause", f"pause:{source_id}:{decision.pause_reason}",
-            f"source paused: {decision.pause_reason}", source_id,
+            conn,
+            now,
+            "pause",
+            f"pause:{source_id}:{decision.pause_reason}",
+            f"source paused: {decision.pause_reason}",
+            source_id,
         )
     actions = list(decision.actions)
     if late:
         actions.append("late: usage recorded; the result must not be committed")
     return SettleResult(
-        int(r["id"]), source_id, str(r["model_key"]), AttemptStatus.FAILED, late,
-        kind=decision.kind.value, subkind=decision.subkind, reason=decision.reason,
+        int(r["id"]),
+        source_id,
+        str(r["model_key"]),
+        AttemptStatus.FAILED,
+        late,
+        kind=decision.kind.value,
+        subkind=decision.subkind,
+        reason=decision.reason,
         actions=tuple(actions),
         fallback=None if decision.fallback is None else decision.fallback.value,
-        use_correction=decision.use_correction, paused=decision.pause_reason, cost_micro=cost,
+        use_correction=decision.use_correction,
+        paused=decision.pause_reason,
+        cost_micro=cost,
     )

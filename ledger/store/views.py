@@ -29,13 +29,19 @@ class CooldownRow:
 def active_cooldowns(conn: Connection, now: int) -> list[CooldownRow]:
     """Every cooldown that has not ended, soonest end first."""
     rows = conn.execute(
-        select(cooldowns).where(cooldowns.c.until_ms > now).order_by(
-            cooldowns.c.until_ms, cooldowns.c.scope, cooldowns.c.target
-        )
+        select(cooldowns)
+        .where(cooldowns.c.until_ms > now)
+        .order_by(cooldowns.c.until_ms, cooldowns.c.scope, cooldowns.c.target)
     )
     return [
-        CooldownRow(CooldownScope(r.scope), r.target, int(r.until_ms), r.kind,
-                    CooldownOrigin(r.origin), r.reason)
+        CooldownRow(
+            CooldownScope(r.scope),
+            r.target,
+            int(r.until_ms),
+            r.kind,
+            CooldownOrigin(r.origin),
+            r.reason,
+        )
         for r in rows
     ]
 
@@ -80,9 +86,9 @@ def source_detail(db: Database, source_id: str) -> dict[str, Any] | None:
             return None
         budget = reads.source_budget(conn, source_id)
         attempts = conn.execute(
-            select(reservations).where(reservations.c.source_id == source_id).order_by(
-                reservations.c.id
-            )
+            select(reservations)
+            .where(reservations.c.source_id == source_id)
+            .order_by(reservations.c.id)
         ).all()
         return {
             "now": now,
