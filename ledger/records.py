@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ledger.classify import Classification
 from ledger.clock import iso
 from ledger.kinds import AttemptRole, AttemptStatus
 
@@ -62,9 +63,9 @@ class Cancelled:
 
 @dataclass(frozen=True)
 class Failed:
-    """The call failed; `classification` is a ledger.classify.Classification."""
+    """The call failed, as classified by ledger.classify."""
 
-    classification: Any
+    classification: Classification
     side_effects: bool = False
     input_tokens: int | None = None
     output_tokens: int | None = None
