@@ -1,4 +1,4 @@
-"""ledger: a SQLite-backed budget and recovery ledger for background jobs that call LLM providers."""
+"""ledger: a SQLite-backed budget and recovery ledger for background LLM jobs."""
 
 from __future__ import annotations
 

@@ -80,7 +80,7 @@ def test_r_cat_2_availability_from_env_never_stored() -> None:
 
 
 def _with(**changes: Any) -> dict[str, Any]:
-    doc = json.loads(json.dumps(TEST_CATALOG))
+    doc: dict[str, Any] = json.loads(json.dumps(TEST_CATALOG))
     for path, value in changes.items():
         target = doc
         keys = path.split("__")
