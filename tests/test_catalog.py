@@ -82,7 +82,7 @@ def test_r_cat_2_availability_from_env_never_stored() -> None:
 def _with(**changes: Any) -> dict[str, Any]:
     doc: dict[str, Any] = json.loads(json.dumps(TEST_CATALOG))
     for path, value in changes.items():
-        target = doc
+        target: Any = doc
         keys = path.split("__")
         for key in keys[:-1]:
             target = target[int(key)] if key.isdigit() else target[key]
