@@ -108,7 +108,9 @@ class StandIn:
         server.standin = self
         self._server = server
         self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True,
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            daemon=True,
             name="ledger-standin",
         )
         self._thread.start()

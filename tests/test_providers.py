@@ -210,6 +210,7 @@ def test_r_http_2_large_error_body_is_cut_at_8192_bytes(standin: StandIn, api: s
     assert len(response.error_body) == 8192
 
 
+@pytest.mark.timeout(10)
 @pytest.mark.parametrize("api", APIS)
 @pytest.mark.parametrize("interval_s", [0.05, 5.0], ids=["trickle", "stall"])
 def test_r_http_2_slow_endless_error_body_cannot_stall(
@@ -226,6 +227,7 @@ def test_r_http_2_slow_endless_error_body_cannot_stall(
     assert 1 <= len(response.error_body) <= 8192
 
 
+@pytest.mark.timeout(10)
 def test_r_http_2_read_error_body_bounds_a_trickling_mock_stream() -> None:
     def endless() -> Iterator[bytes]:
         while True:
@@ -286,9 +288,7 @@ def test_r_http_3_success_body_arriving_after_the_deadline_times_out() -> None:
     transport = httpx.MockTransport(lambda request: httpx.Response(200, content=slow()))
     with httpx.Client(transport=transport) as client:
         adapter = adapter_for(provider_for("openai-chat", "http://p/v1"), ENV, client=client)
-        response = adapter.call(
-            CallRequest("m", MESSAGES, 10, now_ms() + 150), now_ms=now_ms
-        )
+        response = adapter.call(CallRequest("m", MESSAGES, 10, now_ms() + 150), now_ms=now_ms)
     assert isinstance(response.exception, httpx.ReadTimeout)
 
 
@@ -395,14 +395,28 @@ def test_r_http_1_anthropic_joins_text_blocks_only() -> None:
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
-    lambda inner: st.lists(inner, max_size=3)
-    | st.dictionaries(
-        st.sampled_from(
-            ["choices", "message", "content", "finish_reason", "usage", "stop_reason", "type",
-             "text", "prompt_tokens", "input_tokens", "cost", "refusal"]
-        ),
-        inner,
-        max_size=4,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "choices",
+                    "message",
+                    "content",
+                    "finish_reason",
+                    "usage",
+                    "stop_reason",
+                    "type",
+                    "text",
+                    "prompt_tokens",
+                    "input_tokens",
+                    "cost",
+                    "refusal",
+                ]
+            ),
+            inner,
+            max_size=4,
+        )
     ),
     max_leaves=12,
 )
@@ -480,7 +494,8 @@ def test_r_http_3_deadline_uses_the_injected_clock() -> None:
 
 @pytest.mark.parametrize("api", APIS)
 @pytest.mark.parametrize(
-    ("credential", "env"), [(False, ENV), (True, {}), (True, {"PROVIDER_KEY": ""})],
+    ("credential", "env"),
+    [(False, ENV), (True, {}), (True, {"PROVIDER_KEY": ""})],
     ids=["no-credential-env", "variable-unset", "variable-empty"],
 )
 def test_r_cat_2_no_credential_sends_no_auth_header(

@@ -184,9 +184,7 @@ def _ssl_context() -> ssl.SSLContext:
 
 
 def _transport_failure(exc: BaseException, started: float) -> ProviderResponse:
-    return ProviderResponse(
-        ok=False, status=None, exception=exc, elapsed_ms=_elapsed_ms(started)
-    )
+    return ProviderResponse(ok=False, status=None, exception=exc, elapsed_ms=_elapsed_ms(started))
 
 
 def _exchange(

@@ -1,0 +1,184 @@
+"""The local provider stand-in (SPEC section 14): both wire formats, scripts, records, shutdown."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from ledger.standin import REDACTED, Scripted, StandIn
+
+OPENAI = "/v1/chat/completions"
+ANTHROPIC = "/v1/messages"
+
+
+@pytest.fixture
+def standin() -> Iterator[StandIn]:
+    with StandIn() as server:
+        yield server
+
+
+def post(
+    server: StandIn, path: str, model: str | None = "m", headers: dict[str, str] | None = None
+) -> httpx.Response:
+    body: dict[str, Any] = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+    if model is not None:
+        body["model"] = model
+    return httpx.post(f"{server.base_url_anthropic}{path}", json=body, headers=headers)
+
+
+def test_demo_standin_speaks_openai_chat_completions(standin: StandIn) -> None:
+    standin.set_script("m", [Scripted(text="hey", input_tokens=7, output_tokens=2, cost_usd=0.5)])
+    document = post(standin, OPENAI).json()
+    (choice,) = document["choices"]
+    assert choice["message"] == {"role": "assistant", "content": "hey"}
+    assert choice["finish_reason"] == "stop"
+    assert document["usage"]["prompt_tokens"] == 7
+    assert document["usage"]["completion_tokens"] == 2
+    assert document["usage"]["cost"] == 0.5
+    assert standin.base_url_openai == f"http://127.0.0.1:{standin.port}/v1"
+
+
+def test_demo_standin_speaks_anthropic_messages(standin: StandIn) -> None:
+    standin.set_script("m", [Scripted(text="hey", stop_reason="max_tokens")])
+    document = post(standin, ANTHROPIC).json()
+    assert document["type"] == "message"
+    assert document["content"] == [{"type": "text", "text": "hey"}]
+    assert document["stop_reason"] == "max_tokens"
+    assert document["usage"] == {"input_tokens": 10, "output_tokens": 5}
+
+
+@pytest.mark.parametrize(
+    ("path", "reply", "expected"),
+    [
+        (
+            OPENAI,
+            Scripted(status=402, error_code="insufficient_quota"),
+            {
+                "error": {
+                    "message": "scripted error",
+                    "type": "insufficient_quota",
+                    "param": None,
+                    "code": "insufficient_quota",
+                }
+            },
+        ),
+        (
+            ANTHROPIC,
+            Scripted(status=429),
+            {"type": "error", "error": {"type": "rate_limit_error", "message": "scripted error"}},
+        ),
+        (
+            ANTHROPIC,
+            Scripted(status=400, error_code="context_length_exceeded"),
+            {
+                "type": "error",
+                "error": {"type": "context_length_exceeded", "message": "scripted error"},
+            },
+        ),
+    ],
+)
+def test_demo_standin_error_bodies_in_wire_shape(
+    standin: StandIn, path: str, reply: Scripted, expected: dict[str, Any]
+) -> None:
+    standin.set_script("m", [reply])
+    response = post(standin, path)
+    assert response.status_code == reply.status
+    assert response.json() == expected
+
+
+def test_demo_standin_headers_raw_bodies_and_padding(standin: StandIn) -> None:
+    standin.set_script(
+        "m",
+        [
+            Scripted(status=429, retry_after="12", headers=(("x-ratelimit-reset-requests", "3s"),)),
+            Scripted(raw_body=b"not json"),
+            Scripted(status=400, error_body_bytes=100_000),
+        ],
+    )
+    limited = post(standin, OPENAI)
+    assert limited.headers["retry-after"] == "12"
+    assert limited.headers["x-ratelimit-reset-requests"] == "3s"
+    assert post(standin, OPENAI).content == b"not json"
+    assert len(post(standin, OPENAI).content) >= 100_000
+
+
+def test_demo_standin_script_is_consumed_in_order_then_default() -> None:
+    script = {"m": [Scripted(status=401), Scripted(status=503)]}
+    with StandIn(script, default=Scripted(status=200, text="d")) as server:
+        statuses = [post(server, OPENAI).status_code for _ in range(4)]
+        assert statuses == [401, 503, 200, 200]
+        assert post(server, OPENAI, model="other").json()["choices"][0]["message"]["content"] == "d"
+        server.set_script("m", [Scripted(status=429)])
+        assert post(server, OPENAI).status_code == 429
+        assert post(server, OPENAI).status_code == 200
+
+
+def test_demo_standin_records_requests_without_secret_values(standin: StandIn) -> None:
+    post(standin, OPENAI, headers={"Authorization": "Bearer sk-very-secret"})
+    post(standin, ANTHROPIC, model="a/b", headers={"x-api-key": "sk-very-secret"})
+    post(standin, OPENAI)
+    first, second, third = standin.requests
+    assert (first.path, first.model, first.headers["authorization"]) == (OPENAI, "m", REDACTED)
+    assert (second.path, second.model, second.headers["x-api-key"]) == (ANTHROPIC, "a/b", REDACTED)
+    assert "authorization" not in third.headers
+    assert "sk-very-secret" not in repr(standin.requests)
+    path, model, headers = third  # unpacks as (path, model, headers)
+    assert (path, model, headers) == (OPENAI, "m", third.headers)
+    assert standin.bodies[0]["max_tokens"] == 5
+
+
+def test_demo_standin_rejects_unknown_paths_and_missing_models(standin: StandIn) -> None:
+    assert post(standin, "/v1/other").status_code == 404
+    assert post(standin, OPENAI, model=None).status_code == 400
+    assert post(standin, ANTHROPIC, model=None).json()["type"] == "error"
+
+
+def test_demo_standin_delays_and_cuts(standin: StandIn) -> None:
+    standin.set_script("m", [Scripted(delay_s=0.3), Scripted(cut_body=True)])
+    started = time.monotonic()
+    assert post(standin, OPENAI).status_code == 200
+    assert time.monotonic() - started >= 0.3
+    with pytest.raises(httpx.RemoteProtocolError):
+        post(standin, OPENAI)
+
+
+def open_request(server: StandIn, model: str) -> socket.socket:
+    body = json.dumps({"model": model, "messages": []}).encode()
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    sock.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    return sock
+
+
+def test_r_http_2_standin_trickles_until_stopped_and_stops_promptly() -> None:
+    server = StandIn({"t": [Scripted(status=503, trickle_body=True)], "d": [Scripted(delay_s=60)]})
+    server.start()
+    trickling = open_request(server, "t")
+    delayed = open_request(server, "d")
+    try:
+        trickling.settimeout(2)
+        received = b""
+        started = time.monotonic()
+        while time.monotonic() - started < 0.4:
+            received += trickling.recv(4096)
+        head, _, body = received.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.0 503")
+        assert 3 <= len(body) <= 12  # about one byte per 50 ms
+        time.sleep(0.1)  # let the delayed handler start waiting
+        stopping = time.monotonic()
+        server.stop()
+        assert time.monotonic() - stopping < 1.0
+    finally:
+        trickling.close()
+        delayed.close()
+    with pytest.raises(RuntimeError):
+        _ = server.port
