@@ -117,29 +117,54 @@ def show(app: AppContext, source_id: str, as_json: bool) -> None:
     doc = _source_json({**detail["source"], "calls": len(detail["attempts"])})
     doc["models"] = sorted(budget.models)
     doc["time_used_ms"] = budget.time_used_ms
+    doc["backoff_steps"] = detail["source"]["backoff_steps"]
+    doc["correction_reason"] = detail["source"]["correction_reason"]
     doc["attempts"] = [_attempt_json(a) for a in detail["attempts"]]
     if as_json:
         emit_json(doc)
         return
-    click.echo(
-        f"source {doc['id']}: {doc['state']}"
-        + (f" (paused: {doc['pause_reason']})" if doc["pause_reason"] else "")
+    for line in _show_lines(doc):
+        click.echo(line)
+
+
+def _show_lines(doc: dict[str, Any]) -> list[str]:
+    """The text of `source show`: a header, counters, then one line per attempt (<= 100 cols)."""
+    state = doc["state"] + (f" (paused: {doc['pause_reason']})" if doc["pause_reason"] else "")
+    correction = (
+        f"used ({doc['correction_reason']})"
+        if doc["correction_used"] and doc["correction_reason"]
+        else ("used" if doc["correction_used"] else "available")
     )
-    click.echo(
-        f"  calls {doc['calls']}  models {len(doc['models'])}  failures {doc['failures']}  "
-        f"output failures {doc['output_failures']}  time used {budget.time_used_ms / 1000:.1f}s"
-    )
-    if doc["retry_at"]:
-        click.echo(f"  retry at {doc['retry_at']}")
+    lines = [
+        f"source {doc['id']}",
+        f"  state {state}",
+        f"  calls {doc['calls']}  failures {doc['failures']}  output failures "
+        f"{doc['output_failures']}  time used {doc['time_used_ms'] / 1000:.1f}s",
+        "  models " + (", ".join(doc["models"]) or "none"),
+        f"  backoff steps {doc['backoff_steps']}  retry at {doc['retry_at'] or '-'}"
+        f"  correction {correction}",
+    ]
+    if doc["finished"]:
+        lines.append(f"  finished {doc['finished']}")
+    if doc["lease_owner"]:
+        lines.append(f"  leased until {doc['lease_expires']}")
+    if not doc["attempts"]:
+        lines.append("  no attempts")
     for a in doc["attempts"]:
-        tags = [t for t in ("fallback", "correction", "override") if a[t]]
-        outcome = a["status"] + (f" {a['kind']}/{a['subkind']}" if a["kind"] else "")
-        click.echo(
-            f"  #{a['id']:<5} {a['created']}  {a['model']:32}  {outcome:34}"
-            f" {a['duration_ms'] if a['duration_ms'] is not None else '-':>7} ms"
-            + (f"  [{', '.join(tags)}]" if tags else "")
-            + ("  LATE" if a["late"] else "")
-        )
+        role = next((t for t in ("fallback", "correction", "override") if a[t]), "")
+        outcome = f"{a['kind']}/{a['subkind'] or '-'}" if a["kind"] else a["status"]
+        took = "-" if a["duration_ms"] is None else f"{a['duration_ms'] / 1000:.1f}s"
+        when = f"{a['created'][5:10]} {a['created'][11:19]}"
+        line = (
+            f"  #{a['id']:<5} {when}  {_cut(a['model'], 24):24} {_cut(outcome, 26):26}"
+            f" {took:>7} {role}" + (" LATE" if a["late"] else "")
+        ).rstrip()
+        lines.append(line)
+    return [_cut(line, 100) for line in lines]
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _state_command(action: str, help_text: str) -> click.Command:

@@ -1,19 +1,24 @@
-"""`ledger status` (R-DIAG-1, R-DIAG-2): the operator's dashboard."""
+"""`ledger status` (R-DIAG-1, R-DIAG-2): the operator's dashboard, as text, JSON or Prometheus."""
 
 from __future__ import annotations
 
 import click
 
-from ledger.cli.main import AppContext, emit_json, pass_app, run
+from ledger.cli.main import AppContext, emit_json, fail, pass_app, run
+from ledger.errors import UsageError
 from ledger.status import build_status, render_prometheus, render_text
 
 
 @click.command("status")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document (stable shape).")
-@click.option("--prometheus", is_flag=True, help="Prometheus text exposition format.")
+@click.option(
+    "--prometheus", is_flag=True, help="Numeric part in Prometheus text exposition format."
+)
 @pass_app
 def status(app: AppContext, as_json: bool, prometheus: bool) -> None:
     """Routes, cooldowns, budgets, sources and recent outcomes."""
+    if as_json and prometheus:
+        fail(UsageError("choose one of --json and --prometheus"), as_json)
     doc = run(as_json, lambda: build_status(app.ledger()))
     if as_json:
         emit_json(doc)

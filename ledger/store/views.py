@@ -94,8 +94,15 @@ def source_detail(db: Database, source_id: str) -> dict[str, Any] | None:
             "now": now,
             "source": dict(row._mapping),
             "budget": budget,
-            "attempts": [dict(a._mapping) for a in attempts],
+            "attempts": [_with_expiry(dict(a._mapping), now) for a in attempts],
         }
+
+
+def _with_expiry(attempt: dict[str, Any], now: int) -> dict[str, Any]:
+    """An open reservation past its deadline is shown as expired (what the next write records)."""
+    if attempt["status"] == "open" and attempt["deadline_ms"] <= now:
+        attempt["status"] = "expired"
+    return attempt
 
 
 def source_rows(db: Database, limit: int = 1000) -> list[dict[str, Any]]:

@@ -1,0 +1,372 @@
+"""Read queries behind `ledger status` (R-DIAG-1): one short deferred read transaction, no writes.
+
+Every query is bounded so status stays fast with a million historic attempts (issue 7 item 6):
+reservations are only read through an index, either inside the rolling 24 h window
+(`ix_reservations_created`), by `LIMIT` in index order, or for the capped list of shown sources
+(`ix_reservations_source`). Nothing here scans the reservations table.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import Connection, case, func, select
+
+from ledger.budgets import DAY_MS
+from ledger.kinds import SourceState
+from ledger.store import reads
+from ledger.store.engine import Database
+from ledger.store.schema import (
+    daily_totals,
+    meta,
+    notices,
+    reservations,
+    source_models,
+    sources,
+)
+from ledger.store.views import CooldownRow, active_cooldowns, policy_writers
+
+SOURCE_LIST_LIMIT = 50
+RECENT_LIMIT = 20
+NOTICE_LIMIT = 10
+HISTORY_DAYS = 30
+# Leased work first, then what needs an operator (paused), then what waits (queued).
+_STATE_ORDER = (SourceState.LEASED, SourceState.PAUSED, SourceState.QUEUED)
+
+
+@dataclass(frozen=True)
+class DailyUsage:
+    """The rolling 24 h window: what the cost ceiling counts, plus tokens and unknown costs."""
+
+    attempts: int
+    spent_micro: int
+    unknown_cost_attempts: int
+    input_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True)
+class DayTotal:
+    """One compacted day of history (R-DB-6), summed over models."""
+
+    day: str
+    attempts: int
+    succeeded: int
+    failed: int
+    input_tokens: int
+    output_tokens: int
+    cost_micro: int
+    unknown_cost: int
+
+
+@dataclass(frozen=True)
+class SourceSummary:
+    """One shown source with its counters (archived history included)."""
+
+    id: str
+    state: str
+    calls: int
+    models: tuple[str, ...]
+    failures: int
+    output_failures: int
+    time_used_ms: int
+    pause_reason: str | None
+    retry_at_ms: int | None
+    lease_expires_ms: int | None
+
+
+@dataclass(frozen=True)
+class AttemptRow:
+    """One attempt as the recent-outcomes table shows it (no text of any kind is stored)."""
+
+    id: int
+    created_ms: int
+    source_id: str
+    model_key: str
+    provider: str
+    role: str
+    status: str
+    kind: str | None
+    subkind: str | None
+    duration_ms: int | None
+    late: bool
+
+
+@dataclass(frozen=True)
+class ModelOutcome:
+    """Attempts in the 24 h window for one (model, status, kind)."""
+
+    provider: str
+    model_key: str
+    status: str
+    kind: str | None
+    count: int
+
+
+@dataclass(frozen=True)
+class NoticeRow:
+    """A deduplicated notice (R-DIAG-4)."""
+
+    category: str
+    message: str
+    source_id: str | None
+    first_ms: int
+    last_ms: int
+    count: int
+
+
+@dataclass(frozen=True)
+class PolicyWriter:
+    """A policy fingerprint stamped on reservations in the last 24 h (R-HOME-3)."""
+
+    fingerprint: str
+    last_seen_ms: int
+    reservations: int
+
+
+@dataclass(frozen=True)
+class StatusData:
+    """Everything status reads, taken in one read transaction at ledger time `now_ms`."""
+
+    now_ms: int
+    cooldowns: list[CooldownRow]
+    hourly_used: int
+    hourly_next_free_ms: int | None
+    daily: DailyUsage
+    history: list[DayTotal]
+    source_counts: dict[str, int]
+    sources: list[SourceSummary]
+    recent: list[AttemptRow]
+    outcomes: list[ModelOutcome]
+    notices: list[NoticeRow]
+    writers: list[PolicyWriter]
+    sqlite_version: str | None
+    journal_mode: str | None
+    journal_mode_chosen: str | None
+    revision: str | None
+
+
+def status_data(db: Database, calls_per_hour: int) -> StatusData:
+    """Read the whole status picture in one short deferred read transaction."""
+    with db.read() as conn:
+        now = db.read_now(conn)
+        used, next_free = reads.hourly_usage(conn, now, calls_per_hour)
+        chosen = conn.execute(select(meta.c.value).where(meta.c.key == "journal_mode")).scalar()
+        return StatusData(
+            now_ms=now,
+            cooldowns=active_cooldowns(conn, now),
+            hourly_used=used,
+            hourly_next_free_ms=next_free,
+            daily=daily_usage(conn, now),
+            history=day_totals(conn),
+            source_counts=source_counts(conn),
+            sources=source_summaries(conn, now),
+            recent=recent_attempts(conn, now),
+            outcomes=model_outcomes(conn, now),
+            notices=recent_notices(conn),
+            writers=[PolicyWriter(fp, last, n) for fp, last, n in policy_writers(conn, now)],
+            sqlite_version=sqlite3.sqlite_version if db.is_sqlite else None,
+            journal_mode=_journal_mode(conn) if db.is_sqlite else None,
+            journal_mode_chosen=chosen,
+            revision=MigrationContext.configure(conn).get_current_revision(),
+        )
+
+
+def _journal_mode(conn: Connection) -> str | None:
+    value = conn.exec_driver_sql("PRAGMA journal_mode").scalar()  # a fixed literal
+    return None if value is None else str(value)
+
+
+def daily_usage(conn: Connection, now: int) -> DailyUsage:
+    """Cost, unknown-cost attempts and tokens over the rolling 24 h window."""
+    r = reservations.c
+    row = conn.execute(
+        select(
+            func.count(),
+            func.coalesce(func.sum(r.cost_micro), 0),
+            func.coalesce(func.sum(case((r.cost_micro.is_(None), 1), else_=0)), 0),
+            func.coalesce(func.sum(r.input_tokens), 0),
+            func.coalesce(func.sum(r.output_tokens), 0),
+        ).where(r.created_ms > now - DAY_MS)
+    ).one()
+    return DailyUsage(*(int(v) for v in row))
+
+
+def day_totals(conn: Connection, days: int = HISTORY_DAYS) -> list[DayTotal]:
+    """Compacted per-day history, newest day first."""
+    d = daily_totals.c
+    rows = conn.execute(
+        select(
+            d.day,
+            func.sum(d.attempts),
+            func.sum(d.succeeded),
+            func.sum(d.failed),
+            func.sum(d.input_tokens),
+            func.sum(d.output_tokens),
+            func.sum(d.cost_micro),
+            func.sum(d.unknown_cost),
+        )
+        .group_by(d.day)
+        .order_by(d.day.desc())
+        .limit(days)
+    ).all()
+    return [DayTotal(str(row[0]), *(int(v or 0) for v in row[1:])) for row in rows]
+
+
+def source_counts(conn: Connection) -> dict[str, int]:
+    """Sources by state (every state present, zero when none)."""
+    counts = {state.value: 0 for state in SourceState}
+    for state, n in conn.execute(
+        select(sources.c.state, func.count()).group_by(sources.c.state)
+    ).all():
+        counts[str(state)] = int(n)
+    return counts
+
+
+def source_summaries(
+    conn: Connection, now: int, limit: int = SOURCE_LIST_LIMIT
+) -> list[SourceSummary]:
+    """The most relevant sources: leased, paused, queued, then done ones active in the last 24 h."""
+    rows: list[Any] = []
+    s = sources.c
+    for state in _STATE_ORDER:
+        if len(rows) >= limit:
+            break
+        rows += conn.execute(
+            select(sources)
+            # `in_queue IN (0, 1)` lets the claim index serve the state lookup
+            .where(s.in_queue.in_([False, True]), s.state == state.value)
+            .order_by(s.last_checked_ms.desc(), s.id)
+            .limit(limit - len(rows))
+        ).all()
+    if len(rows) < limit:
+        recent_ids = select(reservations.c.source_id).where(
+            reservations.c.created_ms > now - DAY_MS
+        )
+        rows += conn.execute(
+            select(sources)
+            .where(s.state == SourceState.DONE.value, s.id.in_(recent_ids))
+            .order_by(s.finished_ms.desc(), s.id)
+            .limit(limit - len(rows))
+        ).all()
+    ids = [row.id for row in rows]
+    counters = _source_counters(conn, ids)
+    models = _source_models(conn, ids)
+    out: list[SourceSummary] = []
+    for row in rows:
+        calls, used = counters.get(row.id, (0, 0))
+        out.append(
+            SourceSummary(
+                id=row.id,
+                state=row.state,
+                calls=calls + int(row.archived_calls),
+                models=tuple(sorted(models.get(row.id, ()))),
+                failures=int(row.failures),
+                output_failures=int(row.output_failures),
+                time_used_ms=used + int(row.archived_time_ms),
+                pause_reason=row.pause_reason,
+                retry_at_ms=row.retry_at_ms,
+                lease_expires_ms=row.lease_expires_ms,
+            )
+        )
+    return out
+
+
+def _source_counters(conn: Connection, ids: list[str]) -> dict[str, tuple[int, int]]:
+    """Calls and time used (open reservations count their whole allowance, R-RES-8) per source."""
+    if not ids:
+        return {}
+    r = reservations.c
+    used = case(
+        (r.status.in_(reads.OPEN_LIKE), r.deadline_ms - r.created_ms),
+        else_=func.coalesce(r.duration_ms, 0),
+    )
+    rows = conn.execute(
+        select(r.source_id, func.count(), func.coalesce(func.sum(used), 0))
+        .where(r.source_id.in_(ids))
+        .group_by(r.source_id)
+    ).all()
+    return {str(sid): (int(n), int(t)) for sid, n, t in rows}
+
+
+def _source_models(conn: Connection, ids: list[str]) -> dict[str, list[str]]:
+    if not ids:
+        return {}
+    out: dict[str, list[str]] = {}
+    for sid, key in conn.execute(
+        select(source_models.c.source_id, source_models.c.model_key).where(
+            source_models.c.source_id.in_(ids)
+        )
+    ).all():
+        out.setdefault(str(sid), []).append(str(key))
+    return out
+
+
+def _shown_status(status: str, deadline_ms: int, now: int) -> str:
+    """An open reservation past its deadline is shown as what the next write makes it: expired."""
+    return "expired" if status == "open" and deadline_ms <= now else status
+
+
+def recent_attempts(conn: Connection, now: int, limit: int = RECENT_LIMIT) -> list[AttemptRow]:
+    """The newest attempts, newest first (read in index order, stopped by the LIMIT)."""
+    r = reservations.c
+    rows = conn.execute(
+        select(
+            r.id,
+            r.created_ms,
+            r.source_id,
+            r.model_key,
+            r.provider,
+            r.role,
+            r.status,
+            r.kind,
+            r.subkind,
+            r.duration_ms,
+            r.late,
+            r.deadline_ms,
+        )
+        .order_by(r.created_ms.desc(), r.id.desc())
+        .limit(limit)
+    ).all()
+    return [
+        AttemptRow(
+            id=int(row.id),
+            created_ms=int(row.created_ms),
+            source_id=str(row.source_id),
+            model_key=str(row.model_key),
+            provider=str(row.provider),
+            role=str(row.role),
+            status=_shown_status(str(row.status), int(row.deadline_ms), now),
+            kind=row.kind,
+            subkind=row.subkind,
+            duration_ms=None if row.duration_ms is None else int(row.duration_ms),
+            late=bool(row.late),
+        )
+        for row in rows
+    ]
+
+
+def model_outcomes(conn: Connection, now: int) -> list[ModelOutcome]:
+    """Attempts per (model, status, kind) in the rolling 24 h window."""
+    r = reservations.c
+    rows = conn.execute(
+        select(r.provider, r.model_key, r.status, r.kind, func.count())
+        .where(r.created_ms > now - DAY_MS)
+        .group_by(r.provider, r.model_key, r.status, r.kind)
+        .order_by(r.model_key, r.status, r.kind)
+    ).all()
+    return [ModelOutcome(str(p), str(m), str(s), k, int(n)) for p, m, s, k, n in rows]
+
+
+def recent_notices(conn: Connection, limit: int = NOTICE_LIMIT) -> list[NoticeRow]:
+    """The most recently seen deduplicated notices."""
+    n = notices.c
+    rows = conn.execute(
+        select(n.category, n.message, n.source_id, n.first_ms, n.last_ms, n.count)
+        .order_by(n.last_ms.desc(), n.id.desc())
+        .limit(limit)
+    ).all()
+    return [NoticeRow(str(c), str(m), s, int(f), int(last), int(k)) for c, m, s, f, last, k in rows]
