@@ -17,6 +17,8 @@ COMMAND_MODULES: tuple[tuple[str, str], ...] = (
     ("cooldown_cmd", "cooldown_group"),
     ("status_cmd", "status"),
     ("catalog_cmd", "catalog"),
+    ("worker_cmd", "worker_group"),
+    ("demo_cmd", "demo"),
 )
 
 

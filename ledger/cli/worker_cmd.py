@@ -1,0 +1,85 @@
+"""`ledger worker run`: drain due sources with a handler (R-Q-3, R-Q-4); a thin shell over
+ledger.worker.drain."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+import click
+
+from ledger.cli.main import AppContext, emit_json, pass_app, run
+from ledger.queue import DrainSummary, ItemReport
+from ledger.worker import Stopper, drain, load_handler
+
+
+@click.group("worker")
+def worker_group() -> None:
+    """Queue workers for cron and services."""
+
+
+def progress_printer(enabled: bool) -> Callable[[ItemReport, DrainSummary], None]:
+    """An on_item callback that redraws one progress line on stderr (terminals only)."""
+
+    def on_item(_item: ItemReport, summary: DrainSummary) -> None:
+        if enabled:
+            sys.stderr.write("\r" + summary.progress_line())
+            sys.stderr.flush()
+
+    return on_item
+
+
+@worker_group.command("run")
+@click.option("--handler", "handler_spec", metavar="MODULE:FUNCTION",
+              default="ledger.worker:echo_handler", show_default=True,
+              help="The function called for each attempt.")
+@click.option("--once", "mode", flag_value="once", default=True,
+              help="Drain until nothing workable is due, then exit (default; for cron).")
+@click.option("--loop", "mode", flag_value="loop",
+              help="Keep polling, sleeping until the soonest retry time, until SIGTERM.")
+@click.option("--max-items", type=click.IntRange(min=1), default=None,
+              help="Stop after this many queue items.")
+@click.option("--worker-id", metavar="ID", default=None,
+              help="Lease owner name (default host:pid:random).")
+@click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
+@pass_app
+def run_cmd(
+    app: AppContext,
+    handler_spec: str,
+    mode: str,
+    max_items: int | None,
+    worker_id: str | None,
+    as_json: bool,
+) -> None:
+    """Drain due sources: claim, at most two immediate attempts, release (R-POL-4).
+
+    Exit codes: 0 worked or nothing due; 3 every item claimed was refused (budget, cooldown,
+    source limits) before any call; 2 bad usage; 4 database busy or unusable.
+    """
+    if worker_id is not None and not (1 <= len(worker_id) <= 200 and worker_id.isprintable()):
+        raise click.BadParameter("must be 1 to 200 printable characters", param_hint="--worker-id")
+    handler = run(as_json, lambda: load_handler(handler_spec))
+    ledger = app.ledger()
+    stopper = Stopper()
+    tty = sys.stderr.isatty() and not as_json
+    callback = progress_printer(tty)
+    with stopper.installed():
+        summary = run(
+            as_json,
+            lambda: drain(
+                ledger,
+                handler,
+                worker_id=worker_id,
+                loop=mode == "loop",
+                max_items=max_items,
+                stopper=stopper,
+                on_item=callback,
+            ),
+        )
+    if tty:
+        sys.stderr.write("\n")
+    if as_json:
+        emit_json(summary.to_json())
+    else:
+        click.echo(summary.progress_line())
+    sys.exit(summary.exit_code())

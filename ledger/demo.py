@@ -1,0 +1,201 @@
+"""`ledger demo` (SPEC section 14): the main job on an embedded default; no setup, no network.
+
+A throw-away state directory (or an empty `--home`), a catalog pointing at a StandIn on 127.0.0.1
+(three providers: two OpenAI-compatible, one Anthropic-format), a recovery.json, a fresh migrated
+SQLite ledger, a batch of sources, and the REAL drain loop (`ledger worker run --once` with the
+echo handler) over real HTTP while the stand-in fails on a script: 401, 429 with Retry-After, 503
+twice, context overflow, truncated and invalid JSON, success.
+
+Invariant: every step is the production code path; the demo only prepares files and the stand-in.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ledger.api import Ledger
+from ledger.errors import UsageError
+from ledger.queue import DrainSummary, ItemReport
+from ledger.standin import Scripted, StandIn
+from ledger.store.queue import QueueTotals, totals
+from ledger.worker import Stopper, drain, echo_handler
+
+DEFAULT_SOURCES = 12
+MAX_SOURCES = 200
+
+DEMO_POLICY: dict[str, Any] = {
+    "defaultModel": "acme/swift-1",
+    "callsPerHour": 30,
+    "dailyEstimatedUsd": 0.5,
+    "sourceCalls": 4,
+    "sourceModels": 2,
+    "timeoutMs": 10_000,
+    "sourceTimeMs": 60_000,
+    "replyTokens": 1024,
+}
+
+_MODELS: tuple[tuple[str, str, int, float, float, bool], ...] = (
+    # provider, id, context window, $/MTok in, $/MTok out, reasoning
+    ("acme", "swift-1", 128_000, 0.15, 0.6, False),
+    ("bolt", "quill-3", 200_000, 0.25, 1.25, False),
+    ("cirrus", "lite-2", 64_000, 0.4, 1.6, False),
+    ("acme", "pro-1", 128_000, 1.0, 4.0, False),
+    ("bolt", "opus-3", 200_000, 2.0, 8.0, True),
+    ("cirrus", "max-2", 128_000, 2.5, 10.0, True),
+)
+
+_OK = Scripted(text='{"summary": "ok", "facts": 3}', input_tokens=120, output_tokens=24)
+
+
+def demo_script() -> dict[str, list[Scripted]]:
+    """Per-model replies, in the order a single worker meets them over 12 sources."""
+    truncated = Scripted(text='{"summary": "the transcript sa', stop_reason="length")
+    invalid = Scripted(text='{"summary": ok', input_tokens=120, output_tokens=8)
+    return {
+        # 01 ok; 02 truncated (`length`) -> its correction is invalid JSON; 03 401: acme cools
+        "swift-1": [_OK, truncated, invalid, Scripted(status=401)],
+        # 03 falls back here across providers (ok); 04 429 with Retry-After: quill cools
+        "quill-3": [_OK, Scripted(status=429, retry_after="20")],
+        # 04 falls back here (ok); 05 and 06 503: a backoff each, the second cools lite
+        "lite-2": [_OK, Scripted(status=503), Scripted(status=503)],
+        # 07 ok; 08 context overflow: opus cools 1 h
+        "opus-3": [_OK, Scripted(status=400, error_code="model_context_window_exceeded")],
+        # 08 falls back here (ok); 09..12 ok; 02's third try is invalid JSON again: paused
+        "max-2": [_OK, _OK, _OK, _OK, _OK, invalid],
+    }
+
+
+def demo_catalog(standin: StandIn) -> dict[str, Any]:
+    """A catalog whose providers all point at the stand-in (availability `true`)."""
+    return {
+        "providers": {
+            "acme": {"available": True, "api": "openai-chat", "baseUrl": standin.base_url_openai},
+            "bolt": {
+                "available": True,
+                "api": "anthropic-messages",
+                "baseUrl": standin.base_url_anthropic,
+            },
+            "cirrus": {
+                "available": True, "api": "openai-chat", "baseUrl": standin.base_url_openai
+            },
+        },
+        "models": [
+            {
+                "provider": provider,
+                "id": model_id,
+                "contextWindow": window,
+                "maxOutputTokens": 8192,
+                "reasoning": reasoning,
+                "pricing": [{"inputUsdPerMTok": price_in, "outputUsdPerMTok": price_out}],
+            }
+            for provider, model_id, window, price_in, price_out, reasoning in _MODELS
+        ],
+    }
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    """What the demo did and the final ledger status."""
+
+    home: str | None
+    wall_ms: int
+    summary: DrainSummary
+    totals: QueueTotals
+    status: dict[str, Any]
+    status_text: str
+    calls_per_hour: int
+    daily_ceiling_usd: float
+    http_requests: int
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON shape printed by `ledger demo --json`."""
+        t = self.totals
+        return {
+            "home": self.home,
+            "wall_ms": self.wall_ms,
+            "worker": self.summary.to_json(),
+            "http_requests": self.http_requests,
+            "facts": {
+                "sources": dict(sorted(t.states.items())),
+                "attempts": t.attempts,
+                "fallbacks": t.fallbacks,
+                "cross_provider_fallbacks": t.cross_provider_fallbacks,
+                "corrections": t.corrections,
+                "active_cooldowns": t.active_cooldowns,
+                "hourly_used": t.hourly_used,
+                "hourly_limit": self.calls_per_hour,
+                "daily_spent_usd": t.daily_cost_micro / 1_000_000,
+                "daily_ceiling_usd": self.daily_ceiling_usd,
+            },
+            "status": self.status,
+        }
+
+
+@contextmanager
+def _state_dir(home: str | Path | None) -> Iterator[tuple[Path, str | None]]:
+    if home is None:
+        with tempfile.TemporaryDirectory(prefix="ledger-demo-") as tmp:
+            yield Path(tmp), None
+        return
+    path = Path(home).expanduser()
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise UsageError("the demo needs an empty or new state directory for --home")
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    yield path, str(path)
+
+
+def run_demo(
+    home: str | Path | None = None,
+    *,
+    sources: int = DEFAULT_SOURCES,
+    stopper: Stopper | None = None,
+    on_item: Callable[[ItemReport, DrainSummary], Any] | None = None,
+) -> DemoResult:
+    """Run the whole demo and return its facts and the final `ledger status`."""
+    if not 1 <= sources <= MAX_SOURCES:
+        raise UsageError(f"--sources must be between 1 and {MAX_SOURCES}")
+    from ledger.status import build_status, render_text
+
+    started = time.monotonic()
+    with _state_dir(home) as (path, shown), StandIn(demo_script(), default=_OK) as standin:
+        (path / "catalog.json").write_text(json.dumps(demo_catalog(standin), indent=2))
+        (path / "recovery.json").write_text(json.dumps(DEMO_POLICY, indent=2))
+        ledger = Ledger.open(path, str(path / "ledger.db"), env={})
+        try:
+            width = max(2, len(str(sources)))
+            for n in range(1, sources + 1):
+                ledger.add_source(
+                    f"demo-{n:0{width}d}",
+                    f"Summarise transcript {n} of the demo batch as one JSON document.",
+                )
+            summary = drain(
+                ledger,
+                echo_handler,
+                worker_id="demo-worker",
+                stopper=stopper,
+                on_item=on_item,
+            )
+            facts = totals(ledger.db, ledger.policy.calls_per_hour)
+            status = build_status(ledger)
+            text = render_text(status)
+        finally:
+            ledger.close()
+        requests = len(standin.requests)
+    return DemoResult(
+        home=shown,
+        wall_ms=int((time.monotonic() - started) * 1000),
+        summary=summary,
+        totals=facts,
+        status=status,
+        status_text=text,
+        calls_per_hour=int(DEMO_POLICY["callsPerHour"]),
+        daily_ceiling_usd=float(DEMO_POLICY["dailyEstimatedUsd"]),
+        http_requests=requests,
+    )

@@ -1,0 +1,528 @@
+"""The worker: one queue item (R-POL-4) and the drain loop behind `ledger worker run` (R-Q-1..4).
+
+One queue item is: claim a due source (one write transaction) → select → reserve → call (the
+handler) → classify → settle → at most ONE more immediate attempt (a fallback the settle result
+permits and the selector offers, or the single corrective prompt on the same model) → release.
+Never more than two immediate attempts, no sleeping retry loops; waiting happens only between
+drain passes and is bounded by the soonest retry time (capped).
+
+Handler contract: ``handler(job: Job) -> HandlerResult``.
+
+- ``Job`` carries the source id, its ``payload_ref``, the ``route`` (model key) and catalog
+  ``model``, the reservation's ``deadline_ms`` (ledger time, UTC ms), the attempt ``role``
+  (primary / fallback / correction) and ``correction_reason`` — the broken rule to name in the
+  corrective prompt (None otherwise). ``job.call(messages)`` makes the call with the built-in
+  adapter of the route's provider, max tokens = the reply reservation, timeout = the deadline,
+  and returns the raw ``ProviderResponse``. A handler may use its own client instead and report
+  facts.
+- ``HandlerResult.success(response, commit=...)``: a usable result (usage from the response).
+  ``commit`` is called only after the worker settled the attempt in time: a late result
+  (R-RES-11) is never handed over as usable, and the source is finished (R-Q-1).
+- ``HandlerResult.failed_call(response)``: the worker classifies the adapter's facts.
+  ``HandlerResult.failure(kind, reason)``: an explicit kind, e.g. ``invalid_output`` with
+  reason ``json_contract``. ``side_effects=True`` forbids fallback and correction (R-POL-7).
+- A handler that raises is classified by exception type only (its message is never read).
+- Optional: ``handler.input_bytes(payload_ref) -> int`` gives the conservative request size to
+  reserve; by default the payload reference's UTF-8 size plus a small margin.
+
+Invariant: every attempt that was reserved is settled exactly once (success, failure or
+`Cancelled()` on SIGINT/SIGTERM), and every claimed lease is released by its owner (R-Q-4).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import secrets
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+from ledger.api import Ledger
+from ledger.catalog import Model
+from ledger.classify import Classification, classify_exception, classify_stop_reason
+from ledger.errors import Refused, UsageError
+from ledger.kinds import AttemptRole, FailureKind
+from ledger.providers.base import CallRequest, Message, ProviderResponse, adapter_for
+from ledger.queue import (
+    GLOBAL_REFUSALS,
+    AttemptReport,
+    DrainSummary,
+    HandlerResult,
+    ItemOutcome,
+    ItemReport,
+    classify_result,
+)
+from ledger.records import Cancelled, Failed, SettleResult, Success
+from ledger.store import queue as store_queue
+
+__all__ = [
+    "CallCancelled",
+    "Handler",
+    "HandlerResult",
+    "Job",
+    "Stopper",
+    "drain",
+    "echo_handler",
+    "load_handler",
+    "run_item",
+]
+
+INPUT_MARGIN_BYTES = 512
+"""Added to the payload size when reserving: room for the instructions a handler adds."""
+MAX_SLEEP_MS = 30_000
+"""The longest a `--loop` worker sleeps between passes (it re-reads the queue after)."""
+MIN_SLEEP_MS = 200
+
+
+@dataclass(frozen=True)
+class Job:
+    """One authorised call for a handler: the source, the route and the reservation's deadline."""
+
+    source_id: str
+    payload_ref: str | None
+    route: str
+    model: Model
+    deadline_ms: int
+    reservation_id: int
+    role: AttemptRole
+    correction_reason: str | None
+    max_tokens: int
+    caller: Callable[[CallRequest], ProviderResponse] = field(repr=False, compare=False)
+
+    def call(self, messages: Sequence[Message]) -> ProviderResponse:
+        """Call the route with the built-in adapter, within the reservation's deadline."""
+        return self.caller(
+            CallRequest(
+                model_id=self.model.id,
+                messages=tuple(messages),
+                max_tokens=self.max_tokens,
+                deadline_ms=self.deadline_ms,
+            )
+        )
+
+
+Handler = Callable[[Job], HandlerResult]
+
+
+def echo_handler(job: Job) -> HandlerResult:
+    """Built-in handler: send the payload reference as a user message; the reply must be JSON."""
+    messages: list[Message] = []
+    if job.correction_reason is not None:
+        messages.append(
+            Message(
+                "system",
+                f"Your previous reply broke the rule `{job.correction_reason}`. "
+                "Reply with one valid JSON document only.",
+            )
+        )
+    messages.append(Message("user", job.payload_ref or job.source_id))
+    response = job.call(messages)
+    if not response.ok or classify_stop_reason(response.stop_reason) is not None:
+        return HandlerResult.failed_call(response)
+    try:
+        json.loads(response.text or "")
+    except ValueError:
+        return HandlerResult.failure(FailureKind.INVALID_OUTPUT, "invalid_json", response=response)
+    return HandlerResult.success(response)
+
+
+def load_handler(spec: str) -> Handler:
+    """Import `module:function` (e.g. `ledger.worker:echo_handler`)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise UsageError("--handler must be module:function")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # an import error in user code is bad usage, not a crash
+        raise UsageError("the handler module cannot be imported") from exc
+    handler = getattr(module, attr, None)
+    if not callable(handler):
+        raise UsageError("the handler is not a callable in that module")
+    return handler  # type: ignore[no-any-return]
+
+
+def default_worker_id() -> str:
+    """host:pid:random — unique per worker process."""
+    return f"{socket.gethostname()[:60]}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+# --------------------------------------------------------------------------- cancellation
+
+
+class CallCancelled(BaseException):
+    """Raised inside a handler call when SIGINT/SIGTERM arrives (R-Q-4)."""
+
+
+class Stopper:
+    """Turns SIGINT/SIGTERM into a stop request; during a call it also cancels the call."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.signum: int | None = None
+        self._in_call = False
+
+    def request(self, signum: int | None = None) -> None:
+        """Ask the worker to stop after the current step."""
+        self.requested = True
+        self.signum = signum
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        self.request(signum)
+        if self._in_call:
+            self._in_call = False
+            raise CallCancelled
+
+    @contextmanager
+    def installed(self) -> Iterator[Stopper]:
+        """Handle SIGINT/SIGTERM while inside (main thread only; elsewhere a no-op)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield self
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+
+    @contextmanager
+    def cancellable(self) -> Iterator[None]:
+        """A region a signal may interrupt with CallCancelled."""
+        if self.requested:
+            raise CallCancelled
+        self._in_call = True
+        try:
+            yield
+        finally:
+            self._in_call = False
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep in short slices, waking early on a stop request."""
+        end = time.monotonic() + max(0.0, seconds)
+        while not self.requested:
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(0.1, left))
+
+
+# --------------------------------------------------------------------------- one queue item
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One attempt as the item sees it."""
+
+    report: AttemptReport | None
+    settled: SettleResult | None = None
+    refused: Refused | None = None
+    cancelled: bool = False
+    accepted: bool = False
+
+
+def _input_bytes(handler: Handler, payload_ref: str | None) -> int:
+    sizer = getattr(handler, "input_bytes", None)
+    if callable(sizer):
+        size = sizer(payload_ref)
+        if isinstance(size, int) and not isinstance(size, bool) and size >= 0:
+            return size
+    return len((payload_ref or "").encode("utf-8")) + INPUT_MARGIN_BYTES
+
+
+def _caller(ledger: Ledger, model: Model) -> Callable[[CallRequest], ProviderResponse]:
+    provider = ledger.catalog.providers[model.provider]
+    clock = ledger.db.clock_fn
+
+    def call(request: CallRequest) -> ProviderResponse:
+        return adapter_for(provider, ledger.env).call(request, now_ms=clock)
+
+    return call
+
+
+def _classify(result: HandlerResult, now_ms: int) -> Classification:
+    try:
+        return classify_result(result, now_ms)
+    except UsageError:  # a handler reported a kind/reason outside the fixed sets
+        return Classification(FailureKind.UNKNOWN, "bad_handler_result")
+
+
+def _attempt(
+    ledger: Ledger,
+    claim: store_queue.Claim,
+    handler: Handler,
+    stopper: Stopper,
+    *,
+    route: str,
+    role: AttemptRole,
+    size: int,
+    correction_reason: str | None = None,
+    fallback_from: str | None = None,
+) -> _Step:
+    try:
+        reservation = ledger.reserve(
+            claim.source_id, route, input_bytes=size, role=role, fallback_from=fallback_from
+        )
+    except Refused as refusal:
+        return _Step(None, refused=refusal)
+    model = ledger.model(route)
+    job = Job(
+        source_id=claim.source_id,
+        payload_ref=claim.payload_ref,
+        route=route,
+        model=model,
+        deadline_ms=reservation.deadline_ms,
+        reservation_id=reservation.id,
+        role=reservation.role,
+        correction_reason=correction_reason,
+        max_tokens=model.reply_reservation(ledger.policy.reply_tokens),
+        caller=_caller(ledger, model),
+    )
+    result: HandlerResult | None = None
+    classification: Classification | None = None
+    try:
+        with stopper.cancellable():
+            result = handler(job)
+    except CallCancelled:
+        settled = ledger.settle(reservation.id, Cancelled())
+        report = AttemptReport(reservation.id, route, reservation.role, FailureKind.CANCELLED.value)
+        return _Step(report, settled, cancelled=True)
+    except Exception as exc:  # a failing handler is an outcome to classify, by type only
+        classification = classify_exception(exc)
+    now = ledger.db.clock_fn()
+    if result is not None and not isinstance(result, HandlerResult):
+        classification = Classification(FailureKind.UNKNOWN, "bad_handler_result")
+    elif result is not None and result.ok:
+        settled = ledger.settle(
+            reservation.id,
+            Success(result.input_tokens, result.output_tokens, result.cost_usd, finish=True),
+        )
+        report = AttemptReport(reservation.id, route, reservation.role, None, settled.late)
+        if settled.must_not_commit:
+            return _Step(report, settled)
+        if result.commit is not None:
+            result.commit()
+        return _Step(report, settled, accepted=True)
+    elif result is not None:
+        classification = _classify(result, now)
+    assert classification is not None
+    side_effects = bool(result.side_effects) if isinstance(result, HandlerResult) else False
+    settled = ledger.settle(
+        reservation.id,
+        Failed(
+            classification,
+            side_effects=side_effects,
+            input_tokens=result.input_tokens if isinstance(result, HandlerResult) else None,
+            output_tokens=result.output_tokens if isinstance(result, HandlerResult) else None,
+        ),
+    )
+    report = AttemptReport(reservation.id, route, reservation.role, settled.kind, settled.late)
+    return _Step(report, settled)
+
+
+def run_item(
+    ledger: Ledger, claim: store_queue.Claim, handler: Handler, stopper: Stopper | None = None
+) -> ItemReport:
+    """One queue item over a claimed source (R-POL-4); the lease is always released after."""
+    try:
+        return _run_item(ledger, claim, handler, stopper or Stopper())
+    finally:
+        store_queue.release(ledger.db, claim.source_id, claim.worker_id)
+
+
+def _run_item(
+    ledger: Ledger, claim: store_queue.Claim, handler: Handler, stopper: Stopper
+) -> ItemReport:
+    source = claim.source_id
+    size = _input_bytes(handler, claim.payload_ref)
+    if claim.correction is not None:  # the persisted corrective prompt comes first
+        first = _attempt(
+            ledger, claim, handler, stopper, route=claim.correction.model,
+            role=AttemptRole.CORRECTION, size=size, correction_reason=claim.correction.reason,
+        )
+    else:
+        selection = ledger.select(source, input_bytes=size)
+        if not selection.routes:  # R-POL-6: released behind other work, retry time unchanged
+            return ItemReport(source, ItemOutcome.UNROUTABLE, retry_at_ms=selection.retry_at_ms)
+        first = _attempt(
+            ledger, claim, handler, stopper, route=selection.routes[0],
+            role=AttemptRole.PRIMARY, size=size,
+        )
+    if first.report is None:
+        refusal = first.refused
+        assert refusal is not None
+        return ItemReport(
+            source, ItemOutcome.REFUSED, refusal=refusal.reason, retry_at_ms=refusal.retry_at_ms
+        )
+    attempts = [first.report]
+    done = _end_of(first, attempts, source)
+    if done is not None:
+        return done
+    second = _second_attempt(ledger, claim, handler, stopper, first, size)
+    if second is None:
+        return _failed(first, attempts, source)
+    if second.report is None:  # refused: the item ends after its one failed attempt
+        return _failed(first, attempts, source)
+    attempts.append(second.report)
+    done = _end_of(second, attempts, source)
+    return done if done is not None else _failed(second, attempts, source)
+
+
+def _end_of(step: _Step, attempts: list[AttemptReport], source: str) -> ItemReport | None:
+    """The item's outcome when this attempt ends it, else None (it failed and may continue)."""
+    if step.cancelled:
+        return ItemReport(source, ItemOutcome.CANCELLED, tuple(attempts))
+    if step.accepted:
+        return ItemReport(source, ItemOutcome.DONE, tuple(attempts))
+    settled = step.settled
+    assert settled is not None
+    if settled.kind is None:  # a success that came back late: recorded, never used
+        return ItemReport(source, ItemOutcome.LATE, tuple(attempts))
+    if settled.paused is not None:
+        return ItemReport(source, ItemOutcome.PAUSED, tuple(attempts))
+    return None
+
+
+def _failed(step: _Step, attempts: list[AttemptReport], source: str) -> ItemReport:
+    settled = step.settled
+    paused = settled is not None and settled.paused is not None
+    return ItemReport(source, ItemOutcome.PAUSED if paused else ItemOutcome.FAILED, tuple(attempts))
+
+
+def _second_attempt(
+    ledger: Ledger,
+    claim: store_queue.Claim,
+    handler: Handler,
+    stopper: Stopper,
+    first: _Step,
+    size: int,
+) -> _Step | None:
+    """The one permitted immediate follow-up: the corrective prompt, or a fallback route."""
+    settled = first.settled
+    assert settled is not None
+    assert first.report is not None
+    if stopper.requested or not (settled.use_correction or settled.fallback is not None):
+        return None
+    if not store_queue.renew(ledger.db, claim.source_id, claim.worker_id, ledger.policy.lease_ms):
+        return None  # the lease was lost: another worker may hold the source now
+    failed_model = first.report.model
+    if settled.use_correction:
+        return _attempt(
+            ledger, claim, handler, stopper, route=failed_model, role=AttemptRole.CORRECTION,
+            size=size, correction_reason=settled.reason or settled.subkind,
+        )
+    selection = ledger.select(
+        claim.source_id,
+        input_bytes=size,
+        after_failure=FailureKind(settled.kind) if settled.kind else None,
+        failed_model=failed_model,
+        tried=frozenset({failed_model}),
+    )
+    if not selection.routes:
+        return None
+    return _attempt(
+        ledger, claim, handler, stopper, route=selection.routes[0], role=AttemptRole.FALLBACK,
+        size=size, fallback_from=failed_model,
+    )
+
+
+# --------------------------------------------------------------------------- the drain loop
+
+
+@dataclass
+class _Pass:
+    productive: bool = False
+    wake_ms: int | None = None
+    stop: bool = False
+
+    def hint(self, at_ms: int | None) -> None:
+        if at_ms is not None:
+            self.wake_ms = at_ms if self.wake_ms is None else min(self.wake_ms, at_ms)
+
+
+def drain(
+    ledger: Ledger,
+    handler: Handler,
+    *,
+    worker_id: str | None = None,
+    loop: bool = False,
+    max_items: int | None = None,
+    stopper: Stopper | None = None,
+    on_item: Callable[[ItemReport, DrainSummary], Any] | None = None,
+    max_sleep_ms: int = MAX_SLEEP_MS,
+) -> DrainSummary:
+    """Drain due sources (R-Q-3): pass after pass, each visiting a due source at most once.
+
+    Without `loop` it returns when a pass granted no reservation (nothing workable is due) or
+    after `max_items`; with `loop` it then sleeps until the soonest retry time, cooldown end or
+    budget slot (at most `max_sleep_ms`) and polls again, until stopped.
+    """
+    worker = worker_id or default_worker_id()
+    stopper = stopper or Stopper()
+    summary = DrainSummary()
+    while not stopper.requested and not _limit_reached(summary, max_items):
+        state = _drain_pass(ledger, handler, worker, stopper, summary, max_items, on_item)
+        if state.stop or stopper.requested or _limit_reached(summary, max_items):
+            break
+        if state.productive:
+            continue
+        if not loop:
+            break
+        stopper.sleep(_sleep_ms(ledger, state.wake_ms, max_sleep_ms) / 1000)
+    summary.stopped_by_signal = stopper.requested
+    return summary
+
+
+def _limit_reached(summary: DrainSummary, max_items: int | None) -> bool:
+    return max_items is not None and summary.items >= max_items
+
+
+def _drain_pass(
+    ledger: Ledger,
+    handler: Handler,
+    worker: str,
+    stopper: Stopper,
+    summary: DrainSummary,
+    max_items: int | None,
+    on_item: Callable[[ItemReport, DrainSummary], Any] | None,
+) -> _Pass:
+    state = _Pass()
+    started = store_queue.ledger_now(ledger.db)
+    seen: set[str] = set()
+    while not stopper.requested and not _limit_reached(summary, max_items):
+        claim = store_queue.claim(
+            ledger.db, worker, ledger.policy.lease_ms, checked_before=started
+        )
+        if claim is None:
+            break
+        if claim.source_id in seen:  # same-millisecond edge: never twice in one pass
+            store_queue.release(ledger.db, claim.source_id, worker)
+            break
+        seen.add(claim.source_id)
+        item = run_item(ledger, claim, handler, stopper)
+        summary.add(item)
+        if on_item is not None:
+            on_item(item, summary)
+        state.productive |= item.reserved and item.outcome is not ItemOutcome.CANCELLED
+        state.hint(item.retry_at_ms)
+        if item.refusal in GLOBAL_REFUSALS:  # every other source would be refused alike
+            break
+        if item.outcome is ItemOutcome.CANCELLED:
+            state.stop = True
+            break
+    return state
+
+
+def _sleep_ms(ledger: Ledger, wake_ms: int | None, cap_ms: int) -> int:
+    times = store_queue.queue_times(ledger.db)
+    candidates = [t for t in (wake_ms, times.next_retry_ms, times.next_lease_expiry_ms) if t]
+    wait = min(candidates) - times.now_ms if candidates else cap_ms
+    return max(MIN_SLEEP_MS, min(cap_ms, wait))
+
