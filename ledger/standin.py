@@ -65,6 +65,8 @@ class Scripted:
     """Send exactly these bytes as the body (e.g. invalid JSON on a 200)."""
     cut_body: bool = False
     """Promise a longer body than is sent, then close: a stream cut."""
+    error_message: str | None = None
+    """The error body's `message` text (default `scripted error`), e.g. a marker for leak tests."""
 
 
 class ReceivedRequest(NamedTuple):
@@ -260,7 +262,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._trickle(reply, extra)
         elif reply.status >= 300:
             code = reply.error_code or _DEFAULT_ERROR_TYPES.get(reply.status, "api_error")
-            document = _error_json(anthropic, reply.status, code, reply.error_body_bytes)
+            document = _error_json(
+                anthropic, reply.status, code, reply.error_body_bytes, reply.error_message
+            )
             self._send(reply.status, document, extra)
         elif anthropic:
             self._send(reply.status, _anthropic_success(reply, model), extra, cut=reply.cut_body)
@@ -311,9 +315,13 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def _error_json(
-    anthropic: bool, status: int, code: str, pad_to: int | None = None
+    anthropic: bool,
+    status: int,
+    code: str,
+    pad_to: int | None = None,
+    message: str | None = None,
 ) -> dict[str, Any]:
-    message = "scripted error"
+    message = "scripted error" if message is None else message
     if pad_to is not None and pad_to > len(message):
         message += "." * (pad_to - len(message))
     if anthropic:
