@@ -18,7 +18,7 @@ from ledger.api import Ledger
 from ledger.classify import classify_exception, classify_http, classify_kind
 from ledger.kinds import AttemptRole
 from ledger.records import Failed, SettleResult, Success
-from ledger.status import render_prometheus, render_text
+from ledger.status import RouteView, render_prometheus, render_text, status_document
 from ledger.store.status_views import status_data
 from tests.conftest import Clock, LedgerFactory, write_policy
 
@@ -402,3 +402,17 @@ def test_issue_7_status_queries_never_scan_reservations(scene: Scene) -> None:
 def test_status_text_render_is_pure(scene: Scene, home: Path) -> None:
     doc = status_json(home)
     assert render_text(doc) == render_text(json.loads(json.dumps(doc)))
+
+
+def test_r_db_3a_network_filesystem_warning_in_document(scene: Scene) -> None:
+    led = scene.ledger
+    data = status_data(led.db, led.policy.calls_per_hour)
+    routes = RouteView(routes=("alpha/small",), excluded=())
+    doc = status_document(data, led.policy, led.fingerprint, routes, "nfs4")
+    assert doc["store"]["network_filesystem"] is not None
+    assert "nfs4" in doc["store"]["network_filesystem"]
+    assert doc["store"]["network_filesystem"] in doc["warnings"]
+    assert "WARNING: the database is on a network filesystem (nfs4)" in render_text(doc)
+    clean = status_document(data, led.policy, led.fingerprint, routes, None)
+    assert clean["store"]["network_filesystem"] is None
+    assert clean["warnings"] == []

@@ -218,12 +218,18 @@ def day_totals(conn: Connection, days: int = HISTORY_DAYS) -> list[DayTotal]:
 
 def source_counts(conn: Connection) -> dict[str, int]:
     """Sources by state (every state present, zero when none)."""
-    counts = {state.value: 0 for state in SourceState}
-    for state, n in conn.execute(
-        select(sources.c.state, func.count()).group_by(sources.c.state)
-    ).all():
-        counts[str(state)] = int(n)
-    return counts
+    s = sources.c
+    # one index range count per state (`in_queue IN (0, 1)` lets the claim index serve it)
+    return {
+        state.value: int(
+            conn.execute(
+                select(func.count())
+                .select_from(sources)
+                .where(s.in_queue.in_([False, True]), s.state == state.value)
+            ).scalar_one()
+        )
+        for state in SourceState
+    }
 
 
 def source_summaries(
