@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -63,6 +63,7 @@ class Ledger:
     catalog: Catalog
     store: Store
     env: Mapping[str, str]
+    _fp: tuple[Policy, str] | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def open(
@@ -95,7 +96,10 @@ class Ledger:
     @property
     def fingerprint(self) -> str:
         """This process's policy fingerprint (stamped on every reservation it writes)."""
-        return self.policy.fingerprint()
+        cached = self._fp
+        if cached is None or cached[0] is not self.policy:  # computed once per policy object
+            cached = self._fp = (self.policy, self.policy.fingerprint())
+        return cached[1]
 
     def model(self, key: str) -> Model:
         """A catalog model or a usage error."""

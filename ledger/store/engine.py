@@ -8,6 +8,7 @@ the lock is taken and never moves backwards (R-DB-3b). Reads use short deferred 
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,8 +16,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, exc, select, update
-from sqlalchemy.pool import NullPool
+from sqlalchemy import (
+    BigInteger,
+    BindParameter,
+    Connection,
+    Engine,
+    bindparam,
+    case,
+    create_engine,
+    event,
+    exc,
+    insert,
+    select,
+    update,
+)
 
 from ledger.clock import now_ms
 from ledger.errors import (
@@ -92,6 +105,18 @@ def translate(error: BaseException) -> LedgerError:
     return StoreError("database error; nothing was written")
 
 
+_WALL: BindParameter[int] = bindparam("wall", type_=BigInteger)
+_READ_CLOCK = select(clock.c.newest_ms).where(clock.c.id == 1)
+_INSERT_CLOCK = insert(clock).values(id=1, newest_ms=_WALL)
+# One round trip: move the stored time forward (never back) and read the time in force.
+_ADVANCE_CLOCK = (
+    update(clock)
+    .where(clock.c.id == 1)
+    .values(newest_ms=case((clock.c.newest_ms < _WALL, _WALL), else_=clock.c.newest_ms))
+    .returning(clock.c.newest_ms)
+)
+
+
 @dataclass
 class WriteTxn:
     """An open write transaction and the ledger time taken after its lock."""
@@ -116,10 +141,26 @@ class Database:
         self.busy_timeout_ms = busy_timeout_ms
         self.clock_fn = clock_fn
         self.journal_mode = journal_mode or chosen_journal_mode()
-        self.engine: Engine = create_engine(url, poolclass=NullPool)
+        # Pooled connections: PRAGMAs and SQLite's schema parse happen once per connection, not
+        # once per transaction. A connection never crosses a fork (see _on_checkout).
+        self.engine: Engine = create_engine(url)
+        self._returning = bool(getattr(self.engine.dialect, "update_returning", False))
+        event.listen(self.engine, "connect", self._on_connect_record_pid)
+        event.listen(self.engine, "checkout", self._on_checkout)
         if self.is_sqlite:
             event.listen(self.engine, "connect", self._on_connect)
             event.listen(self.engine, "begin", self._on_begin)
+
+    @staticmethod
+    def _on_connect_record_pid(_dbapi_conn: Any, record: Any) -> None:
+        record.info["pid"] = os.getpid()
+
+    @staticmethod
+    def _on_checkout(_dbapi_conn: Any, record: Any, proxy: Any) -> None:
+        # A pooled connection inherited through fork() belongs to the parent: never use it.
+        if record.info.get("pid") != os.getpid():
+            record.dbapi_connection = proxy.dbapi_connection = None
+            raise exc.DisconnectionError("connection belongs to another process")
 
     def _on_connect(self, dbapi_conn: Any, _record: Any) -> None:
         # PRAGMAs when a connection opens, never inside a transaction (R-DB-3).
@@ -169,18 +210,22 @@ class Database:
     def _ledger_now(self, conn: Connection) -> int:
         """max(wall clock, newest stored time), stored back so time never moves backwards."""
         wall = int(self.clock_fn())
-        newest = conn.execute(select(clock.c.newest_ms).where(clock.c.id == 1)).scalar()
-        if newest is None:
-            conn.execute(clock.insert().values(id=1, newest_ms=wall))
-            return wall
-        if wall > newest:
-            conn.execute(update(clock).where(clock.c.id == 1).values(newest_ms=wall))
-            return wall
-        return int(newest)
+        if self._returning:
+            newest = conn.execute(_ADVANCE_CLOCK, {"wall": wall}).scalar()
+            if newest is not None:
+                return int(newest)
+        else:  # pragma: no cover - backends without UPDATE ... RETURNING
+            newest = conn.execute(_READ_CLOCK).scalar()
+            if newest is not None:
+                if wall > newest:
+                    conn.execute(update(clock).where(clock.c.id == 1).values(newest_ms=wall))
+                return max(wall, int(newest))
+        conn.execute(_INSERT_CLOCK, {"wall": wall})
+        return wall
 
     def read_now(self, conn: Connection) -> int:
         """Ledger time for a read path (never before the newest stored time; writes nothing)."""
-        newest = conn.execute(select(clock.c.newest_ms).where(clock.c.id == 1)).scalar()
+        newest = conn.execute(_READ_CLOCK).scalar()
         return max(int(self.clock_fn()), int(newest or 0))
 
     def dispose(self) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, case, func, select
+from sqlalchemy import Connection, bindparam, case, func, select
 
 from ledger.budgets import DAY_MS, HOUR_MS, SourceBudget
 from ledger.kinds import CooldownScope, SourceState
@@ -10,13 +10,79 @@ from ledger.store.schema import cooldowns, reservations, source_models, sources
 
 OPEN_LIKE = ("open", "expired")
 
+# Statements are built once: executing a prebuilt statement skips construction and hits
+# SQLAlchemy's compiled cache directly (the hot path runs them on every reserve).
+_HOURLY_COUNT = (
+    select(func.count())
+    .select_from(reservations)
+    .where(reservations.c.created_ms > bindparam("since"))
+)
+_DAILY_COST = select(
+    func.coalesce(func.sum(reservations.c.cost_micro), 0),
+    func.min(reservations.c.created_ms),
+).where(reservations.c.created_ms > bindparam("since"))
+# Time used: settled durations plus the whole allowance of reservations still open (R-RES-8).
+_TIME_USED = func.coalesce(
+    func.sum(
+        case(
+            (
+                reservations.c.status.in_(OPEN_LIKE),
+                reservations.c.deadline_ms - reservations.c.created_ms,
+            ),
+            else_=func.coalesce(reservations.c.duration_ms, 0),
+        )
+    ),
+    0,
+)
+# The source row and its live counters in one round trip.
+_SOURCE_BUDGET = (
+    select(
+        sources.c.state,
+        sources.c.retry_at_ms,
+        sources.c.archived_calls,
+        sources.c.archived_time_ms,
+        func.count(reservations.c.id).label("calls"),
+        _TIME_USED.label("used"),
+    )
+    .select_from(sources.outerjoin(reservations, reservations.c.source_id == sources.c.id))
+    .where(sources.c.id == bindparam("source_id"))
+    .group_by(
+        sources.c.id,
+        sources.c.state,
+        sources.c.retry_at_ms,
+        sources.c.archived_calls,
+        sources.c.archived_time_ms,
+    )
+)
+_SOURCE_MODELS = select(source_models.c.model_key).where(
+    source_models.c.source_id == bindparam("source_id")
+)
+_COOLDOWN_UNTIL = select(func.max(cooldowns.c.until_ms)).where(
+    cooldowns.c.scope == bindparam("scope"),
+    cooldowns.c.target == bindparam("target"),
+    cooldowns.c.until_ms > bindparam("now"),
+)
+_COOLDOWNS_FOR = (
+    select(cooldowns.c.scope, func.max(cooldowns.c.until_ms))
+    .where(
+        cooldowns.c.until_ms > bindparam("now"),
+        (
+            (cooldowns.c.scope == CooldownScope.PROVIDER.value)
+            & (cooldowns.c.target == bindparam("provider"))
+        )
+        | (
+            (cooldowns.c.scope == CooldownScope.MODEL.value)
+            & (cooldowns.c.target == bindparam("model_key"))
+        ),
+    )
+    .group_by(cooldowns.c.scope)
+)
+
 
 def hourly_usage(conn: Connection, now: int, limit: int) -> tuple[int, int | None]:
     """Reservations created in the last 3600 s, and when the next slot frees when full."""
     since = now - HOUR_MS
-    count = conn.execute(
-        select(func.count()).select_from(reservations).where(reservations.c.created_ms > since)
-    ).scalar_one()
+    count = conn.execute(_HOURLY_COUNT, {"since": since}).scalar_one()
     if count < limit:
         return count, None
     oldest = conn.execute(
@@ -32,63 +98,42 @@ def hourly_usage(conn: Connection, now: int, limit: int) -> tuple[int, int | Non
 def daily_cost(conn: Connection, now: int) -> tuple[int, int | None]:
     """Sum of cost (actual where known, else estimate) over the last 24 h, and the oldest + 24 h."""
     since = now - DAY_MS
-    total, oldest = conn.execute(
-        select(
-            func.coalesce(func.sum(reservations.c.cost_micro), 0),
-            func.min(reservations.c.created_ms),
-        ).where(reservations.c.created_ms > since)
-    ).one()
+    total, oldest = conn.execute(_DAILY_COST, {"since": since}).one()
     return int(total), None if oldest is None else int(oldest) + DAY_MS
 
 
 def source_budget(conn: Connection, source_id: str) -> SourceBudget | None:
     """A source's state and counters (archived history included), or None if it does not exist."""
-    row = conn.execute(
-        select(
-            sources.c.state,
-            sources.c.retry_at_ms,
-            sources.c.archived_calls,
-            sources.c.archived_time_ms,
-        ).where(sources.c.id == source_id)
-    ).one_or_none()
+    row = conn.execute(_SOURCE_BUDGET, {"source_id": source_id}).one_or_none()
     if row is None:
         return None
-    calls, used = conn.execute(
-        select(
-            func.count(),
-            func.coalesce(
-                func.sum(
-                    case(
-                        (
-                            reservations.c.status.in_(OPEN_LIKE),
-                            reservations.c.deadline_ms - reservations.c.created_ms,
-                        ),
-                        else_=func.coalesce(reservations.c.duration_ms, 0),
-                    )
-                ),
-                0,
-            ),
-        ).where(reservations.c.source_id == source_id)
-    ).one()
-    models = conn.execute(
-        select(source_models.c.model_key).where(source_models.c.source_id == source_id)
-    ).scalars()
+    models = conn.execute(_SOURCE_MODELS, {"source_id": source_id}).scalars()
     return SourceBudget(
         state=SourceState(row.state),
         retry_at_ms=row.retry_at_ms,
-        calls=int(calls) + int(row.archived_calls),
+        calls=int(row.calls) + int(row.archived_calls),
         models=frozenset(models),
-        time_used_ms=int(used) + int(row.archived_time_ms),
+        time_used_ms=int(row.used) + int(row.archived_time_ms),
     )
 
 
 def cooldown_until(conn: Connection, scope: CooldownScope, target: str, now: int) -> int | None:
     """The latest end of any active cooldown on this target (all origins)."""
     value = conn.execute(
-        select(func.max(cooldowns.c.until_ms)).where(
-            cooldowns.c.scope == scope.value,
-            cooldowns.c.target == target,
-            cooldowns.c.until_ms > now,
-        )
+        _COOLDOWN_UNTIL, {"scope": scope.value, "target": target, "now": now}
     ).scalar()
     return None if value is None else int(value)
+
+
+def cooldowns_for(
+    conn: Connection, provider: str, model_key: str, now: int
+) -> tuple[int | None, int | None]:
+    """Latest active cooldown end on the provider and on the model, in one round trip."""
+    found = {
+        str(scope): int(until)
+        for scope, until in conn.execute(
+            _COOLDOWNS_FOR, {"now": now, "provider": provider, "model_key": model_key}
+        )
+        if until is not None
+    }
+    return found.get(CooldownScope.PROVIDER.value), found.get(CooldownScope.MODEL.value)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Row, delete, func, insert, select, update
+from sqlalchemy import Connection, Row, bindparam, delete, func, insert, select, update
 
 from ledger import budgets
 from ledger.catalog import Catalog, Model
@@ -25,6 +25,31 @@ from ledger.store.notices import record_notice
 from ledger.store.schema import reservations, source_models, sources, transport_strikes
 
 STRIKE_WINDOW_MS = 15 * 60_000
+
+# Hot-path statements, built once (construction and cache-key work is most of the Python cost).
+_BY_REQUEST_ID = select(reservations).where(reservations.c.request_id == bindparam("request_id"))
+_BY_ID = select(reservations).where(reservations.c.id == bindparam("b_id"))
+_SOURCE_EXISTS = select(sources.c.id).where(sources.c.id == bindparam("b_id"))
+_INSERT_SOURCE = insert(sources)
+_INSERT_RESERVATION = insert(reservations)
+_INSERT_SOURCE_MODEL = insert(source_models)
+_TOUCH_SOURCE = (
+    update(sources)
+    .where(sources.c.id == bindparam("b_id"))
+    .values(last_checked_ms=bindparam("b_now"))
+)
+_EXPIRE_OPEN = (
+    update(reservations)
+    .where(
+        reservations.c.status == AttemptStatus.OPEN.value,
+        reservations.c.deadline_ms <= bindparam("b_now"),
+    )
+    .values(status=AttemptStatus.EXPIRED.value)
+)
+_UPDATE_RESERVATION = update(reservations).where(reservations.c.id == bindparam("b_id"))
+_CLEAR_STRIKES = delete(transport_strikes).where(
+    transport_strikes.c.model_key == bindparam("model_key")
+)
 
 
 @dataclass(frozen=True)
@@ -42,26 +67,27 @@ class ReserveRequest:
 
 def ensure_source(conn: Connection, source_id: str, now: int) -> None:
     """Create a source on first use (not queued for workers unless enqueued)."""
-    exists = conn.execute(select(sources.c.id).where(sources.c.id == source_id)).first()
+    exists = conn.execute(_SOURCE_EXISTS, {"b_id": source_id}).first()
     if exists is None:
-        conn.execute(
-            insert(sources).values(
-                id=source_id,
-                state=SourceState.QUEUED.value,
-                in_queue=False,
-                created_ms=now,
-                last_checked_ms=now,
-            )
-        )
+        _insert_source(conn, source_id, now)
+
+
+def _insert_source(conn: Connection, source_id: str, now: int) -> None:
+    conn.execute(
+        _INSERT_SOURCE,
+        {
+            "id": source_id,
+            "state": SourceState.QUEUED.value,
+            "in_queue": False,
+            "created_ms": now,
+            "last_checked_ms": now,
+        },
+    )
 
 
 def expire_open(conn: Connection, now: int) -> None:
     """Reservations past their deadline and never settled become `expired` (and keep counting)."""
-    conn.execute(
-        update(reservations)
-        .where(reservations.c.status == AttemptStatus.OPEN.value, reservations.c.deadline_ms <= now)
-        .values(status=AttemptStatus.EXPIRED.value)
-    )
+    conn.execute(_EXPIRE_OPEN, {"b_now": now})
 
 
 def _to_reservation(row: Row[Any], replayed: bool = False) -> Reservation:
@@ -86,21 +112,21 @@ def reserve(
     """All checks of R-RES-1..9 and the insert, inside the caller's write transaction."""
     model = request.model
     if request.request_id is not None:
-        row = conn.execute(
-            select(reservations).where(reservations.c.request_id == request.request_id)
-        ).first()
+        row = conn.execute(_BY_REQUEST_ID, {"request_id": request.request_id}).first()
         if row is not None:
             if row.source_id != request.source_id or row.model_key != model.key:
                 raise UsageError("this request id was already used for another source or model")
             return _to_reservation(row, replayed=True)
-    ensure_source(conn, request.source_id, now)
+    source = reads.source_budget(conn, request.source_id)
+    if source is None:  # first use creates the source (one read, one insert)
+        _insert_source(conn, request.source_id, now)
+        source = budgets.SourceBudget(SourceState.QUEUED, None, 0, frozenset(), 0)
     expire_open(conn, now)
     hourly, hourly_free = reads.hourly_usage(conn, now, policy.calls_per_hour)
     daily, daily_free = (0, None)
     if policy.daily_estimated_usd is not None:
         daily, daily_free = reads.daily_cost(conn, now)
-    source = reads.source_budget(conn, request.source_id)
-    assert source is not None
+    provider_until, model_until = reads.cooldowns_for(conn, model.provider, model.key, now)
     state = budgets.BudgetState(
         now_ms=now,
         hourly_count=hourly,
@@ -108,48 +134,42 @@ def reserve(
         daily_cost_micro=daily,
         daily_next_free_ms=daily_free,
         source=source,
-        provider_cooldown_until=reads.cooldown_until(
-            conn, CooldownScope.PROVIDER, model.provider, now
-        ),
-        model_cooldown_until=reads.cooldown_until(conn, CooldownScope.MODEL, model.key, now),
+        provider_cooldown_until=provider_until,
+        model_cooldown_until=model_until,
     )
     estimate = budgets.estimate_micro(model, request.input_bytes, policy.reply_tokens)
     verdict = budgets.check(state, policy, model, estimate, override=request.override)
     if isinstance(verdict, budgets.Refusal):
         if verdict.reason in {"provider_cooldown", "model_cooldown"}:
             # R-POL-6: temporarily unroutable work moves behind other eligible work
-            conn.execute(
-                update(sources).where(sources.c.id == request.source_id).values(last_checked_ms=now)
-            )
+            conn.execute(_TOUCH_SOURCE, {"b_id": request.source_id, "b_now": now})
         return verdict
     role = AttemptRole.OVERRIDE if request.override else request.role
     new_id = conn.execute(
-        insert(reservations).values(
-            request_id=request.request_id,
-            source_id=request.source_id,
-            model_key=model.key,
-            provider=model.provider,
-            role=role.value,
-            fallback_from=request.fallback_from,
-            created_ms=now,
-            deadline_ms=verdict.deadline_ms,
-            input_bytes=request.input_bytes,
-            estimate_micro=verdict.estimate_micro,
-            status=AttemptStatus.OPEN.value,
-            cost_micro=verdict.estimate_micro,
-            policy_fp=policy_fp,
-        )
+        _INSERT_RESERVATION,
+        {
+            "request_id": request.request_id,
+            "source_id": request.source_id,
+            "model_key": model.key,
+            "provider": model.provider,
+            "role": role.value,
+            "fallback_from": request.fallback_from,
+            "created_ms": now,
+            "deadline_ms": verdict.deadline_ms,
+            "input_bytes": request.input_bytes,
+            "estimate_micro": verdict.estimate_micro,
+            "status": AttemptStatus.OPEN.value,
+            "cost_micro": verdict.estimate_micro,
+            "policy_fp": policy_fp,
+        },
     ).inserted_primary_key
     assert new_id is not None
     if model.key not in source.models:
         conn.execute(
-            insert(source_models).values(
-                source_id=request.source_id, model_key=model.key, first_ms=now
-            )
+            _INSERT_SOURCE_MODEL,
+            {"source_id": request.source_id, "model_key": model.key, "first_ms": now},
         )
-    conn.execute(
-        update(sources).where(sources.c.id == request.source_id).values(last_checked_ms=now)
-    )
+    conn.execute(_TOUCH_SOURCE, {"b_id": request.source_id, "b_now": now})
     return Reservation(
         id=int(new_id[0]),
         source=request.source_id,
@@ -172,7 +192,7 @@ def settle(
     jitter: Callable[[], float],
 ) -> SettleResult:
     """Record an outcome and apply the policy table, inside the caller's write transaction."""
-    row = conn.execute(select(reservations).where(reservations.c.id == reservation_id)).first()
+    row = conn.execute(_BY_ID, {"b_id": reservation_id}).first()
     if row is None:
         raise NotFoundError("unknown reservation")
     if row.status not in reads.OPEN_LIKE:
@@ -227,19 +247,19 @@ def _settle_success(
     actual = _usage_cost(model, outcome.input_tokens, outcome.output_tokens, outcome.cost_usd)
     cost = actual if actual is not None else r["estimate_micro"]
     conn.execute(
-        update(reservations)
-        .where(reservations.c.id == r["id"])
-        .values(
-            status=AttemptStatus.SUCCEEDED.value,
-            input_tokens=outcome.input_tokens,
-            output_tokens=outcome.output_tokens,
-            actual_micro=actual,
-            cost_micro=cost,
+        _UPDATE_RESERVATION,
+        {
+            "b_id": r["id"],
+            "status": AttemptStatus.SUCCEEDED.value,
+            "input_tokens": outcome.input_tokens,
+            "output_tokens": outcome.output_tokens,
+            "actual_micro": actual,
+            "cost_micro": cost,
             **base,
-        )
+        },
     )
     actions: list[str] = []
-    conn.execute(delete(transport_strikes).where(transport_strikes.c.model_key == r["model_key"]))
+    conn.execute(_CLEAR_STRIKES, {"model_key": r["model_key"]})
     if late:
         actions.append("late: usage recorded; the result must not be committed")
     if r["role"] == AttemptRole.FALLBACK.value and r["fallback_from"]:
