@@ -10,7 +10,7 @@ import click
 
 from ledger.cli.main import AppContext, emit_json, pass_app, run
 from ledger.queue import DrainSummary, ItemReport
-from ledger.worker import Stopper, drain, load_handler
+from ledger.worker import MAX_SLEEP_MS, Stopper, drain, load_handler
 
 
 @click.group("worker")
@@ -41,6 +41,8 @@ def progress_printer(enabled: bool) -> Callable[[ItemReport, DrainSummary], None
               help="Stop after this many queue items.")
 @click.option("--worker-id", metavar="ID", default=None,
               help="Lease owner name (default host:pid:random).")
+@click.option("--max-sleep", type=click.FloatRange(0.2, 3600), default=MAX_SLEEP_MS / 1000,
+              show_default=True, help="With --loop: the longest pause between polls, seconds.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
 @pass_app
 def run_cmd(
@@ -49,6 +51,7 @@ def run_cmd(
     mode: str,
     max_items: int | None,
     worker_id: str | None,
+    max_sleep: float,
     as_json: bool,
 ) -> None:
     """Drain due sources: claim, at most two immediate attempts, release (R-POL-4).
@@ -74,6 +77,7 @@ def run_cmd(
                 max_items=max_items,
                 stopper=stopper,
                 on_item=callback,
+                max_sleep_ms=int(max_sleep * 1000),
             ),
         )
     if tty:
