@@ -1,0 +1,106 @@
+"""Figure `contention`: 1, 4 and 8 processes doing ledger cycles on one shared ledger.
+
+Invariant: every process opens its own Ledger (as a worker would) and they start together; the
+throughput of N processes is compared with one process measured in the same run.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Barrier
+from pathlib import Path
+from typing import Any
+
+from bench.common import Row, Settings, Stats, ledger_cycle, make_home, ms, open_ledger, ratio_row
+
+PROCESS_COUNTS = (1, 4, 8)
+QUICK_COUNTS = (1, 2)
+TARGET = 0.8
+
+
+def _child(home: str, tag: str, barrier: Barrier, seconds: float, out: Queue[Any]) -> None:
+    """Run cycles for `seconds` after everyone is ready; report cycles and reserve latencies."""
+    ledger = open_ledger(Path(home))
+    latencies: list[float] = []
+    from ledger.records import Success
+
+    def one(i: int) -> None:
+        t0 = time.perf_counter()
+        res = ledger.reserve(f"{tag}-{i % 500}", "alpha/m0", input_bytes=2000)
+        latencies.append(time.perf_counter() - t0)
+        ledger.settle(res.id, Success(input_tokens=500, output_tokens=200))
+
+    ledger_cycle(ledger, 0, prefix=f"{tag}-warm")
+    barrier.wait()
+    deadline = time.perf_counter() + seconds
+    i = 0
+    while time.perf_counter() < deadline:
+        one(i)
+        i += 1
+    ledger.close()
+    out.put((i, latencies))
+
+
+def _round(home: Path, procs: int, seconds: float, tag: str) -> tuple[float, list[float]]:
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(procs)
+    out: Queue[Any] = ctx.Queue()
+    children = [
+        ctx.Process(target=_child, args=(str(home), f"{tag}-p{n}", barrier, seconds, out))
+        for n in range(procs)
+    ]
+    for child in children:
+        child.start()
+    results = [out.get(timeout=120 + seconds * 4) for _ in children]
+    for child in children:
+        child.join()
+    cycles = sum(r[0] for r in results)
+    latencies = [lat for r in results for lat in r[1]]
+    return cycles / seconds, latencies
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def run(root: Path, settings: Settings) -> list[Row]:
+    """Rounds of 1/4/8 processes, interleaved; ratio of total cycles/s to one process."""
+    home = make_home(root, "contention")
+    open_ledger(home).close()
+    counts = QUICK_COUNTS if settings.quick else PROCESS_COUNTS
+    rates: dict[int, list[float]] = {n: [] for n in counts}
+    lats: dict[int, list[float]] = {n: [] for n in counts}
+    runs = 1 if settings.quick else max(1, settings.runs // 2)
+    for r in range(runs):
+        for n in counts:
+            rate, latencies = _round(home, n, settings.contention_s, f"r{r}n{n}")
+            rates[n].append(rate)
+            lats[n].extend(latencies)
+    rows: list[Row] = []
+    for n in counts:
+        p50, p99 = _percentile(lats[n], 0.5), _percentile(lats[n], 0.99)
+        rstats = Stats.of(rates[n])
+        if n == 1:
+            rows.append(
+                Row(
+                    "contention: 1 process, cycles/s",
+                    f"{rstats.median:.0f}/s",
+                    f"{rstats.low:.0f}-{rstats.high:.0f} (n={rstats.runs})",
+                    note=f"reserve p50 {ms(p50)}, p99 {ms(p99)}",
+                )
+            )
+            continue
+        rel = Stats.of([rates[n][i] / rates[1][i] for i in range(runs)])
+        rows.append(
+            ratio_row(
+                f"contention: {n} processes, total cycles/s vs 1",
+                rel,
+                f">= {TARGET}",
+                rel.median >= TARGET,
+                note=f"{rstats.median:.0f}/s; reserve p50 {ms(p50)}, p99 {ms(p99)}",
+            )
+        )
+    return rows

@@ -1,0 +1,226 @@
+"""Figure `growth`: reserve+settle on a ledger holding a large history vs an empty ledger.
+
+Invariant: the big ledger is built with stdlib executemany into a migrated database (sources,
+source_models and settled reservations spread over 60 days, columns consistent with what the
+ledger writes); both ledgers are then driven through the public API, in alternating chunks.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.common import (
+    MODEL_KEYS,
+    Row,
+    Settings,
+    Stats,
+    bench_policy,
+    ledger_cycle,
+    make_home,
+    open_ledger,
+    per_cycle,
+    ratio_row,
+    time_row,
+)
+from ledger.clock import now_ms
+
+DAY_MS = 86_400_000
+DAYS = 60
+TARGET_RATIO = 1.2
+STATUS_TARGET_S = 0.3
+CHUNK = 10
+_STATUSES = ("succeeded",) * 16 + ("failed", "failed", "cancelled", "expired")
+
+
+def build_history(db_path: Path, rows: int, now: int, days: int = DAYS, seed: int = 7) -> None:
+    """Insert `rows` historic attempts (4 per source, up to 2 models each) spread over `days`."""
+    rng = random.Random(seed)
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    conn.execute("PRAGMA synchronous = OFF")  # building the fixture only; never measured
+    conn.execute("BEGIN IMMEDIATE")
+    span = days * DAY_MS
+    batch_sources: list[tuple[object, ...]] = []
+    batch_models: list[tuple[object, ...]] = []
+    batch_res: list[tuple[object, ...]] = []
+
+    def flush() -> None:
+        conn.executemany(
+            "INSERT INTO sources (id, state, in_queue, created_ms, last_checked_ms, failures,"
+            " output_failures, backoff_steps, correction_used, finished_ms, archived_calls,"
+            " archived_time_ms) VALUES (?, 'done', 0, ?, ?, ?, 0, 0, 0, ?, 0, 0)",
+            batch_sources,
+        )
+        conn.executemany(
+            "INSERT INTO source_models (source_id, model_key, first_ms) VALUES (?, ?, ?)",
+            batch_models,
+        )
+        conn.executemany(
+            "INSERT INTO reservations (source_id, model_key, provider, role, created_ms,"
+            " deadline_ms, input_bytes, estimate_micro, status, settled_ms, duration_ms, kind,"
+            " late, side_effects, input_tokens, output_tokens, actual_micro, cost_micro,"
+            " policy_fp) VALUES (?, ?, ?, ?, ?, ?, 2000, 9000, ?, ?, ?, ?, 0, 0, ?, ?, ?, ?,"
+            " 'history')",
+            batch_res,
+        )
+        batch_sources.clear()
+        batch_models.clear()
+        batch_res.clear()
+
+    for s in range(rows // 4):
+        start = now - span + rng.randrange(span - 60_000)
+        sid = f"hist-{s}"
+        models = rng.sample(MODEL_KEYS, 2)
+        failures = 0
+        t = start
+        for k in range(4):
+            key = models[0] if k < 2 else models[1]
+            status = rng.choice(_STATUSES)
+            failures += status == "failed"
+            duration = rng.randrange(200, 30_000)
+            settled = None if status == "expired" else t + duration
+            tokens = (500, 200) if status == "succeeded" else (None, None)
+            actual = 900 if status == "succeeded" else None
+            batch_res.append(
+                (
+                    sid,
+                    key,
+                    key.split("/", 1)[0],
+                    "primary" if k == 0 else "fallback",
+                    t,
+                    t + 120_000,
+                    status,
+                    settled,
+                    None if settled is None else duration,
+                    "transport" if status == "failed" else None,
+                    tokens[0],
+                    tokens[1],
+                    actual,
+                    actual if actual is not None else 9000,
+                )
+            )
+            t += duration + 1
+        batch_sources.append((sid, start, t, failures, t))
+        batch_models.extend((sid, m, start) for m in models)
+        if len(batch_res) >= 20_000:
+            flush()
+    flush()
+    conn.execute("UPDATE clock SET newest_ms = max(newest_ms, ?)", (now,))
+    conn.execute("COMMIT")
+    conn.execute("ANALYZE")
+    conn.close()
+
+
+def _side_by_side(big: Path, empty: Path, settings: Settings, daily: bool) -> Stats:
+    policy = bench_policy(**({"dailyEstimatedUsd": 10**9} if daily else {}))
+    led_big, led_empty = open_ledger(big, policy), open_ledger(empty, policy)
+    ratios: list[float] = []
+    try:
+        per_cycle(lambda i: ledger_cycle(led_big, i), 0, 5)
+        per_cycle(lambda i: ledger_cycle(led_empty, i), 0, 5)
+        offset = 5
+        for _ in range(settings.runs):
+            b = e = 0.0
+            done = 0
+            while done < settings.cycles:
+                n = min(CHUNK, settings.cycles - done)
+                b += per_cycle(lambda i: ledger_cycle(led_big, i), offset, n)
+                e += per_cycle(lambda i: ledger_cycle(led_empty, i), offset, n)
+                offset += n
+                done += n
+            ratios.append(b / e)
+    finally:
+        led_big.close()
+        led_empty.close()
+    return Stats.of(ratios)
+
+
+def _status_in_process(home: Path, runs: int) -> Stats:
+    from ledger.status import build_status
+
+    times: list[float] = []
+    for _ in range(runs):
+        ledger = open_ledger(home)
+        t0 = time.perf_counter()
+        json.dumps(build_status(ledger), default=str)
+        times.append(time.perf_counter() - t0)
+        ledger.close()
+    return Stats.of(times)
+
+
+def _status_cli(home: Path, runs: int) -> Stats:
+    times: list[float] = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "ledger", "--home", str(home), "status", "--json"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        times.append(time.perf_counter() - t0)
+    return Stats.of(times)
+
+
+def _startup(runs: int) -> Stats:
+    times: list[float] = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import ledger.cli.main"], check=True)
+        times.append(time.perf_counter() - t0)
+    return Stats.of(times)
+
+
+def run(root: Path, settings: Settings) -> list[Row]:
+    """Build the history, then compare cycles and time `status --json` on it."""
+    big, empty = make_home(root, "growth-big"), make_home(root, "growth-empty")
+    open_ledger(big).close()
+    open_ledger(empty).close()
+    t0 = time.perf_counter()
+    build_history(big / "ledger.db", settings.growth_rows, now_ms())
+    built = time.perf_counter() - t0
+    label = f"{settings.growth_rows:,} attempts / {DAYS} d"
+    plain = _side_by_side(big, empty, settings, daily=False)
+    daily = _side_by_side(big, empty, settings, daily=True)
+    status = _status_in_process(big, settings.status_runs)
+    rows = [
+        ratio_row(
+            f"growth: cycle on {label} vs empty",
+            plain,
+            f"<= {TARGET_RATIO}",
+            plain.median <= TARGET_RATIO,
+            note=f"history built in {built:.1f} s",
+        ),
+        ratio_row(
+            f"growth: same, with a daily USD ceiling set ({label})",
+            daily,
+            f"<= {TARGET_RATIO}",
+            daily.median <= TARGET_RATIO,
+            note="adds the rolling 24 h cost sum",
+        ),
+        time_row(
+            f"status: build_status + JSON in-process ({label})",
+            status,
+            f"<= {STATUS_TARGET_S * 1000:.0f} ms",
+            status.median <= STATUS_TARGET_S,
+        ),
+    ]
+    if settings.quick:  # subprocesses cost seconds of interpreter start-up: not in the smoke run
+        return rows
+    cli = _status_cli(big, settings.status_runs)
+    startup = _startup(settings.status_runs)
+    return [
+        *rows,
+        time_row(
+            f"status: `ledger status --json` subprocess ({label})",
+            cli,
+            f"<= {STATUS_TARGET_S * 1000:.0f} ms",
+            cli.median <= STATUS_TARGET_S,
+        ),
+        time_row("python + `import ledger.cli.main` (start-up share of the above)", startup),
+    ]

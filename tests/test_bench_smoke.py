@@ -1,0 +1,25 @@
+"""Issue 9: the benchmark harness runs in its tiny --quick mode and writes a results table.
+
+No timing assertions: speed targets live in the benchmark, never in tests.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.__main__ import main
+
+
+@pytest.mark.slow
+def test_bench_quick_mode_runs_and_writes_a_table(tmp_path: Path) -> None:
+    out = tmp_path / "results.md"
+    assert main(["--quick", "--out", str(out), "--scratch", str(tmp_path)]) == 0
+    text = out.read_text()
+    assert "| figure | median |" in text
+    for figure in ("ledger cycle / floor", "contention: 2 processes", "selection:", "growth:"):
+        assert figure in text
+    assert "SQLite" in text and "journal mode" in text
+    assert "failed" not in text
+    assert not list(tmp_path.glob("ledger-bench-*")), "scratch databases are removed"
