@@ -30,7 +30,9 @@ R = ExclusionReason
 # The fixed order in which rules are checked; a model is excluded by the first one that applies.
 # The four "fallback" rules (same_provider .. not_in_fallback_list) apply to every model except the
 # default model of a fresh request (no failure yet). `not_in_fallback_list` also carries R-SEL-3:
-# with crossProviderFallback false every model but the default is "not in the fallback list".
+# with crossProviderFallback false every model but the default is "not in the fallback list" (and
+# with no default model nothing is eligible: the privacy boundary fails closed). Siblings are judged
+# against the failed model's provider and, for backups, against the default model's provider.
 RULE_ORDER: tuple[ExclusionReason, ...] = (
     R.UNAVAILABLE,  # provider not available (R-CAT-2)
     R.NO_TEXT,  # R-SEL-1
@@ -159,6 +161,7 @@ class _Context:
     tried: frozenset[str]
     failed_provider: str | None
     default_provider: str | None
+    cooling: dict[tuple[CooldownScope, str], int]  # latest active end per (scope, target)
 
 
 def _fallback_reason(ctx: _Context, model: Model) -> ExclusionReason | None:
@@ -187,13 +190,14 @@ def _fallback_reason(ctx: _Context, model: Model) -> ExclusionReason | None:
     return None
 
 
-def _cooldown_until(ctx: _Context, scope: CooldownScope, target: str) -> int | None:
-    ends = [
-        c.until_ms
-        for c in ctx.snapshot.cooldowns
-        if c.scope == scope and c.target == target and c.until_ms > ctx.snapshot.now_ms
-    ]
-    return max(ends, default=None)
+def _active_cooldowns(snapshot: Snapshot) -> dict[tuple[CooldownScope, str], int]:
+    """The latest end of the still active cooldowns, per (scope, target)."""
+    ends: dict[tuple[CooldownScope, str], int] = {}
+    for c in snapshot.cooldowns:
+        if c.until_ms > snapshot.now_ms:
+            target = (c.scope, c.target)
+            ends[target] = max(c.until_ms, ends.get(target, c.until_ms))
+    return ends
 
 
 def _late_reason(ctx: _Context, model: Model) -> ExclusionReason | None:
@@ -225,8 +229,8 @@ def _exclusion(ctx: _Context, model: Model) -> tuple[Exclusion | None, bool]:
         early = _fallback_reason(ctx, model)
     if early is not None:
         return Exclusion(key, early), False
-    provider_until = _cooldown_until(ctx, CooldownScope.PROVIDER, model.provider)
-    model_until = _cooldown_until(ctx, CooldownScope.MODEL, key)
+    provider_until = ctx.cooling.get((CooldownScope.PROVIDER, model.provider))
+    model_until = ctx.cooling.get((CooldownScope.MODEL, key))
     late = _late_reason(ctx, model)
     if provider_until is not None or model_until is not None:
         reason = R.PROVIDER_COOLDOWN if provider_until is not None else R.MODEL_COOLDOWN
@@ -247,6 +251,7 @@ def select(
         tried=tried,
         failed_provider=_provider_of(request.failed_model) if request.failed_model else None,
         default_provider=_provider_of(request.default_model) if request.default_model else None,
+        cooling=_active_cooldowns(snapshot),
     )
     eligible: list[Model] = []
     excluded: list[Exclusion] = []

@@ -14,6 +14,8 @@ from ledger.catalog import Model
 
 # Code points counted as one token each. Every one of them is at least 3 bytes in UTF-8 (all are
 # ≥ U+0800), so ⌈bytes / 3⌉ bounds the estimate of any text of that size (see tokens_for_bytes).
+# For the 3-byte (BMP) ranges the count equals what ⌈bytes / 3⌉ would give anyway; the rule makes a
+# difference for the 4-byte ideographs and kana of the supplementary planes (1 token, not 4/3).
 CJK_RANGES: tuple[tuple[int, int], ...] = (
     (0x1100, 0x11FF),  # Hangul Jamo
     (0x2E80, 0x2FDF),  # CJK Radicals Supplement, Kangxi Radicals
@@ -101,12 +103,10 @@ def plan_input(
     while kept > 0 and not fits(model, total, reply_tokens):
         kept -= 1
         total -= costs[kept]
-    ok = fits(model, total, reply_tokens)
-    if not ok:
-        kept = 0
+    # when even the required part does not fit, the loop has dropped every optional item
     return InputPlan(
         kept=tuple(range(kept)),
         dropped=tuple(range(kept, len(costs))),
         tokens=total,
-        fits=ok,
+        fits=fits(model, total, reply_tokens),
     )

@@ -189,12 +189,32 @@ def test_r_sel_5_listed_sibling_follows_a_model_specific_failure() -> None:
         assert reasons(selection)["openai/gpt-b"] is R.SIBLING_NOT_FOR_KIND
 
 
+@pytest.mark.parametrize("kind", [FailureKind.AUTH, FailureKind.QUOTA, FailureKind.TRANSPORT])
+def test_r_sel_4_default_is_not_offered_after_its_sibling_failed_for_the_provider(
+    kind: FailureKind,
+) -> None:
+    selection = run(after_failure=kind, failed_model="openai/gpt-b")
+    assert reasons(selection)["openai/gpt-a"] is R.SAME_PROVIDER
+    assert not [r for r in selection.routes if r.startswith("openai/")]
+
+
+def test_r_sel_4_default_may_follow_a_model_specific_failure_of_its_sibling() -> None:
+    selection = run(after_failure=FailureKind.RATE_LIMIT, failed_model="openai/gpt-b")
+    assert selection.routes[0] == "openai/gpt-a"
+
+
 def test_r_sel_3_cross_provider_false_confines_to_default() -> None:
     policy = {"crossProviderFallback": False, "fallbackModels": ["anthropic/claude-h"]}
     assert run(policy).routes == ("openai/gpt-a",)
     failed = run(policy, after_failure=FailureKind.RATE_LIMIT, failed_model="openai/gpt-a")
     assert failed.routes == ()
     assert failed.retry_at_ms is None
+
+
+def test_r_sel_3_without_a_default_nothing_is_eligible() -> None:
+    selection = run({"crossProviderFallback": False}, default_model=None)
+    assert selection.routes == ()
+    assert reasons(selection)["anthropic/claude-h"] is R.NOT_IN_FALLBACK_LIST
 
 
 def test_fallback_order_is_exposed_for_status() -> None:
@@ -228,6 +248,15 @@ def test_r_sel_7_cooldown_until_is_when_the_model_stops_cooling() -> None:
     )
     selection = run(snapshot=snap(cooldowns=cooldowns))
     assert Exclusion("openai/gpt-a", R.PROVIDER_COOLDOWN, NOW + 5 * MIN) in selection.excluded
+
+
+def test_r_pol_2_a_shorter_cooldown_never_shortens_a_longer_one() -> None:
+    cooldowns = (
+        cooldown(CooldownScope.MODEL, "openai/gpt-a", NOW + 5 * MIN),
+        cooldown(CooldownScope.MODEL, "openai/gpt-a", NOW + MIN),
+    )
+    selection = run(snapshot=snap(cooldowns=cooldowns))
+    assert Exclusion("openai/gpt-a", R.MODEL_COOLDOWN, NOW + 5 * MIN) in selection.excluded
 
 
 # --- R-SEL-10 retry_at ------------------------------------------------------------------------

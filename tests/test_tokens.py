@@ -36,6 +36,8 @@ def model(window: int | None = None, max_output: int | None = None) -> Model:
         ("。「」", 3),  # CJK Symbols and Punctuation
         ("\uff21\uff22", 2),  # Fullwidth Forms
         ("\U00020000", 1),  # Extension B (4 bytes, still one token)
+        ("\U0001b000\U0001b001\U0001b002", 3),  # Kana Supplement: 12 bytes, not ⌈12 / 3⌉ + 1
+        ("\U0001f600\U0001f600\U0001f600", 4),  # emoji are not CJK: ⌈12 / 3⌉
         ("日本a", 3),  # 2 CJK + ⌈1 / 3⌉
         ("日abc本def", 4),  # CJK is removed, other bytes pooled: 2 + ⌈6 / 3⌉
     ],
