@@ -1,0 +1,188 @@
+"""Child-process helpers for the reliability tests: top-level targets for spawn/forkserver children.
+
+Invariant: a child only reports what it saw (granted reservation ids, refusal codes, error class
+names, acknowledgements) to the parent; the parent alone checks the database and decides pass/fail.
+Every child opens its own `Ledger` on the shared state directory, exactly like a worker process.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import Counter
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any, Protocol
+
+from ledger.api import Ledger
+from ledger.classify import classify_kind
+from ledger.errors import LedgerError, Refused
+from ledger.records import Cancelled, Failed, Outcome, Success
+from ledger.store import Store, reads
+from ledger.store.reservations import ReserveRequest
+
+# A separate process holding the SQLite write lock until its stdin closes (fault tests).
+HOLD_WRITE_LOCK = (
+    "import sqlite3, sys\n"
+    "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+    "c.execute('BEGIN IMMEDIATE')\n"
+    "print('locked', flush=True)\n"
+    "sys.stdin.read()\n"
+    "c.execute('ROLLBACK')\n"
+)
+
+
+class BarrierLike(Protocol):
+    """The part of multiprocessing.Barrier the children use."""
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+class QueueLike(Protocol):
+    """The part of multiprocessing.Queue the children use."""
+
+    def put(self, obj: Any, block: bool = True, timeout: float | None = None) -> None: ...
+
+
+def write_home(home: Path, catalog: dict[str, Any], **policy: Any) -> None:
+    """Write catalog.json and recovery.json into a state directory (children read them at start)."""
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (home / "catalog.json").write_text(json.dumps(catalog))
+    (home / "recovery.json").write_text(json.dumps(policy))
+
+
+def open_ledger(home: str) -> Ledger:
+    """Open the ledger as a worker would: policy and catalog from the state directory."""
+    return Ledger.open(home, env={})
+
+
+def break_transaction_scope(delay_s: float) -> None:
+    """Deliberately violate R-DB-2 in this process: check the hourly count in one transaction,
+    sleep, then insert in another (the write transaction trusts the stale count)."""
+    original = Store.reserve
+    real_usage = reads.hourly_usage
+
+    def stale_reserve(self: Store, policy: Any, request: ReserveRequest, fp: str) -> Any:
+        with self.db.read() as conn:
+            stale = real_usage(conn, self.db.read_now(conn), policy.calls_per_hour)
+        time.sleep(delay_s)
+        reads.hourly_usage = lambda conn, now, limit: stale
+        try:
+            return original(self, policy, request, fp)
+        finally:
+            reads.hourly_usage = real_usage
+
+    setattr(Store, "reserve", stale_reserve)  # noqa: B010 - patching a method on purpose
+
+
+def race_worker(
+    home: str, barrier: BarrierLike, tag: int, attempts: int, broken: bool, out: QueueLike
+) -> None:
+    """Reserve `attempts` times on distinct sources once every racer is ready; report the result."""
+    granted: list[int] = []
+    refused: Counter[str] = Counter()
+    errors: list[str] = []
+    try:
+        if broken:
+            break_transaction_scope(0.02)
+        led = open_ledger(home)
+        barrier.wait(timeout=120)
+        for i in range(attempts):
+            try:
+                granted.append(led.reserve(f"race-{tag}-{i}", "alpha/small", input_bytes=100).id)
+            except Refused as refusal:
+                refused[refusal.reason] += 1
+            except LedgerError as error:
+                errors.append(type(error).__name__)
+        led.close()
+    except Exception as error:  # reported, never swallowed: the parent asserts there are none
+        errors.append(f"{type(error).__name__}: {error}")
+    out.put({"tag": tag, "granted": granted, "refused": dict(refused), "errors": errors})
+
+
+def _random_outcome(
+    rng: random.Random, input_bytes: int, reply_tokens: int, failures: bool = True
+) -> Outcome:
+    roll = rng.random() if failures else rng.random() * 0.8
+    if roll < 0.5:  # a provider that respected max tokens: actual <= estimate
+        return Success(
+            input_tokens=rng.randint(0, input_bytes),
+            output_tokens=rng.randint(0, reply_tokens),
+        )
+    if roll < 0.6:
+        return Success()  # usage unknown: the estimate keeps counting
+    if roll < 0.8:
+        return Cancelled()
+    return Failed(classify_kind(rng.choice(["unknown", "invalid_output", "stale"])))
+
+
+def contention_worker(
+    home: str,
+    barrier: BarrierLike,
+    seed: int,
+    operations: int,
+    sources: list[str],
+    models: list[str],
+    out: QueueLike,
+) -> None:
+    """Mix reserves and settles (some immediate, some later) over shared sources and models."""
+    rng = random.Random(seed)
+    granted: list[tuple[int, str, str]] = []
+    refused: Counter[str] = Counter()
+    errors: list[str] = []
+    settled = 0
+    try:
+        led = open_ledger(home)
+        reply = led.policy.reply_tokens
+        open_ids: list[tuple[int, int]] = []
+        barrier.wait(timeout=120)
+        for _ in range(operations):
+            if open_ids and rng.random() < 0.4:
+                rid, size = open_ids.pop(rng.randrange(len(open_ids)))
+                try:
+                    led.settle(rid, _random_outcome(rng, size, reply))
+                    settled += 1
+                except LedgerError as error:
+                    errors.append(type(error).__name__)
+                continue
+            source, model = rng.choice(sources), rng.choice(models)
+            size = rng.choice([0, 1000, 20_000])
+            try:
+                res = led.reserve(source, model, input_bytes=size)
+            except Refused as refusal:
+                refused[refusal.reason] += 1
+                continue
+            except LedgerError as error:
+                errors.append(type(error).__name__)
+                continue
+            granted.append((res.id, source, model))
+            open_ids.append((res.id, size))
+        led.close()
+    except Exception as error:
+        errors.append(f"{type(error).__name__}: {error}")
+    out.put({"seed": seed, "granted": granted, "refused": dict(refused), "errors": errors,
+             "settled": settled})
+
+
+def crash_child(home: str, round_no: int, acks: Connection) -> None:
+    """Reserve and settle forever with request ids, acknowledging each commit; killed by the parent.
+
+    Messages: ("intent", request_id, source, model) before a reserve, ("reserved", request_id,
+    id) after its commit, ("settled", id) after a settle commits; each is one small pipe write.
+    """
+    led = open_ledger(home)
+    rng = random.Random(round_no)
+    models = ("alpha/small", "beta/mid")
+    i = 0
+    while True:
+        request_id = f"crash-{round_no}-{i}"
+        model = models[i % 2]
+        source = f"crash-src-{round_no}-{i}"
+        acks.send(("intent", request_id, source, model))
+        res = led.reserve(source, model, input_bytes=rng.randint(0, 5000), request_id=request_id)
+        time.sleep(rng.random() * 0.005)  # a worker slow to acknowledge widens the crash window
+        acks.send(("reserved", request_id, res.id))
+        led.settle(res.id, _random_outcome(rng, 100, 100, failures=False))
+        acks.send(("settled", res.id))
+        i += 1
