@@ -55,3 +55,44 @@ def current(app: AppContext, as_json: bool) -> None:
         emit_json({"revision": revision, "head": head, "up_to_date": revision == head})
         return
     click.echo(f"{revision or '(empty)'}{' (head)' if revision == head else f' (head is {head})'}")
+
+
+@db_group.command("compact")
+@click.option(
+    "--older-than",
+    "older_than",
+    metavar="DURATION",
+    default=None,
+    help="Fold attempts older than this (default: retentionDays from the policy; at least 24h).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_app
+def compact_cmd(app: AppContext, older_than: str | None, as_json: bool) -> None:
+    """Fold old settled attempts into per-day totals, in bounded batches (R-DB-6)."""
+    from ledger.clock import iso, now_ms
+    from ledger.durations import DAY_MS, parse_duration_ms
+    from ledger.store.compact import check_older_than, compact
+
+    ensure_home(app.state.path)
+    policy = load_policy(app.state.path)
+    age = parse_duration_ms(older_than) if older_than else policy.retention_days * DAY_MS
+    check_older_than(age)
+    db = Database(app.state.db_url, busy_timeout_ms=policy.busy_timeout_ms)
+    try:
+        migrate.open_checked(db)
+        summary = compact(db, now_ms(), age)
+    finally:
+        db.dispose()
+    if as_json:
+        emit_json(
+            {
+                "folded": summary.folded,
+                "batches": summary.batches,
+                "cutoff": iso(summary.cutoff_ms),
+            }
+        )
+        return
+    click.echo(
+        f"folded {summary.folded} attempts created before {iso(summary.cutoff_ms)} "
+        f"into daily totals ({summary.batches} batches)"
+    )
