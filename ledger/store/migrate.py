@@ -33,7 +33,10 @@ def _migrations_dir() -> Path:
     try:
         import migrations  # the top-level package shipped in the wheel
 
-        return Path(migrations.__file__).resolve().parent
+        for entry in migrations.__path__:  # a regular or (old editable install) namespace package
+            if (Path(entry) / "env.py").exists():
+                return Path(entry).resolve()
+        return MIGRATIONS_DIR
     except ImportError:  # pragma: no cover - source checkout without install
         return MIGRATIONS_DIR
 
