@@ -80,6 +80,12 @@ class LedgerGroup(click.Group):
             if app is not None and app.debug:
                 raise
             fail(error)
+        except click.UsageError as error:  # bad input: one line, exit 2 (SPEC 13)
+            if isinstance(error, click.exceptions.NoArgsIsHelpError):
+                raise
+            text = "".join(c if c.isprintable() else "?" for c in error.format_message())
+            click.echo(f"ledger: {text}", err=True)
+            sys.exit(error.exit_code)
         except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
             raise
         except KeyboardInterrupt:
