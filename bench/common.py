@@ -75,6 +75,10 @@ class Row:
     met: bool | None = None
     note: str = ""
 
+    def with_note(self, note: str) -> Row:
+        """The same row with a note."""
+        return Row(self.figure, self.value, self.spread, self.target, self.met, note)
+
 
 def ms(seconds: float) -> str:
     """Seconds as milliseconds text."""
