@@ -33,7 +33,11 @@ def test_library_example_runs(tmp_path: Path) -> None:
     script.write_text(match.group(1))
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     result = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=60,
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
         check=False,
     )
     assert result.returncode == 0, result.stderr

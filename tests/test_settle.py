@@ -1,0 +1,267 @@
+"""SPEC section 8 applied in the settle transaction: cooldowns, strikes, counters, pauses."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ledger.api import Ledger
+from ledger.classify import classify_http, classify_kind, classify_stop_reason
+from ledger.errors import Refused
+from ledger.kinds import CooldownScope, FailureKind
+from ledger.records import Cancelled, Failed, Success
+from ledger.store.views import cooldown_list, source_detail
+from tests.conftest import Clock, LedgerFactory
+
+MIN = 60_000
+
+
+def cooldowns(led: Ledger) -> dict[tuple[str, str], int]:
+    _, rows = cooldown_list(led.db)
+    out: dict[tuple[str, str], int] = {}
+    for c in rows:
+        out[(c.scope.value, c.target)] = max(out.get((c.scope.value, c.target), 0), c.until_ms)
+    return out
+
+
+def source(led: Ledger, sid: str) -> dict[str, object]:
+    detail = source_detail(led.db, sid)
+    assert detail is not None
+    return dict(detail["source"])
+
+
+def fail_http(led: Ledger, sid: str, model: str, status: int, now: int, **headers: str) -> object:
+    res = led.reserve(sid, model)
+    return led.settle(res.id, Failed(classify_http(status, headers, None, now)))
+
+
+def test_r_pol_1_401_cools_provider_exactly_15_min_in_the_ledger(
+    make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    led = make_ledger()
+    result = fail_http(led, "s1", "alpha/small", 401, clock.ms)
+    assert result.kind == "auth"  # type: ignore[attr-defined]
+    assert result.fallback == "other_provider"  # type: ignore[attr-defined]
+    assert cooldowns(led) == {("provider", "alpha"): clock.ms + 15 * MIN}
+    with pytest.raises(Refused) as info:
+        led.reserve("s2", "alpha/big")  # shared by every source and process
+    assert info.value.reason == "provider_cooldown"
+    assert source(led, "s1")["retry_at_ms"] is None  # R-POL-6: no backoff of its own
+
+
+@pytest.mark.parametrize(("retry_after", "seconds"), [("120", 120), ("5", 60), (None, 60)])
+def test_r_pol_1_429_cools_the_model_max_60s_retry_after(
+    make_ledger: LedgerFactory, clock: Clock, retry_after: str | None, seconds: int
+) -> None:
+    led = make_ledger()
+    headers = {"retry-after": retry_after} if retry_after else {}
+    fail_http(led, "s1", "alpha/small", 429, clock.ms, **headers)
+    assert cooldowns(led) == {("model", "alpha/small"): clock.ms + seconds * 1000}
+    led.reserve("s2", "alpha/big")  # model A's cooldown does not block model B
+
+
+def test_r_pol_1_second_transport_failure_within_15_min_cools_model(
+    make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    led = make_ledger()
+    first = fail_http(led, "s1", "alpha/small", 503, clock.ms)
+    assert cooldowns(led) == {}
+    assert first.fallback is None  # type: ignore[attr-defined]
+    clock.advance(5 * MIN)
+    second = fail_http(led, "s2", "alpha/small", 503, clock.ms)  # another source: strikes shared
+    assert cooldowns(led) == {("model", "alpha/small"): clock.ms + 15 * MIN}
+    assert second.fallback is not None  # type: ignore[attr-defined]
+
+
+def test_r_pol_1_transport_strikes_outside_window_or_after_success_do_not_add_up(
+    make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    led = make_ledger(sourceCalls=10)
+    fail_http(led, "s1", "alpha/small", 503, clock.ms)
+    clock.advance(16 * MIN)
+    fail_http(led, "s2", "alpha/small", 503, clock.ms)
+    assert cooldowns(led) == {}
+    led.settle(led.reserve("s3", "alpha/small").id, Success())  # a success resets strikes
+    fail_http(led, "s4", "alpha/small", 503, clock.ms)
+    assert cooldowns(led) == {}
+
+
+def test_r_pol_2_cooldown_never_shortens(make_ledger: LedgerFactory, clock: Clock) -> None:
+    led = make_ledger()
+    fail_http(led, "s1", "alpha/small", 429, clock.ms, **{"retry-after": "600"})
+    until = cooldowns(led)[("model", "alpha/small")]
+    assert until == clock.ms + 600_000
+    clock.advance(MIN)
+    led.store.clear_cooldown(CooldownScope.MODEL, "alpha/small", force=False)  # manual only
+    assert cooldowns(led)[("model", "alpha/small")] == until
+    # a shorter hint on the same model (a later 429 with Retry-After 300) keeps the longer end
+    res = led.evolve("s2", "alpha/small")
+    led.settle(res.id, Failed(classify_http(429, {"retry-after": "300"}, None, clock.ms)))
+    assert cooldowns(led)[("model", "alpha/small")] == until
+    led.store.clear_cooldown(CooldownScope.MODEL, "alpha/small", force=True)
+    assert cooldowns(led) == {}
+
+
+def test_r_pol_3_backoff_steps_persist_per_source(make_ledger: LedgerFactory, clock: Clock) -> None:
+    led = make_ledger(sourceCalls=10, sourceTimeMs=10_000_000)
+    expected = [1, 5, 15, 60]
+    for minutes in expected:
+        res = led.reserve("s1", "alpha/small")
+        led.settle(res.id, Failed(classify_kind("unknown")))
+        assert source(led, "s1")["retry_at_ms"] == clock.ms + minutes * MIN  # jitter 0 here
+        clock.advance(minutes * MIN)
+
+
+def test_r_pol_5_three_output_failures_pause_with_persisted_correction(
+    make_ledger: LedgerFactory,
+) -> None:
+    led = make_ledger(sourceCalls=10, sourceModels=5)
+    truncated = classify_stop_reason("length")
+    assert truncated is not None
+    first = led.settle(led.reserve("s1", "alpha/small").id, Failed(truncated))
+    assert first.use_correction
+    assert source(led, "s1")["correction_used"]  # persisted: survives restarts
+    second = led.settle(
+        led.reserve("s1", "alpha/small").id, Failed(classify_kind("invalid_output", "json_schema"))
+    )
+    assert not second.use_correction
+    assert second.fallback == "alternate_model"
+    third = led.settle(led.reserve("s1", "beta/mid").id, Failed(classify_kind("invalid_output")))
+    assert third.paused == "output_failures"
+    with pytest.raises(Refused) as info:
+        led.reserve("s1", "beta/mid")
+    assert info.value.reason == "source_paused"
+
+
+@pytest.mark.parametrize("kind", ["safety", "write_rejected"])
+def test_r_pol_5_guard_failures_pause_and_never_fall_back(
+    make_ledger: LedgerFactory, kind: str
+) -> None:
+    led = make_ledger()
+    result = led.settle(
+        led.reserve("s1", "alpha/small").id, Failed(classify_kind(kind, "pinned_replaces"))
+    )
+    assert result.paused is not None
+    assert result.paused.startswith(kind)
+    assert result.fallback is None
+    assert source(led, "s1")["pause_reason"] == result.paused
+
+
+def test_r_pol_5_five_mixed_failures_pause(make_ledger: LedgerFactory, clock: Clock) -> None:
+    led = make_ledger(sourceCalls=10, sourceModels=5, sourceTimeMs=10_000_000)
+    kinds = ["unknown", "stale", "unknown", "stale", "unknown"]
+    for i, kind in enumerate(kinds):
+        result = led.settle(led.reserve("s1", "alpha/small").id, Failed(classify_kind(kind)))
+        clock.advance(2 * 3_600_000)
+        assert (result.paused == "failure_cap") == (i == 4)
+
+
+def test_cancelled_changes_no_counter_but_still_counts(make_ledger: LedgerFactory) -> None:
+    led = make_ledger(callsPerHour=1)
+    led.settle(led.reserve("s1", "alpha/small").id, Cancelled())
+    row = source(led, "s1")
+    assert (row["failures"], row["output_failures"], row["retry_at_ms"]) == (0, 0, None)
+    with pytest.raises(Refused):
+        led.reserve("s1", "alpha/small")
+
+
+def test_r_pol_7_side_effects_forbid_fallback(make_ledger: LedgerFactory, clock: Clock) -> None:
+    led = make_ledger()
+    res = led.reserve("s1", "alpha/small")
+    result = led.settle(res.id, Failed(classify_http(401, {}, None, clock.ms), side_effects=True))
+    assert result.fallback is None
+
+
+def test_r_diag_4_notices_deduplicated_across_restarts(
+    make_ledger: LedgerFactory, clock: Clock, home: object
+) -> None:
+    led = make_ledger(sourceCalls=10, sourceTimeMs=10_000_000)
+    for _ in range(2):
+        led.settle(led.reserve("s1", "alpha/small").id, Failed(classify_kind("unknown")))
+        clock.advance(2 * 3_600_000)
+    again = make_ledger(sourceCalls=10, sourceTimeMs=10_000_000)  # a "restart"
+    again.settle(again.reserve("s2", "beta/mid").id, Success())  # unrelated success
+    again.settle(again.reserve("s1", "alpha/small").id, Failed(classify_kind("unknown")))
+    path = again.state.db_path
+    assert path is not None
+    with sqlite3.connect(path) as raw:
+        rows = raw.execute("SELECT category, count FROM notices ORDER BY id").fetchall()
+    assert rows == [("failure", 3)]
+
+
+def test_r_diag_4_one_fallback_notice_per_pair_per_hour(
+    make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    from ledger.kinds import AttemptRole
+
+    led = make_ledger(callsPerHour=100)
+    for i in range(3):
+        res = led.reserve(
+            f"f{i}", "beta/mid", role=AttemptRole.FALLBACK, fallback_from="alpha/small"
+        )
+        led.settle(res.id, Success())
+    clock.advance(3_600_000)
+    res = led.reserve("f9", "beta/mid", role=AttemptRole.FALLBACK, fallback_from="alpha/small")
+    led.settle(res.id, Success())
+    path = led.state.db_path
+    assert path is not None
+    with sqlite3.connect(path) as raw:
+        rows = raw.execute("SELECT category, count FROM notices ORDER BY id").fetchall()
+    assert rows == [("fallback", 3), ("fallback", 1)]
+
+
+OUTCOMES = st.sampled_from(
+    [
+        ("http", 401),
+        ("http", 429),
+        ("http", 503),
+        ("http", 400),
+        ("http", 402),
+        ("kind", "invalid_output"),
+        ("kind", "stale"),
+        ("kind", "unknown"),
+        ("kind", "cancelled"),
+        ("ok", 0),
+    ]
+)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(steps=st.lists(st.tuples(OUTCOMES, st.integers(0, 3 * 3_600_000)), max_size=12))
+def test_r_pol_no_outcome_sequence_lets_a_source_exceed_its_caps(
+    tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[tuple[str, object], int]]
+) -> None:
+    from ledger.catalog import Catalog
+    from tests.conftest import TEST_CATALOG
+
+    home = tmp_path_factory.mktemp("caps")
+    clock = Clock()
+    led = Ledger.open(
+        home, catalog=Catalog.model_validate(TEST_CATALOG), env={}, clock=clock, jitter=lambda: 0.5
+    )
+    models = ["alpha/small", "beta/mid", "alpha/big"]
+    granted: list[str] = []
+    for i, ((what, value), gap) in enumerate(steps):
+        try:
+            res = led.reserve("s1", models[i % 3], override=False)
+        except Refused:
+            clock.advance(gap)
+            continue
+        granted.append(res.model)
+        if what == "ok":
+            led.settle(res.id, Success())
+        elif what == "http":
+            led.settle(res.id, Failed(classify_http(int(str(value)), {}, None, clock.ms)))
+        elif value == "cancelled":
+            led.settle(res.id, Cancelled())
+        else:
+            led.settle(res.id, Failed(classify_kind(FailureKind(str(value)))))
+        clock.advance(gap)
+    assert len(granted) <= 4  # sourceCalls
+    assert len(set(granted)) <= 2  # sourceModels
+    led.close()
