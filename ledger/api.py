@@ -116,8 +116,14 @@ class Ledger:
         override: bool = False,
         role: AttemptRole = AttemptRole.PRIMARY,
         fallback_from: str | None = None,
+        after: int | None = None,
     ) -> Reservation:
-        """Permission for one call, or `Refused` with its reason code (SPEC section 7)."""
+        """Permission for one call, or `Refused` with its reason code (SPEC section 7).
+
+        `after` names the failed reservation an immediate fallback or correction follows: if it
+        is the source's newest reservation, the backoff that failure set does not block this one
+        follow-up (every other check still applies).
+        """
         request = ReserveRequest(
             source_id=check_source_id(source),
             model=self.model(model),
@@ -126,6 +132,7 @@ class Ledger:
             override=override,
             role=role,
             fallback_from=fallback_from,
+            immediate_after=after,
         )
         return self.store.reserve(self.policy, request, self.fingerprint)
 

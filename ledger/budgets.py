@@ -102,8 +102,14 @@ def check(
     estimate: int | None,
     *,
     override: bool = False,
+    immediate: bool = False,
 ) -> Grant | Refusal:
-    """Run the checks of R-RES-1..9 in the SPEC's order; the first failing one refuses."""
+    """Run the checks of R-RES-1..9 in the SPEC's order; the first failing one refuses.
+
+    `immediate` marks the one follow-up a queue item may make right after a failure (R-POL-4):
+    the backoff that very failure set delays the source's *next* queue item, not its permitted
+    immediate fallback (otherwise a transport failure's fallback could never run).
+    """
     now = state.now_ms
     src = state.source
     # R-RES-1: nothing bypasses the shared hourly budget
@@ -124,7 +130,7 @@ def check(
     if override:  # R-RES-9: skips R-RES-4..8, deadline is then timeoutMs
         return Grant(now + policy.timeout_ms, estimate)
     # R-RES-4
-    if src.retry_at_ms is not None and src.retry_at_ms > now:
+    if not immediate and src.retry_at_ms is not None and src.retry_at_ms > now:
         return Refusal(RefusalReason.SOURCE_BACKOFF, src.retry_at_ms)
     # R-RES-5
     if state.provider_cooldown_until is not None and state.provider_cooldown_until > now:

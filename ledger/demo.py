@@ -63,12 +63,14 @@ def demo_script() -> dict[str, list[Scripted]]:
         "swift-1": [_OK, truncated, invalid, Scripted(status=401)],
         # 03 falls back here across providers (ok); 04 429 with Retry-After: quill cools
         "quill-3": [_OK, Scripted(status=429, retry_after="20")],
-        # 04 falls back here (ok); 05 and 06 503: a backoff each, the second cools lite
+        # 04 falls back here (ok); 05 and 06 503: a backoff each, the second cools lite and
+        # 06 falls back across providers at once (R-POL-4) despite the backoff it just earned
         "lite-2": [_OK, Scripted(status=503), Scripted(status=503)],
         # 07 ok; 08 context overflow: opus cools 1 h
         "opus-3": [_OK, Scripted(status=400, error_code="model_context_window_exceeded")],
-        # 08 falls back here (ok); 09..12 ok; 02's third try is invalid JSON again: paused
-        "max-2": [_OK, _OK, _OK, _OK, _OK, invalid],
+        # 06's and 08's fallbacks land here (ok); 09..12 ok; 02's third try is invalid JSON
+        # again: paused
+        "max-2": [_OK, _OK, _OK, _OK, _OK, _OK, invalid],
     }
 
 

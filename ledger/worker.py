@@ -265,10 +265,12 @@ def _attempt(
     size: int,
     correction_reason: str | None = None,
     fallback_from: str | None = None,
+    after: int | None = None,
 ) -> _Step:
     try:
         reservation = ledger.reserve(
-            claim.source_id, route, input_bytes=size, role=role, fallback_from=fallback_from
+            claim.source_id, route, input_bytes=size, role=role, fallback_from=fallback_from,
+            after=after,
         )
     except Refused as refusal:
         return _Step(None, refused=refusal)
@@ -417,6 +419,7 @@ def _second_attempt(
         return _attempt(
             ledger, claim, handler, stopper, route=failed_model, role=AttemptRole.CORRECTION,
             size=size, correction_reason=settled.reason or settled.subkind,
+            after=settled.reservation_id,
         )
     selection = ledger.select(
         claim.source_id,
@@ -429,7 +432,7 @@ def _second_attempt(
         return None
     return _attempt(
         ledger, claim, handler, stopper, route=selection.routes[0], role=AttemptRole.FALLBACK,
-        size=size, fallback_from=failed_model,
+        size=size, fallback_from=failed_model, after=settled.reservation_id,
     )
 
 

@@ -265,3 +265,26 @@ def test_r_pol_no_outcome_sequence_lets_a_source_exceed_its_caps(
     assert len(granted) <= 4  # sourceCalls
     assert len(set(granted)) <= 2  # sourceModels
     led.close()
+
+
+def test_r_pol_4_transport_fallback_runs_despite_the_backoff_its_failure_set(
+    make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    from ledger.kinds import AttemptRole
+
+    led = make_ledger()
+    fail_http(led, "s0", "alpha/small", 503, clock.ms)  # first strike on the model
+    res = led.reserve("s1", "alpha/small")
+    second = led.settle(res.id, Failed(classify_http(503, {}, None, clock.ms)))
+    assert second.fallback is not None  # the model is cooling now: fallback permitted
+    with pytest.raises(Refused) as info:
+        led.reserve("s1", "beta/mid")  # an ordinary reserve waits for the backoff
+    assert info.value.reason == "source_backoff"
+    backup = led.reserve(
+        "s1", "beta/mid", role=AttemptRole.FALLBACK, fallback_from="alpha/small", after=res.id
+    )
+    assert backup.role == AttemptRole.FALLBACK
+    led.settle(backup.id, Failed(classify_kind("unknown")))
+    with pytest.raises(Refused) as again:  # only one follow-up: `after` is no longer the newest
+        led.reserve("s1", "beta/mid", after=res.id)
+    assert again.value.reason == "source_backoff"

@@ -63,6 +63,8 @@ class ReserveRequest:
     override: bool = False
     role: AttemptRole = AttemptRole.PRIMARY
     fallback_from: str | None = None
+    # the failed reservation this immediate follow-up (fallback or correction) comes after
+    immediate_after: int | None = None
 
 
 def ensure_source(conn: Connection, source_id: str, now: int) -> None:
@@ -106,6 +108,17 @@ def _to_reservation(row: Row[Any], replayed: bool = False) -> Reservation:
     )
 
 
+def _is_latest_failure(conn: Connection, source_id: str, reservation_id: int) -> bool:
+    """True when the named reservation is the source's newest one and it failed."""
+    row = conn.execute(
+        select(reservations.c.id, reservations.c.status)
+        .where(reservations.c.source_id == source_id)
+        .order_by(reservations.c.id.desc())
+        .limit(1)
+    ).first()
+    return row is not None and row.id == reservation_id and row.status == "failed"
+
+
 def reserve(
     conn: Connection, now: int, policy: Policy, request: ReserveRequest, policy_fp: str
 ) -> Reservation | budgets.Refusal:
@@ -138,7 +151,12 @@ def reserve(
         model_cooldown_until=model_until,
     )
     estimate = budgets.estimate_micro(model, request.input_bytes, policy.reply_tokens)
-    verdict = budgets.check(state, policy, model, estimate, override=request.override)
+    immediate = request.immediate_after is not None and _is_latest_failure(
+        conn, request.source_id, request.immediate_after
+    )
+    verdict = budgets.check(
+        state, policy, model, estimate, override=request.override, immediate=immediate
+    )
     if isinstance(verdict, budgets.Refusal):
         if verdict.reason in {"provider_cooldown", "model_cooldown"}:
             # R-POL-6: temporarily unroutable work moves behind other eligible work
