@@ -236,7 +236,7 @@ def settle(
             late,
             kind=FailureKind.CANCELLED.value,
             subkind="cancelled",
-            actions=("lease released; no failure added; the reservation still counts",),
+            actions=("cancelled: no failure added; the reservation still counts",),
             cost_micro=row.cost_micro,
         )
     return _settle_failure(conn, now, row, model, outcome, late, base, jitter)
