@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from sqlalchemy.engine import make_url
+
 from ledger.errors import UsageError
 
 DB_FILE = "ledger.db"
@@ -23,10 +25,18 @@ class StateDir:
     @property
     def db_path(self) -> Path | None:
         """The SQLite file, when the database is a local SQLite file."""
-        prefix = "sqlite:///"
-        if self.db_url.startswith(prefix) and self.db_url != "sqlite:///:memory:":
-            return Path(self.db_url[len(prefix) :])
+        return sqlite_file(self.db_url)
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file behind a SQLite URL; None for other backends, memory and `file:` URIs."""
+    parsed = make_url(url)
+    name = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not name or ":memory:" in name:
         return None
+    if "uri" in parsed.query:
+        return None
+    return Path(name)
 
 
 def resolve_home(home: str | None, env: Mapping[str, str] | None = None) -> Path:

@@ -8,8 +8,8 @@ from functools import partial
 
 import click
 
-from ledger.classify import classify_http, classify_kind
 from ledger.api import Ledger
+from ledger.classify import classify_http, classify_kind
 from ledger.cli.main import AppContext, emit_json, fail, pass_app, run
 from ledger.clock import iso, now_ms
 from ledger.errors import Refused, UsageError

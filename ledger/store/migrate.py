@@ -14,7 +14,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, inspect, make_url, text
+from sqlalchemy import Connection, inspect, text
 
 from ledger.errors import (
     SchemaTooNewError,
@@ -22,7 +22,7 @@ from ledger.errors import (
     StoreError,
     UnreadableDatabaseError,
 )
-from ledger.home import secure_file
+from ledger.home import secure_file, sqlite_file
 from ledger.store.engine import Database
 from ledger.store.schema import meta
 
@@ -89,11 +89,7 @@ def _prepare_file(db: Database) -> None:
 
 def db_file(db: Database) -> Path | None:
     """The SQLite file behind a database URL, when there is one (a `file:` URI is SQLite's)."""
-    url = make_url(db.url)
-    name = url.database
-    if url.get_backend_name() != "sqlite" or not name or ":memory:" in name or "uri" in url.query:
-        return None
-    return Path(name)
+    return sqlite_file(db.url)
 
 
 def _check_sqlite_header(path: Path) -> None:
