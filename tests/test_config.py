@@ -152,3 +152,26 @@ def test_r_cfg_4_validate_reports_ok(tmp_path: Path) -> None:
 def test_r_home_3_fingerprint_changes_with_policy() -> None:
     assert Policy().fingerprint() != Policy.model_validate({"callsPerHour": 21}).fingerprint()
     assert Policy().fingerprint() == Policy.model_validate({"callsPerHour": 20}).fingerprint()
+
+
+def test_r_cfg_4_inert_entries_are_warned_by_position(home: Path) -> None:
+    (home / "recovery.json").write_text(
+        json.dumps(
+            {
+                "fallbackModels": ["beta/mid", "alpha/smal", "gamma/g1"],
+                "routes": {"allow": ["alpha/*", "beta/*"], "deny": ["nobody/*"]},
+            }
+        )
+    )
+    result = CliRunner().invoke(cli, ["--home", str(home), "config", "validate", "--json"])
+    assert result.exit_code == 0, result.output
+    warnings = json.loads(result.output)["warnings"]
+    assert warnings == [
+        "fallbackModels[1]: matches no available catalog model (inert)",
+        "fallbackModels[2]: matches no available catalog model (inert)",  # gamma unavailable
+        "routes.deny[0]: matches no available catalog model (inert)",
+    ]
+    text = CliRunner().invoke(cli, ["--home", str(home), "config", "validate"])
+    assert text.exit_code == 0
+    assert "warning: fallbackModels[1]" in text.output
+    assert "alpha/smal" not in text.output  # the entry is named by position, never echoed

@@ -27,9 +27,9 @@ def load_soak() -> ModuleType:
     return module
 
 
-def test_soak_30_seconds_keeps_every_invariant(tmp_path: Path) -> None:
+def test_soak_60_seconds_keeps_every_invariant(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--seconds", "30", "--workers", "3", "--json",
+        [sys.executable, str(SCRIPT), "--seconds", "60", "--workers", "3", "--json",
          "--home", str(tmp_path / "soak")],
         cwd=ROOT, env=cli_env(), capture_output=True, timeout=240, check=False,
     )
