@@ -16,8 +16,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, PrivateAttr, model_validator
 
-from ledger.errors import ConfigError, UsageError
-from ledger.validation import parse_document
+from ledger.errors import UsageError
+from ledger.validation import load_document, parse_document
 
 CATALOG_FILE = "catalog.json"
 
@@ -185,14 +185,7 @@ def parse_catalog(text: str | bytes, file: str = CATALOG_FILE) -> Catalog:
 
 def load_catalog(home: Path) -> Catalog:
     """Read `catalog.json` from the state directory; a missing file is an empty catalog."""
-    path = home / CATALOG_FILE
-    try:
-        text = path.read_bytes()
-    except FileNotFoundError:
-        return Catalog()
-    except OSError as exc:
-        raise ConfigError(str(path), "(file)", "cannot be read") from exc
-    return parse_catalog(text, str(path))
+    return load_document(Catalog, home / CATALOG_FILE)
 
 
 def example_catalog() -> Catalog:

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ledger.validation import parse_document
+from ledger.validation import load_document, parse_document
 
 POLICY_FILE = "recovery.json"
 
@@ -84,16 +84,7 @@ def parse_policy(text: str | bytes, file: str = POLICY_FILE) -> Policy:
 
 def load_policy(home: Path) -> Policy:
     """Read `recovery.json` from the state directory; a missing file means all defaults."""
-    path = home / POLICY_FILE
-    try:
-        text = path.read_bytes()
-    except FileNotFoundError:
-        return Policy()
-    except OSError as exc:
-        from ledger.errors import ConfigError
-
-        raise ConfigError(str(path), "(file)", "cannot be read") from exc
-    return parse_policy(text, str(path))
+    return load_document(Policy, home / POLICY_FILE)
 
 
 def policy_schema() -> dict[str, Any]:

@@ -99,14 +99,7 @@ def status_document(
         "excluded": [{"model": m, "reason": r, "until": iso(u)} for m, r, u in routes.excluded],
         "routes_retry_at": iso(routes.retry_at_ms),
         "cooldowns": [
-            {
-                "scope": c.scope.value,
-                "target": c.target,
-                "until": iso(c.until_ms),
-                "remaining_s": round((c.until_ms - now) / 1000, 3),
-                "kind": c.kind,
-                "origin": c.origin.value,
-            }
+            c.to_json(now)
             for c in data.cooldowns
         ],
         "hourly": {

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -106,3 +107,14 @@ def parse_document(model: type[M], text: str | bytes, file: str) -> M:
         ) from None
     except RecursionError as exc:
         raise ConfigError(file, "(top level)", "is nested too deeply") from exc
+
+
+def load_document(model: type[M], path: Path) -> M:
+    """Read and validate a JSON file; a missing file means the model's defaults."""
+    try:
+        text = path.read_bytes()
+    except FileNotFoundError:
+        return model()
+    except OSError as exc:
+        raise ConfigError(str(path), "(file)", "cannot be read") from exc
+    return parse_document(model, text, str(path))

@@ -22,17 +22,7 @@ def cooldown_group() -> None:
 def list_cooldowns(app: AppContext, as_json: bool) -> None:
     """Active cooldowns with time left, kind and origin."""
     now, rows = run(as_json, lambda: cooldown_list(app.ledger().db))
-    docs = [
-        {
-            "scope": c.scope.value,
-            "target": c.target,
-            "until": iso(c.until_ms),
-            "remaining_s": round((c.until_ms - now) / 1000, 3),
-            "kind": c.kind,
-            "origin": c.origin.value,
-        }
-        for c in rows
-    ]
+    docs = [c.to_json(now) for c in rows]
     if as_json:
         emit_json({"cooldowns": docs})
         return

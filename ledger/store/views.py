@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import Connection, func, select
 
 from ledger.budgets import DAY_MS
+from ledger.clock import iso
 from ledger.kinds import CooldownOrigin, CooldownScope
 from ledger.store import reads
 from ledger.store.engine import Database
@@ -24,6 +25,17 @@ class CooldownRow:
     kind: str
     origin: CooldownOrigin
     reason: str | None
+
+    def to_json(self, now: int) -> dict[str, Any]:
+        """The JSON shape shared by `cooldown list` and `status`."""
+        return {
+            "scope": self.scope.value,
+            "target": self.target,
+            "until": iso(self.until_ms),
+            "remaining_s": round((self.until_ms - now) / 1000, 3),
+            "kind": self.kind,
+            "origin": self.origin.value,
+        }
 
 
 def active_cooldowns(conn: Connection, now: int) -> list[CooldownRow]:
