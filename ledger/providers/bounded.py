@@ -32,6 +32,9 @@ TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
 )
 """What a call can raise on the way to a provider; reported as `exception`, never re-raised."""
 
+PROTOCOL_ERROR_MESSAGE = "the HTTP exchange broke the protocol (details withheld)"
+"""The message of a detached httpx.ProtocolError: h11 quotes the offending wire bytes."""
+
 
 @dataclass(frozen=True)
 class JsonReply:
@@ -65,10 +68,13 @@ def detach(exc: BaseException) -> BaseException:
     """A copy of `exc` of the same type without its request, traceback or chained causes.
 
     httpx exceptions keep the request (whose headers hold the credential) and their traceback
-    frames hold locals; the copy keeps only the type and the library's own short message.
+    frames hold locals; the copy keeps only the type and the library's own short message. An HTTP
+    parser error quotes the offending wire line (a provider's status or header line or body bytes,
+    or our own header holding the credential), so its message is replaced by a fixed one.
     """
+    args = (PROTOCOL_ERROR_MESSAGE,) if isinstance(exc, httpx.ProtocolError) else exc.args
     try:
-        clean = type(exc)(*exc.args)
+        clean = type(exc)(*args)
     except Exception:
         clean = exc.with_traceback(None)
     clean.__cause__ = None
