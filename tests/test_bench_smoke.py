@@ -20,6 +20,7 @@ def test_bench_quick_mode_runs_and_writes_a_table(tmp_path: Path) -> None:
     assert "| figure | median |" in text
     for figure in ("ledger cycle / floor", "contention: 2 processes", "selection:", "growth:"):
         assert figure in text
-    assert "SQLite" in text and "journal mode" in text
+    assert "SQLite" in text
+    assert "journal mode" in text
     assert "failed" not in text
     assert not list(tmp_path.glob("ledger-bench-*")), "scratch databases are removed"
