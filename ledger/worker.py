@@ -46,9 +46,10 @@ from types import FrameType
 from typing import Any
 
 from ledger.api import Ledger
+from ledger.budgets import DAY_MS
 from ledger.catalog import Model
 from ledger.classify import Classification, classify_exception, classify_stop_reason
-from ledger.errors import Refused, UsageError
+from ledger.errors import BusyError, Refused, UsageError
 from ledger.kinds import AttemptRole, FailureKind
 from ledger.providers.base import CallRequest, Message, ProviderResponse, adapter_for
 from ledger.queue import (
@@ -62,6 +63,7 @@ from ledger.queue import (
 )
 from ledger.records import Cancelled, Failed, SettleResult, Success
 from ledger.store import queue as store_queue
+from ledger.store.compact import compact_step
 
 __all__ = [
     "CallCancelled",
@@ -77,6 +79,7 @@ __all__ = [
 
 INPUT_MARGIN_BYTES = 512
 """Added to the payload size when reserving: room for the instructions a handler adds."""
+COMPACT_BATCH = 1000  # rows folded per compaction step: keeps the write lock short
 MAX_SLEEP_MS = 30_000
 """The longest a `--loop` worker sleeps between passes (it re-reads the queue after)."""
 MIN_SLEEP_MS = 200
@@ -470,6 +473,7 @@ def drain(
     worker = worker_id or default_worker_id()
     stopper = stopper or Stopper()
     summary = DrainSummary()
+    _compact_step(ledger)
     while not stopper.requested and not _limit_reached(summary, max_items):
         state = _drain_pass(ledger, handler, worker, stopper, summary, max_items, on_item)
         if state.stop or stopper.requested or _limit_reached(summary, max_items):
@@ -478,9 +482,21 @@ def drain(
             continue
         if not loop:
             break
+        _compact_step(ledger)
         stopper.sleep(_sleep_ms(ledger, state.wake_ms, max_sleep_ms) / 1000)
     summary.stopped_by_signal = stopper.requested
     return summary
+
+
+def _compact_step(ledger: Ledger) -> int:
+    """One bounded compaction batch (R-DB-6) per drain start and idle poll; busy is no failure."""
+    try:
+        return compact_step(
+            ledger.db, ledger.db.clock_fn(), ledger.policy.retention_days * DAY_MS,
+            batch=COMPACT_BATCH,
+        )
+    except BusyError:
+        return 0
 
 
 def _limit_reached(summary: DrainSummary, max_items: int | None) -> bool:

@@ -239,3 +239,22 @@ def test_r_db_6_overdue_open_rows_fold_as_expired(make_ledger: LedgerFactory, cl
     assert compact_step(led.db, clock.ms, 30 * DAY) == 1
     assert [t["expired"] for t in totals(led).values()] == [1]
     assert budgets(led) == before
+
+
+def test_r_db_6_worker_drain_compacts_a_bounded_batch(tmp_path: Path) -> None:
+    """The worker folds old history in bounded steps as it drains (automatic retention)."""
+    from ledger.catalog import Catalog
+    from ledger.store.views import source_detail
+    from ledger.worker import drain, echo_handler
+    from tests.conftest import TEST_CATALOG, Clock
+
+    clock = Clock()
+    led = Ledger.open(tmp_path, catalog=Catalog.model_validate(TEST_CATALOG), env={}, clock=clock)
+    led.settle(led.reserve("old", "alpha/small").id, Success())
+    clock.advance(31 * 24 * 3_600_000)
+    drain(led, echo_handler)  # nothing queued: only the compaction step runs
+    detail = source_detail(led.db, "old")
+    assert detail is not None
+    assert detail["attempts"] == []
+    assert detail["budget"].calls == 1  # carried over, no budget changes
+    led.close()
