@@ -8,6 +8,9 @@ Invariants:
   exactly what the deleted rows contributed to its live counters (R-RES-6, R-RES-8), its
   `source_models` rows are kept (R-RES-7), and `daily_totals` gains exactly the folded rows.
 - Each batch is one write transaction (BEGIN IMMEDIATE, R-DB-2), so the lock is never held long.
+- `cost_hours` is left as it is: folded rows are older than the window, so their hours are
+  before the first hour the rolling 24 h cost reads from cost_hours and are never read again
+  (they keep each hour's historic total, 24 small rows a day).
 """
 
 from __future__ import annotations

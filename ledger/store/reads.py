@@ -6,7 +6,7 @@ from sqlalchemy import Connection, bindparam, case, func, select
 
 from ledger.budgets import DAY_MS, HOUR_MS, SourceBudget
 from ledger.kinds import CooldownScope, SourceState
-from ledger.store.schema import cooldowns, reservations, source_models, sources
+from ledger.store.schema import cooldowns, cost_hours, reservations, source_models, sources
 
 OPEN_LIKE = ("open", "expired")
 
@@ -17,10 +17,33 @@ _HOURLY_COUNT = (
     .select_from(reservations)
     .where(reservations.c.created_ms > bindparam("since"))
 )
-_DAILY_COST = select(
-    func.coalesce(func.sum(reservations.c.cost_micro), 0),
-    func.min(reservations.c.created_ms),
-).where(reservations.c.created_ms > bindparam("since"))
+# The rolling 24 h cost (R-RES-2), exact, in one round trip: the window (since, now] is split at
+# the first hour boundary after `since`. The partial first hour is summed row by row (covering
+# index ix_reservations_created); every hour from the boundary on is summed from its cost_hours
+# total, which the write transactions keep equal to the SUM of its rows. So at most one hour of
+# reservations and about 24 bucket rows are read, however busy the ledger. The oldest
+# reservation in the window (for the retry time) is one index seek.
+_PARTIAL_HOUR_COST = (
+    select(func.coalesce(func.sum(reservations.c.cost_micro), 0))
+    .where(
+        reservations.c.created_ms > bindparam("since"),
+        reservations.c.created_ms < bindparam("boundary"),
+    )
+    .scalar_subquery()
+)
+_FULL_HOURS_COST = (
+    select(func.coalesce(func.sum(cost_hours.c.cost_micro), 0))
+    .where(cost_hours.c.hour_start_ms >= bindparam("boundary"))
+    .scalar_subquery()
+)
+_OLDEST_IN_WINDOW = (
+    select(reservations.c.created_ms)
+    .where(reservations.c.created_ms > bindparam("since"))
+    .order_by(reservations.c.created_ms)
+    .limit(1)
+    .scalar_subquery()
+)
+_DAILY_COST = select(_PARTIAL_HOUR_COST, _FULL_HOURS_COST, _OLDEST_IN_WINDOW)
 # Time used: settled durations plus the whole allowance of reservations still open (R-RES-8).
 _TIME_USED = func.coalesce(
     func.sum(
@@ -95,11 +118,20 @@ def hourly_usage(conn: Connection, now: int, limit: int) -> tuple[int, int | Non
     return count, None if oldest is None else int(oldest) + HOUR_MS
 
 
+def hour_start(ms: int) -> int:
+    """The start of the UTC hour holding `ms` (the cost_hours key)."""
+    return ms - ms % HOUR_MS
+
+
 def daily_cost(conn: Connection, now: int) -> tuple[int, int | None]:
-    """Sum of cost (actual where known, else estimate) over the last 24 h, and the oldest + 24 h."""
+    """Sum of cost (actual where known, else estimate) over the last 24 h, and the oldest + 24 h.
+
+    Exactly SUM(cost_micro) over the reservations created after now - 24 h (see _DAILY_COST).
+    """
     since = now - DAY_MS
-    total, oldest = conn.execute(_DAILY_COST, {"since": since}).one()
-    return int(total), None if oldest is None else int(oldest) + DAY_MS
+    boundary = hour_start(since) + HOUR_MS
+    partial, full, oldest = conn.execute(_DAILY_COST, {"since": since, "boundary": boundary}).one()
+    return int(partial) + int(full), None if oldest is None else int(oldest) + DAY_MS
 
 
 def source_budget(conn: Connection, source_id: str) -> SourceBudget | None:

@@ -1,7 +1,9 @@
 """Reserve and settle: each is exactly one write transaction (R-DB-2) that reads, decides, writes.
 
 The decisions themselves are pure (ledger.budgets.check, ledger.policy_table.decide); this module
-only reads the state they need and writes what they return.
+only reads the state they need and writes what they return. Every write of a reservation's
+cost_micro moves its creation hour's cost_hours total by the same amount in the same transaction,
+so the rolling 24 h cost read from those totals stays exact (R-RES-2).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from ledger.records import Cancelled, Failed, Outcome, Reservation, SettleResult
 from ledger.store import reads
 from ledger.store.cooldowns import upsert_cooldown
 from ledger.store.notices import record_notice
-from ledger.store.schema import reservations, source_models, sources, transport_strikes
+from ledger.store.schema import cost_hours, reservations, source_models, sources, transport_strikes
 
 STRIKE_WINDOW_MS = 15 * 60_000
 
@@ -50,6 +52,15 @@ _UPDATE_RESERVATION = update(reservations).where(reservations.c.id == bindparam(
 _CLEAR_STRIKES = delete(transport_strikes).where(
     transport_strikes.c.model_key == bindparam("model_key")
 )
+_ADD_HOUR_COST = (
+    update(cost_hours)
+    .where(cost_hours.c.hour_start_ms == bindparam("b_hour"))
+    .values(
+        cost_micro=cost_hours.c.cost_micro + bindparam("b_cost"),
+        attempts=cost_hours.c.attempts + bindparam("b_attempts"),
+    )
+)
+_INSERT_HOUR_COST = insert(cost_hours)
 
 
 @dataclass(frozen=True)
@@ -90,6 +101,26 @@ def _insert_source(conn: Connection, source_id: str, now: int) -> None:
 def expire_open(conn: Connection, now: int) -> None:
     """Reservations past their deadline and never settled become `expired` (and keep counting)."""
     conn.execute(_EXPIRE_OPEN, {"b_now": now})
+
+
+def add_hour_cost(conn: Connection, created_ms: int, cost: int, attempts: int) -> None:
+    """Add to the cost_hours total of the hour a reservation was created in (same transaction).
+
+    Keeps cost_hours equal to SUM(cost_micro) / COUNT(*) of each hour's reservations (R-RES-2).
+    """
+    hour = reads.hour_start(created_ms)
+    params = {"b_hour": hour, "b_cost": cost, "b_attempts": attempts}
+    if conn.execute(_ADD_HOUR_COST, params).rowcount == 0:  # the hour's first reservation
+        conn.execute(
+            _INSERT_HOUR_COST, {"hour_start_ms": hour, "cost_micro": cost, "attempts": attempts}
+        )
+
+
+def _cost_changed(conn: Connection, row: Row[Any], cost: int | None) -> None:
+    """Settle replaced the stored cost (the estimate) with `cost`: move its hour total along."""
+    delta = (cost or 0) - (row.cost_micro or 0)
+    if delta:
+        add_hour_cost(conn, int(row.created_ms), delta, 0)
 
 
 def _to_reservation(row: Row[Any], replayed: bool = False) -> Reservation:
@@ -182,6 +213,7 @@ def reserve(
         },
     ).inserted_primary_key
     assert new_id is not None
+    add_hour_cost(conn, now, verdict.estimate_micro or 0, 1)
     if model.key not in source.models:
         conn.execute(
             _INSERT_SOURCE_MODEL,
@@ -276,6 +308,7 @@ def _settle_success(
             **base,
         },
     )
+    _cost_changed(conn, row, cost)
     actions: list[str] = []
     conn.execute(_CLEAR_STRIKES, {"model_key": r["model_key"]})
     if late:
@@ -380,6 +413,7 @@ def _settle_failure(
             **base,
         )
     )
+    _cost_changed(conn, row, cost)
     for action in decision.cooldowns:
         upsert_cooldown(
             conn,

@@ -172,3 +172,17 @@ daily_totals = Table(
     Column("cost_micro", BigInteger, nullable=False),
     Column("unknown_cost", Integer, nullable=False),
 )
+
+# Per-hour cost totals of reservations (R-RES-2): reserve adds a reservation's cost to the hour it
+# was created in, settle adds (new cost - old cost), both in the same write transaction (R-DB-2).
+# So for every hour: cost_micro = SUM(reservations.cost_micro), attempts = COUNT(*) of the rows
+# created in it. The rolling 24 h sum reads at most one partial hour of reservations plus these
+# rows. Hours before the 24 h window are never read again; compaction leaves them (R-DB-6).
+cost_hours = Table(
+    "cost_hours",
+    metadata,
+    Column("hour_start_ms", BigInteger, primary_key=True, autoincrement=False),
+    Column("cost_micro", BigInteger, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    CheckConstraint("hour_start_ms % 3600000 = 0", name="hour_aligned"),
+)
