@@ -231,10 +231,12 @@ ODD_VALUES = [
     *["text/html; charset=utf-16", "application/json", "application/octet-stream"],
     *["gzip", "br", "chunked", "identity, chunked", MARKER, MARKER.upper()],
 ]
-future = st.integers(60, 7 * 86400).map(near_now)
-seconds = st.integers(0, 7 * 86400).map(str)
+WEEK_S = 7 * 86400
+# Mostly within the 7-day hint horizon, sometimes far beyond it (to be ignored, never kept).
+future = st.one_of(st.integers(60, WEEK_S), st.integers(WEEK_S, 3000 * 86400)).map(near_now)
+seconds = st.one_of(st.integers(0, WEEK_S), st.integers(-1000, 10**12)).map(str)
 go_durations = st.from_regex(
-    r"[0-9]{1,3}m[0-9]{1,2}s|[0-9]{1,4}ms|[0-9]{1,3}\.[0-9]s", fullmatch=True
+    r"[0-9]{1,3}m[0-9]{1,2}s|[0-9]{1,4}ms|[0-9]{1,3}\.[0-9]s|[0-9]{1,6}h", fullmatch=True
 )
 imf_dates = st.builds(imf_date, future)
 rfc3339_dates = st.builds(rfc3339, future, st.just(""), st.just("Z"))
@@ -453,9 +455,19 @@ EDGE_REPLIES = [
     Scripted(status=200, raw_body=b'{"choices": [' + MARKER_B * 70_000 + b"]}"),
     Scripted(status=200, raw_body=deep_body(100_000, b"[", b"]")),
     Scripted(status=500, raw_body=deep_body(5000, b'{"error":', b"}")),
+    Scripted(status=400, raw_body=deep_body(100_000, b"[", b"]")),  # too deep within 8192 bytes
+    Scripted(
+        status=429,
+        raw_body=b"{}",
+        headers=(
+            ("Retry-After", "99999999999"),
+            ("x-ratelimit-reset-tokens", "999999h"),
+            ("anthropic-ratelimit-tokens-reset", "9999-12-31T23:59:59Z"),
+        ),
+    ),
     Scripted(status=200, cut_body=True, text=MARKER * 100),
     Scripted(status=503, error_code=MARKER, error_message=MARKER, error_body_bytes=1_100_000),
-    Scripted(status=200, delay_s=DEADLINE_S + 0.5),  # the reply comes after the deadline
+    Scripted(status=200, delay_s=DEADLINE_S + MARGIN_S + 1),  # only the deadline ends this call
 ]
 
 
@@ -471,53 +483,50 @@ def test_spec_15_fuzzed_provider_responses_always_classify(
     check(reply, response, found, elapsed_s, at)
 
 
-def openai_document(
-    content: object, refusal: object, stop: object, usage: dict[str, object]
-) -> object:
+def openai_document(content: object, refusal: object, stop: object, usage: object) -> object:
     """A chat-completions body in the wire shape, with any field values."""
     message = {"role": "assistant", "content": content, "refusal": refusal}
     return {"choices": [{"index": 0, "message": message, "finish_reason": stop}], "usage": usage}
 
 
-def anthropic_document(blocks: list[object], stop: object, usage: dict[str, object]) -> object:
+def anthropic_document(blocks: list[object], stop: object, usage: object) -> object:
     """A messages body in the wire shape, with any blocks and field values."""
     return {"type": "message", "content": blocks, "stop_reason": stop, "usage": usage}
 
 
 counts = st.one_of(
-    st.integers(-10, 10**13), st.floats(), st.booleans(), st.none(), st.text(max_size=5)
+    st.integers(-10, 10**13),
+    st.sampled_from([-1, 10**12, 10**12 + 1, 2**63]),
+    st.floats(),
+    st.booleans(),
+    st.none(),
+    st.text(max_size=5),
 )
-usages = st.fixed_dictionaries(
-    {},
-    optional={
-        "prompt_tokens": counts,
-        "completion_tokens": counts,
-        "input_tokens": counts,
-        "output_tokens": counts,
-        "cost": st.one_of(counts, st.floats(allow_nan=True, allow_infinity=True)),
-    },
-)
-field_values = st.one_of(any_text, json_values)
-blocks = st.one_of(
+usages = st.one_of(
     st.fixed_dictionaries(
-        {"type": st.sampled_from(["text", "text", "tool_use", MARKER]), "text": field_values}
+        {
+            "prompt_tokens": counts,
+            "completion_tokens": counts,
+            "input_tokens": counts,
+            "output_tokens": counts,
+        },
+        optional={"cost": st.one_of(counts, st.floats(allow_nan=True, allow_infinity=True))},
     ),
     json_values,
 )
+# Mostly fields of the right type (so the facts are parsed), sometimes any JSON value.
+contents = st.one_of(any_text, any_text, st.none(), json_values)
+stops = st.one_of(stop_reasons, stop_reasons, json_values)
+block_types = st.sampled_from(["text", "text", "tool_use", MARKER])
+blocks = st.one_of(
+    st.fixed_dictionaries({"type": block_types, "text": any_text}),
+    st.fixed_dictionaries({"type": block_types, "text": any_text}),
+    st.fixed_dictionaries({"type": block_types, "text": contents}),
+    json_values,
+)
 success_documents = st.one_of(
-    st.builds(
-        openai_document,
-        field_values,
-        st.one_of(st.none(), any_text),
-        st.one_of(stop_reasons, json_values),
-        usages,
-    ),
-    st.builds(
-        anthropic_document,
-        st.lists(blocks, max_size=3),
-        st.one_of(stop_reasons, json_values),
-        usages,
-    ),
+    st.builds(openai_document, contents, st.one_of(st.none(), any_text), stops, usages),
+    st.builds(anthropic_document, st.lists(blocks, max_size=3), stops, usages),
 )
 success_replies = st.builds(
     Scripted,
