@@ -158,7 +158,7 @@ class Ledger:
         tried: frozenset[str] = frozenset(),
     ) -> Selection:
         """Ordered eligible routes and every exclusion with its reason (SPEC section 9)."""
-        from ledger.select import CooldownView, SelectionRequest, Snapshot, select
+        from ledger.select import SelectionRequest, Snapshot, select
         from ledger.store.views import select_state
         from ledger.tokens import estimate_tokens, tokens_for_bytes
 
@@ -177,9 +177,7 @@ class Ledger:
         snapshot = Snapshot(
             now_ms=st.now_ms,
             available_providers=self.catalog.available_providers(self.env),
-            cooldowns=tuple(
-                CooldownView(c.scope, c.target, c.until_ms, c.kind, c.origin) for c in st.cooldowns
-            ),
+            cooldowns=st.cooldowns,
             source_models=st.source_models,
             hourly_next_free_ms=st.hourly_next_free_ms,
         )

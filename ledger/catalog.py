@@ -134,6 +134,9 @@ class Catalog(BaseModel):
     )
     models: list[Model] = Field(default_factory=list, max_length=100_000)
     _by_key: dict[str, Model] = PrivateAttr(default_factory=dict)
+    # Values other modules derive from this (frozen) catalog, computed on first use and kept for
+    # its lifetime (e.g. the selector's per-model keys and R-SEL-6 ranks). Never serialised.
+    _memo: dict[str, object] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _consistent(self) -> Catalog:

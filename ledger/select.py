@@ -10,15 +10,16 @@ reservation does, and it re-checks budgets and cooldowns in its own write transa
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
+from operator import attrgetter
+from typing import Protocol
 
 from ledger.catalog import Catalog, Model
 from ledger.clock import iso
 from ledger.config import Policy
 from ledger.kinds import CooldownOrigin, CooldownScope, ExclusionReason, FailureKind
 from ledger.routes import route_allowed
-from ledger.tokens import fits
 
 # The failure kinds after which a sibling named in fallbackModels may be used (R-SEL-4).
 MODEL_SPECIFIC_KINDS = frozenset(
@@ -51,6 +52,22 @@ RULE_ORDER: tuple[ExclusionReason, ...] = (
 _COOLDOWN_REASONS = frozenset({R.PROVIDER_COOLDOWN, R.MODEL_COOLDOWN})
 
 
+class ActiveCooldown(Protocol):
+    """What selection reads of a cooldown (`CooldownView`, or the store's own row type)."""
+
+    @property
+    def scope(self) -> CooldownScope:
+        """Provider or model."""
+
+    @property
+    def target(self) -> str:
+        """Provider name or model key."""
+
+    @property
+    def until_ms(self) -> int:
+        """When it ends."""
+
+
 @dataclass(frozen=True)
 class CooldownView:
     """One cooldown as read from the ledger."""
@@ -79,7 +96,7 @@ class Snapshot:
 
     now_ms: int
     available_providers: frozenset[str]
-    cooldowns: tuple[CooldownView, ...]  # active ones; filtered against now_ms again anyway
+    cooldowns: tuple[ActiveCooldown, ...]  # active ones; filtered against now_ms again anyway
     source_models: frozenset[str] = frozenset()  # distinct models this source already used
     hourly_next_free_ms: int | None = None  # None: a shared hourly slot is free now
 
@@ -133,20 +150,142 @@ def _price_rank(model: Model) -> tuple[int, Decimal]:
     return (0, prices[0] + prices[1])
 
 
+_OrderKey = tuple[tuple[int, Decimal], bool, str]
+
+
+def _order_key(model: Model) -> _OrderKey:
+    """R-SEL-6: price rank, then non-reasoning before reasoning, then model key (a total order)."""
+    return (_price_rank(model), model.reasoning, model.key)
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """One catalog model with the values selection reads, derived once per catalog."""
+
+    model: Model
+    key: str
+    provider: str
+    text_capable: bool
+    price_known: bool
+    order_key: _OrderKey
+    rank: int  # position in the R-SEL-6 order of the whole catalog
+    # Exclusions are immutable values: kept per reason (and end), made on first use.
+    exclusions: dict[ExclusionReason, Exclusion] = field(default_factory=dict)
+    cooled: dict[tuple[ExclusionReason, int], Exclusion] = field(default_factory=dict)
+
+    def excluded(self, reason: ExclusionReason) -> Exclusion:
+        """This model excluded for `reason` (no end time)."""
+        exclusion = self.exclusions.get(reason)
+        if exclusion is None:
+            exclusion = self.exclusions[reason] = Exclusion(self.key, reason)
+        return exclusion
+
+    def cooling(self, reason: ExclusionReason, until_ms: int) -> Exclusion:
+        """This model excluded by a cooldown that ends at `until_ms`."""
+        exclusion = self.cooled.get((reason, until_ms))
+        if exclusion is None:
+            if len(self.cooled) >= 8:  # bounded: cooldown ends change over time
+                self.cooled.clear()
+            exclusion = self.cooled[reason, until_ms] = Exclusion(self.key, reason, until_ms)
+        return exclusion
+
+
+@dataclass(frozen=True)
+class _CatalogIndex:
+    """Per-catalog derived data (the catalog is frozen, so it never goes stale).
+
+    `entries` is in model-key order (the order of `Selection.excluded`). The two dicts memoise
+    values that also depend on a policy setting; they are filled on first use.
+    """
+
+    models: list[Model]  # the catalog's own list: a copied catalog with other models rebuilds
+    entries: tuple[_Entry, ...]
+    by_key: dict[str, _Entry]
+    input_limits: dict[int, tuple[int | None, ...]] = field(default_factory=dict)
+    denied: dict[tuple[tuple[str, ...], tuple[str, ...]], frozenset[str]] = field(
+        default_factory=dict
+    )
+
+
+_MEMO_KEY = "ledger.select"
+_by_rank = attrgetter("rank")
+
+
+def _index(catalog: Catalog) -> _CatalogIndex:
+    """The catalog's selection index, built on first use and kept on the catalog."""
+    index = catalog._memo.get(_MEMO_KEY)
+    if isinstance(index, _CatalogIndex) and index.models is catalog.models:
+        return index
+    keyed = sorted(catalog.models, key=attrgetter("key"))  # stable: ties keep catalog order
+    ordered = sorted(catalog.models, key=_order_key)
+    ranks = {id(m): i for i, m in enumerate(ordered)}
+    entries = tuple(
+        _Entry(
+            model=m,
+            key=m.key,
+            provider=m.provider,
+            text_capable=m.text_capable,
+            price_known=m.price_known(),
+            order_key=_order_key(m),
+            rank=ranks[id(m)],
+        )
+        for m in keyed
+    )
+    index = _CatalogIndex(catalog.models, entries, {e.key: e for e in entries})
+    catalog._memo[_MEMO_KEY] = index
+    return index
+
+
+def _input_limits(index: _CatalogIndex, reply_tokens: int) -> tuple[int | None, ...]:
+    """Per entry, the largest input estimate that fits (R-SEL-8); None for an unknown window.
+
+    `tokens <= limit` is exactly `ledger.tokens.fits`: estimate <= window - reply reservation.
+    """
+    limits = index.input_limits.get(reply_tokens)
+    if limits is None:
+        limits = tuple(
+            None
+            if e.model.context_window is None
+            else e.model.context_window - e.model.reply_reservation(reply_tokens)
+            for e in index.entries
+        )
+        if len(index.input_limits) > 16:  # a bounded memo: policies rarely change
+            index.input_limits.clear()
+        index.input_limits[reply_tokens] = limits
+    return limits
+
+
+def _denied(index: _CatalogIndex, policy: Policy) -> frozenset[str]:
+    """Keys the route rules deny (R-SEL-9), computed once per catalog and rule set."""
+    rules = policy.routes
+    if not rules.allow and not rules.deny:
+        return frozenset()
+    memo_key = (tuple(rules.allow), tuple(rules.deny))
+    denied = index.denied.get(memo_key)
+    if denied is None:
+        denied = frozenset(e.key for e in index.entries if not route_allowed(e.key, rules))
+        if len(index.denied) > 16:
+            index.denied.clear()
+        index.denied[memo_key] = denied
+    return denied
+
+
 def fallback_order(catalog: Catalog, policy: Policy, candidates: Iterable[Model]) -> list[Model]:
     """Backup order: fallbackModels order when non-empty (R-SEL-5), else R-SEL-6.
 
     R-SEL-6: known non-zero prices, cheapest (max input + max output tier price) first; unknown or
     zero prices after; then non-reasoning before reasoning; then model key (a total order).
     Candidates missing from a non-empty list sort after the listed ones by the R-SEL-6 key. The
-    catalog is accepted so status can call this like `select`; the order needs only the models.
+    catalog's cached R-SEL-6 keys are used for its own models; other models are keyed directly.
     """
-    del catalog
+    by_key = _index(catalog).by_key
     listed = {key: i for i, key in enumerate(policy.fallback_models)}
     unlisted = len(listed)
 
-    def sort_key(model: Model) -> tuple[int, tuple[int, Decimal], bool, str]:
-        return (listed.get(model.key, unlisted), _price_rank(model), model.reasoning, model.key)
+    def sort_key(model: Model) -> tuple[int, _OrderKey]:
+        entry = by_key.get(model.key)
+        order = entry.order_key if entry is not None and entry.model is model else _order_key(model)
+        return (listed.get(model.key, unlisted), order)
 
     return sorted(candidates, key=sort_key)
 
@@ -156,122 +295,135 @@ class _Context:
     """Values derived once per selection."""
 
     policy: Policy
-    snapshot: Snapshot
-    request: SelectionRequest
-    tried: frozenset[str]
+    default: str | None
+    listed: frozenset[str]  # policy.fallback_models as a set
+    model_specific: bool  # the failure is one a listed sibling may recover from (R-SEL-4)
     failed_provider: str | None
     default_provider: str | None
-    cooling: dict[tuple[CooldownScope, str], int]  # latest active end per (scope, target)
 
 
-def _fallback_reason(ctx: _Context, model: Model) -> ExclusionReason | None:
+def _fallback_reason(ctx: _Context, key: str, provider: str) -> ExclusionReason | None:
     """same_provider, sibling_not_for_kind, not_in_fallback_list (R-SEL-3..5)."""
-    request, policy = ctx.request, ctx.policy
-    default = request.default_model
-    listed = model.key in policy.fallback_models
-    model_specific = request.after_failure in MODEL_SPECIFIC_KINDS
-    if model.provider == ctx.failed_provider:
+    default = ctx.default
+    listed = key in ctx.listed
+    if provider == ctx.failed_provider:
         # A sibling of the failed model shares its credentials and quota. Only a listed sibling
         # (or the default itself) may follow, and only after a model-specific failure.
-        if model.key == default and model_specific:
+        if key == default and ctx.model_specific:
             pass
-        elif model.key == default or not listed:
+        elif key == default or not listed:
             return R.SAME_PROVIDER
-        elif not model_specific:
+        elif not ctx.model_specific:
             return R.SIBLING_NOT_FOR_KIND
-    elif model.provider == ctx.default_provider and model.key != default and not listed:
+    elif provider == ctx.default_provider and key != default and not listed:
         return R.SAME_PROVIDER  # never chosen automatically as a backup of the default
-    if model.key == default:
+    if key == default:
         return None
-    if not policy.cross_provider_fallback:
+    if not ctx.policy.cross_provider_fallback:
         return R.NOT_IN_FALLBACK_LIST  # R-SEL-3: confined to the default model
-    if policy.fallback_models and not listed:
+    if ctx.listed and not listed:
         return R.NOT_IN_FALLBACK_LIST
     return None
 
 
-def _active_cooldowns(snapshot: Snapshot) -> dict[tuple[CooldownScope, str], int]:
-    """The latest end of the still active cooldowns, per (scope, target)."""
-    ends: dict[tuple[CooldownScope, str], int] = {}
+def _active_cooldowns(snapshot: Snapshot) -> tuple[dict[str, int], dict[str, int]]:
+    """The latest end of the still active cooldowns, per provider and per model key."""
+    providers: dict[str, int] = {}
+    models: dict[str, int] = {}
+    now, provider_scope = snapshot.now_ms, CooldownScope.PROVIDER
     for c in snapshot.cooldowns:
-        if c.until_ms > snapshot.now_ms:
-            target = (c.scope, c.target)
-            ends[target] = max(c.until_ms, ends.get(target, c.until_ms))
-    return ends
-
-
-def _late_reason(ctx: _Context, model: Model) -> ExclusionReason | None:
-    """The rules after the cooldowns: source_models, context_too_small, unknown_price."""
-    policy, snapshot = ctx.policy, ctx.snapshot
-    used = snapshot.source_models
-    if model.key not in used and len(used) + 1 > policy.source_models:
-        return R.SOURCE_MODELS
-    if not fits(model, ctx.request.input_tokens, policy.reply_tokens):
-        return R.CONTEXT_TOO_SMALL
-    if policy.daily_estimated_usd is not None and not model.price_known():
-        return R.UNKNOWN_PRICE
-    return None
-
-
-def _exclusion(ctx: _Context, model: Model) -> tuple[Exclusion | None, bool]:
-    """The first rule excluding the model (or None), and whether it frees once its cooldowns end."""
-    key = model.key
-    early: ExclusionReason | None = None
-    if model.provider not in ctx.snapshot.available_providers:
-        early = R.UNAVAILABLE
-    elif not model.text_capable:
-        early = R.NO_TEXT
-    elif not route_allowed(key, ctx.policy.routes):
-        early = R.DENIED_BY_ROUTE
-    elif key in ctx.tried:
-        early = R.ALREADY_TRIED
-    elif ctx.request.after_failure is not None or key != ctx.request.default_model:
-        early = _fallback_reason(ctx, model)
-    if early is not None:
-        return Exclusion(key, early), False
-    provider_until = ctx.cooling.get((CooldownScope.PROVIDER, model.provider))
-    model_until = ctx.cooling.get((CooldownScope.MODEL, key))
-    late = _late_reason(ctx, model)
-    if provider_until is not None or model_until is not None:
-        reason = R.PROVIDER_COOLDOWN if provider_until is not None else R.MODEL_COOLDOWN
-        until = max(u for u in (provider_until, model_until) if u is not None)
-        return Exclusion(key, reason, until), late is None
-    return (None if late is None else Exclusion(key, late)), False
+        until = c.until_ms
+        if until > now:
+            ends = providers if c.scope == provider_scope else models
+            if until > ends.get(c.target, until - 1):
+                ends[c.target] = until
+    return providers, models
 
 
 def select(
     catalog: Catalog, policy: Policy, snapshot: Snapshot, request: SelectionRequest
 ) -> Selection:
     """Ordered eligible routes (default first, R-SEL-2) and every other model with its reason."""
+    index = _index(catalog)
+    default = request.default_model
     tried = request.tried | ({request.failed_model} if request.failed_model else frozenset())
     ctx = _Context(
         policy=policy,
-        snapshot=snapshot,
-        request=request,
-        tried=tried,
+        default=default,
+        listed=frozenset(policy.fallback_models),
+        model_specific=request.after_failure in MODEL_SPECIFIC_KINDS,
         failed_provider=_provider_of(request.failed_model) if request.failed_model else None,
-        default_provider=_provider_of(request.default_model) if request.default_model else None,
-        cooling=_active_cooldowns(snapshot),
+        default_provider=_provider_of(default) if default else None,
     )
-    eligible: list[Model] = []
+    fresh = request.after_failure is None  # the default of a fresh request skips fallback rules
+    # For a model of any other provider than the failed and the default one, and not the default
+    # itself, the fallback rules reduce to R-SEL-3/R-SEL-5 (`_fallback_reason`'s last two checks).
+    special = frozenset(p for p in (ctx.failed_provider, ctx.default_provider) if p is not None)
+    confined = not policy.cross_provider_fallback
+    listed = ctx.listed
+    available = snapshot.available_providers
+    denied = _denied(index, policy)
+    provider_cooling, model_cooling = _active_cooldowns(snapshot)
+    used = snapshot.source_models
+    models_full = len(used) + 1 > policy.source_models  # R-RES-7: no room for a new model
+    price_needed = policy.daily_estimated_usd is not None
+    tokens = request.input_tokens
+    first: list[_Entry] = []  # the default model when eligible (R-SEL-2)
+    backups: list[_Entry] = []
     excluded: list[Exclusion] = []
     frees_at: list[int] = []
-    for model in catalog.models:
-        exclusion, frees = _exclusion(ctx, model)
-        if exclusion is None:
-            eligible.append(model)
+    for entry, limit in zip(index.entries, _input_limits(index, policy.reply_tokens), strict=True):
+        key, provider = entry.key, entry.provider
+        early: ExclusionReason | None = None
+        if provider not in available:
+            early = R.UNAVAILABLE
+        elif not entry.text_capable:
+            early = R.NO_TEXT
+        elif key in denied:
+            early = R.DENIED_BY_ROUTE
+        elif key in tried:
+            early = R.ALREADY_TRIED
+        elif provider in special or key == default:
+            if not fresh or key != default:
+                early = _fallback_reason(ctx, key, provider)
+        elif confined or (listed and key not in listed):
+            early = R.NOT_IN_FALLBACK_LIST
+        if early is not None:
+            excluded.append(entry.excluded(early))
             continue
-        excluded.append(exclusion)
-        if frees and exclusion.until_ms is not None:
-            frees_at.append(exclusion.until_ms)
-    default = [m for m in eligible if m.key == request.default_model]
-    backups = fallback_order(
-        catalog, policy, (m for m in eligible if m.key != request.default_model)
-    )
-    routes = tuple(m.key for m in default + backups)
+        late: ExclusionReason | None = None
+        if models_full and key not in used:
+            late = R.SOURCE_MODELS
+        elif limit is not None and tokens > limit:
+            late = R.CONTEXT_TOO_SMALL
+        elif price_needed and not entry.price_known:
+            late = R.UNKNOWN_PRICE
+        provider_until = provider_cooling.get(provider)
+        model_until = model_cooling.get(key)
+        if provider_until is not None:
+            reason = R.PROVIDER_COOLDOWN
+            until = provider_until if model_until is None else max(provider_until, model_until)
+        elif model_until is not None:
+            reason, until = R.MODEL_COOLDOWN, model_until
+        elif late is not None:
+            excluded.append(entry.excluded(late))
+            continue
+        else:
+            (first if key == default else backups).append(entry)
+            continue
+        excluded.append(entry.cooling(reason, until))
+        if late is None:  # excluded only by cooldowns: it frees when they end
+            frees_at.append(until)
+    if listed:
+        position = {key: i for i, key in enumerate(policy.fallback_models)}
+        unlisted = len(position)
+        backups.sort(key=lambda e: (position.get(e.key, unlisted), e.rank))
+    else:
+        backups.sort(key=_by_rank)
+    routes = tuple([e.key for e in first] + [e.key for e in backups])
     return Selection(
         routes=routes,
-        excluded=tuple(sorted(excluded, key=lambda e: e.model)),
+        excluded=tuple(excluded),
         retry_at_ms=_retry_at(routes, frees_at, snapshot.hourly_next_free_ms),
     )
 

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, bindparam, func, select
 
 from ledger.budgets import DAY_MS
 from ledger.clock import iso
 from ledger.kinds import CooldownOrigin, CooldownScope
 from ledger.store import reads
 from ledger.store.engine import Database
-from ledger.store.schema import cooldowns, meta, reservations, sources
+from ledger.store.schema import cooldowns, meta, reservations, source_models, sources
 
 
 @dataclass(frozen=True)
@@ -38,24 +38,56 @@ class CooldownRow:
         }
 
 
+# Built once (a prebuilt statement goes straight to SQLAlchemy's compiled cache); the columns are
+# named so rows unpack by position, and enum values map through dicts instead of Enum.__call__.
+_ACTIVE_COOLDOWNS = (
+    select(
+        cooldowns.c.scope,
+        cooldowns.c.target,
+        cooldowns.c.until_ms,
+        cooldowns.c.kind,
+        cooldowns.c.origin,
+        cooldowns.c.reason,
+    )
+    .where(cooldowns.c.until_ms > bindparam("now"))
+    .order_by(cooldowns.c.until_ms, cooldowns.c.scope, cooldowns.c.target)
+)
+# Selection reads only scope, target and end of the active cooldowns (it keeps the latest end per
+# target itself), in any order: three columns off the until_ms index, no sort.
+_COOLDOWN_ENDS = select(cooldowns.c.scope, cooldowns.c.target, cooldowns.c.until_ms).where(
+    cooldowns.c.until_ms > bindparam("now")
+)
+# The models a source has used (R-RES-7): all selection needs of the source, in one indexed read.
+_SOURCE_MODELS = select(source_models.c.model_key).where(
+    source_models.c.source_id == bindparam("source_id")
+)
+_SCOPES = {s.value: s for s in CooldownScope}
+_ORIGINS = {o.value: o for o in CooldownOrigin}
+
+
 def active_cooldowns(conn: Connection, now: int) -> list[CooldownRow]:
     """Every cooldown that has not ended, soonest end first."""
-    rows = conn.execute(
-        select(cooldowns)
-        .where(cooldowns.c.until_ms > now)
-        .order_by(cooldowns.c.until_ms, cooldowns.c.scope, cooldowns.c.target)
-    )
+    rows = conn.execute(_ACTIVE_COOLDOWNS, {"now": now}).all()
+    scopes, origins = _SCOPES, _ORIGINS
     return [
         CooldownRow(
-            CooldownScope(r.scope),
-            r.target,
-            int(r.until_ms),
-            r.kind,
-            CooldownOrigin(r.origin),
-            r.reason,
+            scopes.get(scope) or CooldownScope(scope),  # an unknown value raises as before
+            target,
+            int(until_ms),
+            kind,
+            origins.get(origin) or CooldownOrigin(origin),
+            reason,
         )
-        for r in rows
+        for scope, target, until_ms, kind, origin, reason in rows
     ]
+
+
+class CooldownEnd(NamedTuple):
+    """One active cooldown as selection reads it: scope, target, end."""
+
+    scope: CooldownScope
+    target: str
+    until_ms: int
 
 
 @dataclass(frozen=True)
@@ -63,7 +95,7 @@ class SelectState:
     """What selection reads from the ledger (one read transaction)."""
 
     now_ms: int
-    cooldowns: list[CooldownRow]
+    cooldowns: tuple[CooldownEnd, ...]  # every active cooldown, in no particular order
     source_models: frozenset[str]
     hourly_next_free_ms: int | None
 
@@ -72,14 +104,25 @@ def select_state(db: Database, source_id: str | None, calls_per_hour: int) -> Se
     """Cooldowns, the source's models and the shared hourly budget, in one read transaction."""
     with db.read() as conn:
         now = db.read_now(conn)
-        budget = reads.source_budget(conn, source_id) if source_id else None
-        _, next_free = reads.hourly_usage(conn, now, calls_per_hour)
-        return SelectState(
-            now_ms=now,
-            cooldowns=active_cooldowns(conn, now),
-            source_models=budget.models if budget else frozenset(),
-            hourly_next_free_ms=next_free,
+        used = (
+            frozenset(conn.execute(_SOURCE_MODELS, {"source_id": source_id}).scalars())
+            if source_id
+            else frozenset()
         )
+        _, next_free = reads.hourly_usage(conn, now, calls_per_hour)
+        rows = conn.execute(_COOLDOWN_ENDS, {"now": now}).all()
+    scopes = _SCOPES
+    return SelectState(
+        now_ms=now,
+        cooldowns=tuple(
+            [
+                CooldownEnd(scopes.get(scope) or CooldownScope(scope), target, int(until_ms))
+                for scope, target, until_ms in rows
+            ]
+        ),
+        source_models=used,
+        hourly_next_free_ms=next_free,
+    )
 
 
 def cooldown_list(db: Database) -> tuple[int, list[CooldownRow]]:
