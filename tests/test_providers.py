@@ -561,3 +561,21 @@ def test_r_diag_3_request_and_response_reprs_hide_text() -> None:
     assert "private words" not in repr(request)
     assert "model words" not in repr(response)
     assert "body words" not in repr(response)
+
+
+def test_r_diag_3_unencodable_credential_is_a_fact_not_an_exception() -> None:
+    from ledger.catalog import Provider
+    from ledger.classify import classify_exception
+    from ledger.providers.base import CallRequest, Message, adapter_for
+
+    secret = "sk-ünïcode-SECRET"
+    provider = Provider.model_validate(
+        {"credentialEnv": "X_KEY", "api": "openai-chat", "baseUrl": "http://127.0.0.1:9/v1"}
+    )
+    adapter = adapter_for(provider, {"X_KEY": secret})
+    request = CallRequest("m", (Message("user", "hi"),), 16, deadline_ms=10**15)
+    response = adapter.call(request, now_ms=lambda: 0)
+    assert not response.ok
+    assert response.exception is not None
+    assert "SECRET" not in repr(response.exception)
+    assert classify_exception(response.exception).kind == "unknown"

@@ -32,6 +32,7 @@ TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
 )
 """What a call can raise on the way to a provider; reported as `exception`, never re-raised."""
 
+HEADER_ENCODING_MESSAGE = "a credential or header option cannot be sent over HTTP (value withheld)"
 PROTOCOL_ERROR_MESSAGE = "the HTTP exchange broke the protocol (details withheld)"
 """The message of a detached httpx.ProtocolError: h11 quotes the offending wire bytes."""
 
@@ -181,6 +182,10 @@ def post_json(
         return _exchange(client, url, headers, content, deadline, started)
     except TRANSPORT_ERRORS as exc:
         return _transport_failure(detach(exc), started)
+    except UnicodeError:
+        # a credential or header option that HTTP cannot carry: a local fault, reported with a
+        # fixed message (the offending value is never quoted), classified like any exception
+        return _transport_failure(UnicodeError(HEADER_ENCODING_MESSAGE), started)
 
 
 @functools.cache
