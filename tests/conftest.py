@@ -8,10 +8,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from ledger.api import Ledger
 from ledger.catalog import Catalog
 from ledger.config import Policy
+
+# CI machines are shared and noisy: hypothesis must judge behaviour, never speed. No per-example
+# deadline and no "too slow" health check; example counts are set per test.
+settings.register_profile(
+    "ledger", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
+)
+settings.load_profile("ledger")
 
 T0 = 1_800_000_000_000  # 2027-01-15T08:00:00Z, a fixed ledger time for tests
 
