@@ -8,16 +8,14 @@ Every function is pure: time comes in as `now_ms`.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
+from functools import cache
 from types import MappingProxyType
-
-import httpx
 
 from ledger.errors import UsageError
 from ledger.kinds import FailureKind
@@ -357,25 +355,33 @@ def classify_stop_reason(stop_reason: str | None) -> Classification | None:
 
 # --------------------------------------------------------------------------- exceptions
 
-_EXCEPTION_KINDS: tuple[tuple[type[BaseException], FailureKind, str], ...] = (
-    (asyncio.CancelledError, FailureKind.CANCELLED, "cancelled"),
-    (KeyboardInterrupt, FailureKind.CANCELLED, "interrupted"),
-    (SystemExit, FailureKind.CANCELLED, "shutdown"),
-    (httpx.TimeoutException, _T, "timeout"),
-    (TimeoutError, _T, "timeout"),
-    (httpx.ConnectError, _T, "connect_error"),
-    (httpx.RemoteProtocolError, _T, "protocol_error"),
-    (httpx.ReadError, _T, "stream_cut"),
-    (httpx.WriteError, _T, "write_error"),
-    (httpx.NetworkError, _T, "network_error"),
-    (httpx.ProxyError, _T, "proxy_error"),
-    (ConnectionError, _T, "network_error"),
-)
+
+@cache
+def _exception_kinds() -> tuple[tuple[type[BaseException], FailureKind, str], ...]:
+    """The exception table, built on first use: importing ledger does not load httpx or asyncio."""
+    import asyncio
+
+    import httpx
+
+    return (
+        (asyncio.CancelledError, FailureKind.CANCELLED, "cancelled"),
+        (KeyboardInterrupt, FailureKind.CANCELLED, "interrupted"),
+        (SystemExit, FailureKind.CANCELLED, "shutdown"),
+        (httpx.TimeoutException, _T, "timeout"),
+        (TimeoutError, _T, "timeout"),
+        (httpx.ConnectError, _T, "connect_error"),
+        (httpx.RemoteProtocolError, _T, "protocol_error"),
+        (httpx.ReadError, _T, "stream_cut"),
+        (httpx.WriteError, _T, "write_error"),
+        (httpx.NetworkError, _T, "network_error"),
+        (httpx.ProxyError, _T, "proxy_error"),
+        (ConnectionError, _T, "network_error"),
+    )
 
 
 def classify_exception(exc: BaseException) -> Classification:
     """Classify an exception by its type alone; its message is never read."""
-    for exc_type, kind, subkind in _EXCEPTION_KINDS:
+    for exc_type, kind, subkind in _exception_kinds():
         if isinstance(exc, exc_type):
             return Classification(kind, subkind)
     return Classification(FailureKind.UNKNOWN, "exception")

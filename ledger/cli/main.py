@@ -1,15 +1,22 @@
-"""Top-level group, global options and the one place domain errors become exit codes."""
+"""Top-level group, global options and the one place domain errors become exit codes.
+
+Invariant: commands load lazily from the table in `ledger.cli.commands`; a command module is
+imported only when that command is resolved, and every error it raises still passes through
+`LedgerGroup.invoke`.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
 from collections.abc import Callable
+from gettext import gettext as _
 from typing import Any, NoReturn
 
 import click
 
 from ledger.api import Ledger
+from ledger.cli.commands import COMMANDS
 from ledger.errors import LedgerError
 from ledger.home import StateDir, state_dir, symlink_warning
 from ledger.store.engine import network_filesystem
@@ -70,7 +77,33 @@ def run(as_json: bool, action: Callable[[], Any]) -> Any:
 
 
 class LedgerGroup(click.Group):
-    """A group whose invoke maps errors to exit codes in one place."""
+    """A group whose invoke maps errors to exit codes in one place; commands load on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """Every command name: the table's and any added directly."""
+        return sorted({*self.commands, *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """The command, importing its module the first time it is asked for."""
+        command = self.commands.get(cmd_name)
+        if command is None and cmd_name in COMMANDS:
+            command = COMMANDS[cmd_name].load()
+            self.add_command(command, cmd_name)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list as click writes it, from the table's short help (nothing imported)."""
+        rows: list[tuple[str, click.Command]] = []
+        for name in self.list_commands(ctx):
+            command = self.commands.get(name)
+            if command is None:  # not loaded: a stand-in carrying the table's short help
+                command = click.Command(name, help=COMMANDS[name].short_help)
+            if not command.hidden:
+                rows.append((name, command))
+        if rows:
+            limit = formatter.width - 6 - max(len(name) for name, _cmd in rows)
+            with formatter.section(_("Commands")):
+                formatter.write_dl([(name, cmd.get_short_help_str(limit)) for name, cmd in rows])
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -119,12 +152,9 @@ def cli(ctx: click.Context, home: str | None, db: str | None, debug: bool) -> No
 
 
 def _register() -> None:
-    from ledger.cli import commands
-
-    commands.register(cli)
+    """Kept for callers from before lazy loading: every command is already reachable via `cli`."""
 
 
 def main() -> None:
     """Console entry point."""
-    _register()
     cli(prog_name="ledger")

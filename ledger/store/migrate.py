@@ -1,6 +1,9 @@
 """Schema revisions (R-DB-1, R-DB-4, R-DB-5): create at head, refuse old/new, upgrade with a backup.
 
-Only alembic changes the schema; a new database is built by running the migrations.
+Only alembic changes the schema; a new database is built by running the migrations. Checking the
+revision of an existing database needs neither alembic nor the revision scripts (a plain read of
+`alembic_version` against `HEAD_REVISION`), so alembic is imported only to create, upgrade or
+downgrade.
 """
 
 from __future__ import annotations
@@ -9,12 +12,9 @@ import os
 import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, inspect, text
+from sqlalchemy import Connection, column, inspect, select, table, text
 
 from ledger.errors import (
     SchemaTooNewError,
@@ -25,6 +25,20 @@ from ledger.errors import (
 from ledger.home import secure_file, sqlite_file
 from ledger.store.engine import Database
 from ledger.store.schema import meta
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+# The newest revision in migrations/versions and every revision there. Kept here so that opening an
+# up-to-date database does not load alembic; tests/test_migrate_head.py checks both against
+# alembic's ScriptDirectory and the versions folder (add a migration: update these two).
+HEAD_REVISION = "0002"
+KNOWN_REVISIONS = frozenset({"0001", "0002"})
+VERSION_TABLE = "alembic_version"
+
+_VERSION = table(VERSION_TABLE, column("version_num"))
+_READ_VERSION = select(_VERSION.c.version_num)
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
@@ -43,6 +57,8 @@ def _migrations_dir() -> Path:
 
 def alembic_config(connection: Connection | None = None) -> Config:
     """An alembic Config pointing at the shipped migrations, optionally bound to a connection."""
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(_migrations_dir()))
     if connection is not None:
@@ -52,30 +68,41 @@ def alembic_config(connection: Connection | None = None) -> Config:
 
 def script() -> ScriptDirectory:
     """The revision scripts."""
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory.from_config(alembic_config())
 
 
 def head_revision() -> str:
     """The newest revision this code knows."""
-    head = script().get_current_head()
-    if head is None:  # pragma: no cover - packaging error
-        raise StoreError("no migrations are installed")
-    return head
+    return HEAD_REVISION
 
 
 def known_revisions() -> set[str]:
     """Every revision id this code knows."""
-    return {rev.revision for rev in script().walk_revisions()}
+    return set(KNOWN_REVISIONS)
+
+
+def read_revision(conn: Connection) -> str | None:
+    """The revision stamped in `alembic_version` (None without one), read without alembic."""
+    if not inspect(conn).has_table(VERSION_TABLE):
+        return None
+    heads = conn.execute(_READ_VERSION).scalars().all()
+    if len(heads) > 1:  # never written by a linear history: let alembic report it as before
+        from alembic.runtime.migration import MigrationContext
+
+        return MigrationContext.configure(conn).get_current_revision()
+    return str(heads[0]) if heads else None
 
 
 def current_revision(db: Database) -> str | None:
     """The database's revision, or None for an empty database."""
     with db.read() as conn:
-        return MigrationContext.configure(conn).get_current_revision()
+        return read_revision(conn)
 
 
 def _has_tables(conn: Connection) -> bool:
-    return bool(set(inspect(conn).get_table_names()) - {"alembic_version"})
+    return bool(set(inspect(conn).get_table_names()) - {VERSION_TABLE})
 
 
 def _prepare_file(db: Database) -> None:
@@ -104,6 +131,8 @@ def _check_sqlite_header(path: Path) -> None:
 
 
 def _upgrade_in_txn(db: Database, target: str = "head") -> None:
+    from alembic import command
+
     with db.engine.connect() as conn:
         conn.execution_options(ledger_write=True)
         with conn.begin():
@@ -128,7 +157,7 @@ def open_checked(db: Database) -> str:
             _prepare_file(db)
     try:
         with db.read() as conn:
-            revision = MigrationContext.configure(conn).get_current_revision()
+            revision = read_revision(conn)
             empty = revision is None and not _has_tables(conn)
     except StoreError:
         raise
@@ -187,6 +216,8 @@ def upgrade(db: Database, target: str = "head") -> tuple[str | None, str, Path |
 
 def downgrade(db: Database, target: str) -> None:
     """Migrate down (tests and emergencies)."""
+    from alembic import command
+
     with db.engine.connect() as conn:
         conn.execution_options(ledger_write=True)
         with conn.begin():

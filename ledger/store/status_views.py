@@ -12,13 +12,13 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, case, func, select
 
 from ledger.budgets import DAY_MS
 from ledger.kinds import SourceState
 from ledger.store import reads
 from ledger.store.engine import Database
+from ledger.store.migrate import read_revision
 from ledger.store.schema import (
     daily_totals,
     meta,
@@ -171,7 +171,7 @@ def status_data(db: Database, calls_per_hour: int) -> StatusData:
             sqlite_version=sqlite3.sqlite_version if db.is_sqlite else None,
             journal_mode=_journal_mode(conn) if db.is_sqlite else None,
             journal_mode_chosen=chosen,
-            revision=MigrationContext.configure(conn).get_current_revision(),
+            revision=read_revision(conn),  # a plain read: status never loads alembic
         )
 
 
