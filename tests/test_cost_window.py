@@ -9,6 +9,7 @@ histories, always against the plain SUM over the reservations themselves.
 
 from __future__ import annotations
 
+import multiprocessing
 import shutil
 import sqlite3
 import tempfile
@@ -32,6 +33,7 @@ from ledger.store import Database, migrate, reads
 from ledger.store.compact import compact
 from ledger.store.schema import cost_hours, reservations
 from tests.conftest import T0, TEST_CATALOG, Clock, LedgerFactory
+from tests.procs import contention_worker, write_home
 
 HOUR, DAY = 3_600_000, 86_400_000
 CATALOG = Catalog.model_validate(TEST_CATALOG)
@@ -214,6 +216,52 @@ def test_r_res_2_double_settle_refused_adds_nothing(make_ledger: LedgerFactory) 
     with pytest.raises(UsageError):
         led.settle(res.id, Success(cost_usd=0.75))
     assert hours_table(led) == {T0: (250_000, 1)}
+
+
+def test_r_res_2_refused_reservation_adds_nothing(make_ledger: LedgerFactory) -> None:
+    led = make_ledger(**BIG, dailyEstimatedUsd=0.01)  # 10000: one 9192 fits, a second does not
+    first = led.reserve("a", "alpha/small", input_bytes=1000)
+    for key in ("alpha/small", "beta/free/unknown"):  # daily_cost_ceiling, unknown_price
+        with pytest.raises(Refused):
+            led.reserve("b", key, input_bytes=1000)
+    assert hours_table(led) == {T0: (first.estimate_micro or 0, 1)}
+
+
+CONTENDERS, OPERATIONS = 6, 30
+
+
+def test_r_db_2_cost_hours_exact_under_process_contention(tmp_path: Path) -> None:
+    home = tmp_path / "state"
+    write_home(home, TEST_CATALOG, callsPerHour=10**6, sourceCalls=3, dailyEstimatedUsd=1.2)
+    Ledger.open(home, env={}).close()
+    ctx = multiprocessing.get_context("spawn")
+    barrier, out = ctx.Barrier(CONTENDERS), ctx.Queue()
+    sources = [f"src-{i}" for i in range(20)]
+    procs = [
+        ctx.Process(
+            target=contention_worker,
+            args=(str(home), barrier, seed, OPERATIONS, sources, list(PRICED), out),
+        )
+        for seed in range(CONTENDERS)
+    ]
+    for proc in procs:
+        proc.start()
+    reports = [out.get(timeout=180) for _ in procs]
+    for proc in procs:
+        proc.join(timeout=60)
+        assert proc.exitcode == 0
+    assert [err for report in reports for err in report["errors"]] == []
+    assert sum(report["settled"] for report in reports) > 0
+    led = Ledger.open(home, env={})
+    try:
+        table = hours_table(led)
+        assert table == hours_from_rows(led)
+        assert sum(a for _c, a in table.values()) == sum(len(r["granted"]) for r in reports)
+        with led.db.read() as conn:
+            now = led.db.read_now(conn)
+        assert_exact(led, now)
+    finally:
+        led.close()
 
 
 # --- compaction (R-DB-6): folded rows are older than the window; their hours are never read --
