@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ledger.providers.base import CallRequest, HttpAdapter, ProviderResponse, token_count
-from ledger.providers.bounded import JsonReply, post_json
+from ledger.providers.bounded import JsonReply, post_and_parse
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_VERSION = "2023-06-01"
@@ -37,17 +37,8 @@ class AnthropicMessagesAdapter(HttpAdapter):
         }
         if system:
             payload["system"] = "\n\n".join(system)
-        reply = post_json(
-            self.client,
-            f"{self.base_url(DEFAULT_BASE_URL)}/v1/messages",
-            headers,
-            payload,
-            deadline_ms=request.deadline_ms,
-            now_ms=now_ms,
-        )
-        if isinstance(reply, ProviderResponse):
-            return reply
-        return parse_message(reply)
+        url = f"{self.base_url(DEFAULT_BASE_URL)}/v1/messages"
+        return post_and_parse(self.client, url, headers, payload, request, now_ms, parse_message)
 
 
 def parse_message(reply: JsonReply) -> ProviderResponse:

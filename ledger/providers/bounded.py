@@ -15,10 +15,11 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 import httpx
 
-from ledger.providers.base import INVALID_RESPONSE, ProviderResponse
+from ledger.providers.base import INVALID_RESPONSE, CallRequest, ProviderResponse
 
 ERROR_BODY_LIMIT = 8192
 ERROR_BODY_BUDGET_S = 0.2
@@ -186,6 +187,20 @@ def post_json(
         # a credential or header option that HTTP cannot carry: a local fault, reported with a
         # fixed message (the offending value is never quoted), classified like any exception
         return _transport_failure(UnicodeError(HEADER_ENCODING_MESSAGE), started)
+
+
+def post_and_parse(
+    client: httpx.Client | None,
+    url: str,
+    headers: dict[str, str],
+    payload: dict[str, Any],
+    request: CallRequest,
+    now_ms: Callable[[], int],
+    parse: Callable[[JsonReply], ProviderResponse],
+) -> ProviderResponse:
+    """One call of a JSON API within the request's deadline: failures as facts, else `parse`."""
+    reply = post_json(client, url, headers, payload, deadline_ms=request.deadline_ms, now_ms=now_ms)
+    return reply if isinstance(reply, ProviderResponse) else parse(reply)
 
 
 @functools.cache

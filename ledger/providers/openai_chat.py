@@ -15,7 +15,7 @@ from ledger.providers.base import (
     reported_cost,
     token_count,
 )
-from ledger.providers.bounded import JsonReply, post_json
+from ledger.providers.bounded import JsonReply, post_and_parse
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -34,17 +34,10 @@ class OpenAIChatAdapter(HttpAdapter):
             "messages": [{"role": m.role, "content": m.content} for m in request.messages],
             "max_tokens": request.max_tokens,
         }
-        reply = post_json(
-            self.client,
-            f"{self.base_url(DEFAULT_BASE_URL)}/chat/completions",
-            headers,
-            payload,
-            deadline_ms=request.deadline_ms,
-            now_ms=now_ms,
+        url = f"{self.base_url(DEFAULT_BASE_URL)}/chat/completions"
+        return post_and_parse(
+            self.client, url, headers, payload, request, now_ms, parse_chat_completion
         )
-        if isinstance(reply, ProviderResponse):
-            return reply
-        return parse_chat_completion(reply)
 
 
 def parse_chat_completion(reply: JsonReply) -> ProviderResponse:
