@@ -121,16 +121,21 @@ def _pending_correction(conn: Connection, source_id: str) -> PendingCorrection |
     return PendingCorrection(str(failed.model_key), str(failed.reason or failed.subkind))
 
 
+def _held_by(source_id: str, worker_id: str) -> tuple[ColumnElement[bool], ...]:
+    """The source is leased, and by this worker."""
+    return (
+        sources.c.id == source_id,
+        sources.c.state == _LEASED,
+        sources.c.lease_owner == worker_id,
+    )
+
+
 def renew(db: Database, source_id: str, worker_id: str, lease_ms: int) -> bool:
     """Extend a lease this worker still holds to now + lease_ms; False when it lost the lease."""
     with db.write() as txn:
         result = txn.conn.execute(
             update(sources)
-            .where(
-                sources.c.id == source_id,
-                sources.c.state == _LEASED,
-                sources.c.lease_owner == worker_id,
-            )
+            .where(*_held_by(source_id, worker_id))
             .values(lease_expires_ms=txn.now + lease_ms)
         )
         return bool(result.rowcount)
@@ -145,14 +150,8 @@ def release(db: Database, source_id: str, worker_id: str) -> bool:
     with db.write() as txn:
         result = txn.conn.execute(
             update(sources)
-            .where(
-                sources.c.id == source_id,
-                sources.c.state == _LEASED,
-                sources.c.lease_owner == worker_id,
-            )
-            .values(
-                state=_QUEUED, last_checked_ms=txn.now, lease_owner=None, lease_expires_ms=None
-            )
+            .where(*_held_by(source_id, worker_id))
+            .values(state=_QUEUED, last_checked_ms=txn.now, lease_owner=None, lease_expires_ms=None)
         )
         return bool(result.rowcount)
 
@@ -184,8 +183,9 @@ def queue_times(db: Database) -> QueueTimes:
                 sources.c.lease_expires_ms > now,
             )
         ).scalar()
-        return QueueTimes(now, None if retry is None else int(retry),
-                          None if lease is None else int(lease))
+        return QueueTimes(
+            now, None if retry is None else int(retry), None if lease is None else int(lease)
+        )
 
 
 def ledger_now(db: Database) -> int:
