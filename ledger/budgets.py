@@ -12,10 +12,9 @@ from decimal import Decimal
 
 from ledger.catalog import Model
 from ledger.config import Policy
+from ledger.durations import DAY_MS as DAY_MS  # the windows, re-exported for the store
+from ledger.durations import HOUR_MS as HOUR_MS
 from ledger.kinds import RefusalReason, SourceState
-
-HOUR_MS = 3_600_000
-DAY_MS = 86_400_000
 
 
 @dataclass(frozen=True)
