@@ -366,3 +366,24 @@ def test_r_db_3a_patched_library_version_selects_the_journal(
     led.close()
     with sqlite3.connect(home / "ledger.db") as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == mode
+
+
+def test_r_db_3_pragmas_on_every_ledger_connection(tmp_path: Path) -> None:
+    """busy_timeout (policy), foreign_keys=ON, synchronous=FULL, chosen journal mode (R-DB-3)."""
+    from ledger.store import Database, migrate
+    from ledger.store.engine import chosen_journal_mode
+
+    db = Database(f"sqlite:///{tmp_path / 'l.db'}", busy_timeout_ms=1234)
+    migrate.open_checked(db)
+    with db.read() as conn:
+        values = {
+            name: conn.exec_driver_sql(f"PRAGMA {name}").scalar()
+            for name in ("busy_timeout", "foreign_keys", "synchronous", "journal_mode")
+        }
+    assert values == {
+        "busy_timeout": 1234,
+        "foreign_keys": 1,
+        "synchronous": 2,  # FULL
+        "journal_mode": chosen_journal_mode(),
+    }
+    db.dispose()
