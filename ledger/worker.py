@@ -61,7 +61,7 @@ from ledger.queue import (
     ItemReport,
     classify_result,
 )
-from ledger.records import Cancelled, Failed, SettleResult, Success
+from ledger.records import Cancelled, Failed, Reservation, SettleResult, Success
 from ledger.store import queue as store_queue
 from ledger.store.compact import compact_step
 
@@ -229,6 +229,8 @@ class _Step:
     refused: Refused | None = None
     cancelled: bool = False
     accepted: bool = False
+    lost_lease: bool = False
+    commit_failed: bool = False
 
 
 def _input_bytes(handler: Handler, payload_ref: str | None) -> int:
@@ -240,14 +242,35 @@ def _input_bytes(handler: Handler, payload_ref: str | None) -> int:
     return len((payload_ref or "").encode("utf-8")) + INPUT_MARGIN_BYTES
 
 
-def _caller(ledger: Ledger, model: Model) -> Callable[[CallRequest], ProviderResponse]:
+def _caller(
+    ledger: Ledger, model: Model, clock: Callable[[], int]
+) -> Callable[[CallRequest], ProviderResponse]:
     provider = ledger.catalog.providers[model.provider]
-    clock = ledger.db.clock_fn
 
     def call(request: CallRequest) -> ProviderResponse:
         return adapter_for(provider, ledger.env).call(request, now_ms=clock)
 
     return call
+
+
+def _call_clock(wall: Callable[[], int]) -> Callable[[int], Callable[[], int]]:
+    """Ledger time as this process sees it during one call (R-HTTP-3, issue 12 item 4).
+
+    Started just before reserving; once the reservation's `created_ms` (ledger time) is known,
+    the clock reads created_ms + the time elapsed since the start (the larger of the local wall
+    clock's and the monotonic clock's progress, so neither a slow local clock, nor a ledger clock
+    another process pushed ahead, nor a wall clock stepping back lengthens the call).
+    """
+    wall0, mono0 = wall(), time.monotonic()
+
+    def from_created(created_ms: int) -> Callable[[], int]:
+        def now() -> int:
+            elapsed = max(wall() - wall0, int((time.monotonic() - mono0) * 1000))
+            return created_ms + max(0, elapsed)
+
+        return now
+
+    return from_created
 
 
 def _classify(result: HandlerResult, now_ms: int) -> Classification:
@@ -270,6 +293,7 @@ def _attempt(
     fallback_from: str | None = None,
     after: int | None = None,
 ) -> _Step:
+    started = _call_clock(ledger.db.clock_fn)
     try:
         reservation = ledger.reserve(
             claim.source_id, route, input_bytes=size, role=role, fallback_from=fallback_from,
@@ -277,6 +301,15 @@ def _attempt(
         )
     except Refused as refusal:
         return _Step(None, refused=refusal)
+    clock = started(reservation.created_ms)
+    # the lease covers the whole call, whatever leaseMs is (issue 12 item 3)
+    if not store_queue.renew(
+        ledger.db, claim.source_id, claim.worker_id, ledger.policy.lease_ms,
+        cover_until_ms=reservation.deadline_ms,
+    ):  # lost before the call: nothing is sent, no failure added, the slot still counts
+        settled = ledger.settle(reservation.id, Cancelled())
+        report = AttemptReport(reservation.id, route, reservation.role, FailureKind.CANCELLED.value)
+        return _Step(report, settled, lost_lease=True)
     model = ledger.model(route)
     job = Job(
         source_id=claim.source_id,
@@ -288,7 +321,7 @@ def _attempt(
         role=reservation.role,
         correction_reason=correction_reason,
         max_tokens=model.reply_reservation(ledger.policy.reply_tokens),
-        caller=_caller(ledger, model),
+        caller=_caller(ledger, model, clock),
     )
     result: HandlerResult | None = None
     classification: Classification | None = None
@@ -296,25 +329,26 @@ def _attempt(
         with stopper.cancellable():
             result = handler(job)
     except CallCancelled:
-        settled = ledger.settle(reservation.id, Cancelled())
+        settled = ledger.settle(reservation.id, Cancelled(), overran=_overran(clock, reservation))
         report = AttemptReport(reservation.id, route, reservation.role, FailureKind.CANCELLED.value)
         return _Step(report, settled, cancelled=True)
     except Exception as exc:  # a failing handler is an outcome to classify, by type only
         classification = classify_exception(exc)
     now = ledger.db.clock_fn()
+    overran = _overran(clock, reservation)
     if result is not None and not isinstance(result, HandlerResult):
         classification = Classification(FailureKind.UNKNOWN, "bad_handler_result")
     elif result is not None and result.ok:
+        # settled without finishing: the source is done only once the commit was accepted (R-Q-1)
         settled = ledger.settle(
             reservation.id,
-            Success(result.input_tokens, result.output_tokens, result.cost_usd, finish=True),
+            Success(result.input_tokens, result.output_tokens, result.cost_usd),
+            overran=overran,
         )
         report = AttemptReport(reservation.id, route, reservation.role, None, settled.late)
         if settled.must_not_commit:
             return _Step(report, settled)
-        if result.commit is not None:
-            result.commit()
-        return _Step(report, settled, accepted=True)
+        return _commit(ledger, claim, result, report, settled)
     elif result is not None:
         classification = _classify(result, now)
     assert classification is not None
@@ -327,9 +361,38 @@ def _attempt(
             input_tokens=result.input_tokens if isinstance(result, HandlerResult) else None,
             output_tokens=result.output_tokens if isinstance(result, HandlerResult) else None,
         ),
+        overran=overran,
     )
     report = AttemptReport(reservation.id, route, reservation.role, settled.kind, settled.late)
     return _Step(report, settled)
+
+
+def _overran(clock: Callable[[], int], reservation: Reservation) -> bool:
+    return clock() > reservation.deadline_ms
+
+
+def _commit(
+    ledger: Ledger,
+    claim: store_queue.Claim,
+    result: HandlerResult,
+    report: AttemptReport,
+    settled: SettleResult,
+) -> _Step:
+    """Hand an in-time success to the handler's commit, then finish the source (R-Q-1).
+
+    Only a worker that still holds its lease commits (issue 12 item 3): one whose lease was
+    lost returns LOST_LEASE and leaves the source to its new holder. A commit that raises is a
+    failure of the item: nothing is finished, the source is claimable again (issue 12 item 1).
+    """
+    if not store_queue.renew(ledger.db, claim.source_id, claim.worker_id, ledger.policy.lease_ms):
+        return _Step(report, settled, lost_lease=True)
+    if result.commit is not None:
+        try:
+            result.commit()
+        except Exception:  # the handler's own store refused: the result is not taken
+            return _Step(report, settled, commit_failed=True)
+    ledger.set_source_state(claim.source_id, "done")
+    return _Step(report, settled, accepted=True)
 
 
 def run_item(
@@ -352,6 +415,16 @@ def _run_item(
             ledger, claim, handler, stopper, route=claim.correction.model,
             role=AttemptRole.CORRECTION, size=size, correction_reason=claim.correction.reason,
         )
+    elif claim.owed_fallback is not None and (owed := _owed_route(ledger, claim, size)):
+        first = _attempt(
+            ledger, claim, handler, stopper, route=owed, role=AttemptRole.FALLBACK, size=size,
+            fallback_from=claim.owed_fallback.failed_model,
+        )
+    elif claim.owed_fallback is not None and not claim.owed_fallback.deferred:
+        retry_at = store_queue.defer_owed_fallback(
+            ledger.db, source, claim.worker_id, ledger.store.jitter
+        )
+        return ItemReport(source, ItemOutcome.FAILED, retry_at_ms=retry_at)
     else:
         selection = ledger.select(source, input_bytes=size)
         if not selection.routes:  # R-POL-6: released behind other work, retry time unchanged
@@ -380,12 +453,35 @@ def _run_item(
     return done if done is not None else _failed(second, attempts, source)
 
 
+def _owed_route(ledger: Ledger, claim: store_queue.Claim, size: int) -> str | None:
+    """The alternate model owed after the 2nd output failure (SPEC 8), when one is eligible.
+
+    It is a fallback like the immediate one (same selection constraints: another model, an
+    allowlisted sibling included), taken as this queue item's first attempt; no `after=` is
+    needed since an output failure sets no backoff.
+    """
+    owed = claim.owed_fallback
+    assert owed is not None
+    selection = ledger.select(
+        claim.source_id,
+        input_bytes=size,
+        after_failure=FailureKind.INVALID_OUTPUT,
+        failed_model=owed.failed_model,
+        tried=owed.tried,
+    )
+    return selection.routes[0] if selection.routes else None
+
+
 def _end_of(step: _Step, attempts: list[AttemptReport], source: str) -> ItemReport | None:
     """The item's outcome when this attempt ends it, else None (it failed and may continue)."""
     if step.cancelled:
         return ItemReport(source, ItemOutcome.CANCELLED, tuple(attempts))
     if step.accepted:
         return ItemReport(source, ItemOutcome.DONE, tuple(attempts))
+    if step.lost_lease:
+        return ItemReport(source, ItemOutcome.LOST_LEASE, tuple(attempts))
+    if step.commit_failed:
+        return ItemReport(source, ItemOutcome.COMMIT_FAILED, tuple(attempts))
     settled = step.settled
     assert settled is not None
     if settled.kind is None:  # a success that came back late: recorded, never used
