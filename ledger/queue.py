@@ -37,7 +37,8 @@ class HandlerResult:
 
     A failure is either a `response` (raw ProviderResponse facts, classified by the worker) or an
     explicit `kind` (+ `reason` token, e.g. invalid_output / "json_contract"). `commit` is called by
-    the worker only when the result is accepted — a success settled in time (R-RES-11).
+    the worker only when the result is accepted — a success settled in time (R-RES-11) by a
+    worker that still holds its lease; the source is finished only after `commit` returned.
     """
 
     ok: bool

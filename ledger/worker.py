@@ -4,7 +4,12 @@ One queue item is: claim a due source (one write transaction) → select → res
 handler) → classify → settle → at most ONE more immediate attempt (a fallback the settle result
 permits and the selector offers, or the single corrective prompt on the same model) → release.
 Never more than two immediate attempts, no sleeping retry loops; waiting happens only between
-drain passes and is bounded by the soonest retry time (capped).
+drain passes and is bounded by the soonest retry time (capped). A source owed a corrective prompt
+starts its item with it; one owed an alternate model (its 2nd output failure, SPEC 8) starts with
+that fallback, or, when no alternate is eligible, gets the generic backoff (R-POL-3) before the
+same model is probed again. ``after=`` is passed to reserve only for the immediate follow-up a
+failure's decision permitted in this item (the correction on the same model, a fallback to
+another one).
 
 Handler contract: ``handler(job: Job) -> HandlerResult``.
 
@@ -13,17 +18,27 @@ Handler contract: ``handler(job: Job) -> HandlerResult``.
   (primary / fallback / correction) and ``correction_reason`` — the broken rule to name in the
   corrective prompt (None otherwise). ``job.call(messages)`` makes the call with the built-in
   adapter of the route's provider, max tokens = the reply reservation, timeout = the deadline,
-  and returns the raw ``ProviderResponse``. A handler may use its own client instead and report
-  facts.
+  and returns the raw ``ProviderResponse``. The deadline is kept in ledger time: the time left
+  is measured from the reservation (``job.remaining_ms()``), never from the local wall clock,
+  and a call that outlives it is settled ``late`` (R-HTTP-3, R-RES-11). A handler may use its
+  own client instead (bounded by ``job.remaining_ms()``) and report facts.
 - ``HandlerResult.success(response, commit=...)``: a usable result (usage from the response).
-  ``commit`` is called only after the worker settled the attempt in time: a late result
-  (R-RES-11) is never handed over as usable, and the source is finished (R-Q-1).
+  ``commit`` is called only after the worker settled the attempt in time (a late result,
+  R-RES-11, is never handed over) and only while the worker still holds its lease. The source is
+  finished only after ``commit`` returned (R-Q-1): a commit that raises is a failure of the item
+  (outcome ``commit_failed``; the source is claimable again and the worker goes on); a worker
+  that dies before or inside the commit loses nothing (the source is rerun after its lease
+  expires), so a commit should be idempotent.
 - ``HandlerResult.failed_call(response)``: the worker classifies the adapter's facts.
   ``HandlerResult.failure(kind, reason)``: an explicit kind, e.g. ``invalid_output`` with
   reason ``json_contract``. ``side_effects=True`` forbids fallback and correction (R-POL-7).
 - A handler that raises is classified by exception type only (its message is never read).
 - Optional: ``handler.input_bytes(payload_ref) -> int`` gives the conservative request size to
   reserve; by default the payload reference's UTF-8 size plus a small margin.
+
+Leases (R-Q-2): after each reservation the lease is extended to cover the call's deadline
+(whatever ``leaseMs`` is), and it is checked again just before ``commit``; a worker that lost it
+never commits (outcome ``lost_lease``).
 
 Invariant: every attempt that was reserved is settled exactly once (success, failure or
 `Cancelled()` on SIGINT/SIGTERM), and every claimed lease is released by its owner (R-Q-4).
@@ -99,6 +114,16 @@ class Job:
     correction_reason: str | None
     max_tokens: int
     caller: Callable[[CallRequest], ProviderResponse] = field(repr=False, compare=False)
+    clock: Callable[[], int] | None = field(default=None, repr=False, compare=False)
+    """Ledger time as seen during this call (reservation time + elapsed), for `remaining_ms`."""
+
+    def remaining_ms(self) -> int:
+        """Milliseconds left before the reservation's deadline (R-HTTP-3), for a handler's own
+        client: measured from the reservation in ledger time, never from the local wall clock."""
+        clock = self.clock
+        if clock is None:  # pragma: no cover - the worker always sets it
+            raise RuntimeError("this job has no call clock")
+        return max(0, self.deadline_ms - clock())
 
     def call(self, messages: Sequence[Message]) -> ProviderResponse:
         """Call the route with the built-in adapter, within the reservation's deadline."""
@@ -322,6 +347,7 @@ def _attempt(
         correction_reason=correction_reason,
         max_tokens=model.reply_reservation(ledger.policy.reply_tokens),
         caller=_caller(ledger, model, clock),
+        clock=clock,
     )
     result: HandlerResult | None = None
     classification: Classification | None = None
