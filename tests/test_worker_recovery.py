@@ -174,6 +174,29 @@ def test_issue12_item3_a_worker_whose_lease_was_lost_does_not_commit(
     assert _state(led) == ("leased", "rival")  # the new holder keeps it, unfinished
 
 
+def test_issue12_item3_a_worker_that_lost_its_lease_before_the_call_sends_nothing(
+    make_ledger: LedgerFactory,
+) -> None:
+    led = make_ledger(defaultModel="alpha/small")
+    led.add_source("s", None)
+    stale = q.claim(led.db, "w1", 60_000)
+    assert stale is not None
+    db_rows_write(led, "UPDATE sources SET lease_expires_ms = 0")
+    assert q.claim(led.db, "rival", 60_000) is not None
+    called: list[str] = []
+
+    def handler(job: Job) -> HandlerResult:
+        called.append(job.source_id)
+        return HandlerResult.success()
+
+    report = run_item(led, stale, handler)
+    assert report.outcome is ItemOutcome.LOST_LEASE
+    assert called == []
+    assert db_rows(led.state.path, "SELECT status FROM reservations") == [("cancelled",)]
+    assert db_rows(led.state.path, "SELECT failures FROM sources") == [(0,)]
+    assert _state(led) == ("leased", "rival")
+
+
 def db_rows_write(led: Ledger, sql: str) -> None:
     """A direct write to the ledger file (simulates what another process did)."""
     import sqlite3
