@@ -6,6 +6,7 @@ R-Q-1, R-Q-2, R-RES-3, R-RES-11, R-HTTP-3, SPEC 8 (invalid_output), R-POL-4.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from collections.abc import Callable
@@ -153,6 +154,44 @@ def test_issue12_item3_the_lease_covers_the_call_when_lease_ms_is_shorter(
     assert rivals == [None]  # nobody could take the source during the call
     assert report.outcome is ItemOutcome.DONE
     assert committed == ["s"]
+
+
+def test_issue12_item3_a_second_worker_process_cannot_take_a_source_during_a_long_call(
+    tmp_path: Path,
+) -> None:
+    reply = '{"ok": true}'
+    log = tmp_path / "accepted.log"
+    with StandIn({"m1": [Scripted(delay_s=6, text=reply)]}, Scripted(text=reply)) as standin:
+        home = standin_home(tmp_path / "home", standin, leaseMs=1000, timeoutMs=10_000)
+        led = open_ledger(home)
+        led.add_source("s", "payload")
+        env = cli_env(LEDGER_TEST_LOG=str(log))
+        handler = "tests.test_queue:appending_handler"
+        first = subprocess.Popen(
+            worker_argv(home, "--once", "--json", "--handler", handler, "--worker-id", "A"),
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        try:
+            while not standin.requests and first.poll() is None:
+                time.sleep(0.02)
+            reserved = db_rows(home, "SELECT created_ms FROM reservations")[0][0]
+            while q.ledger_now(led.db) <= reserved + 1500:  # past leaseMs, the call in flight
+                time.sleep(0.05)
+            second = subprocess.run(
+                worker_argv(home, "--once", "--json", "--handler", handler, "--worker-id", "B"),
+                cwd=ROOT, env=env, capture_output=True, timeout=120, check=False,
+            )
+            out, err = first.communicate(timeout=120)
+        finally:
+            if first.poll() is None:
+                first.kill()
+        led.close()
+    assert first.returncode == 0, err.decode()
+    assert second.returncode == 0, second.stderr.decode()
+    assert json.loads(second.stdout)["items"] == 0  # B found nothing to claim
+    assert json.loads(out)["done"] == 1
+    assert log.read_text().split() == ["s"]  # committed once
+    assert len(standin.requests) == 1
 
 
 def test_issue12_item3_a_worker_whose_lease_was_lost_does_not_commit(
