@@ -136,11 +136,17 @@ class Ledger:
         )
         return self.store.reserve(self.policy, request, self.fingerprint)
 
-    def settle(self, reservation_id: int, outcome: Outcome) -> SettleResult:
-        """Record the outcome of a reservation and apply the error policy table (SPEC section 8)."""
+    def settle(
+        self, reservation_id: int, outcome: Outcome, *, overran: bool = False
+    ) -> SettleResult:
+        """Record the outcome of a reservation and apply the error policy table (SPEC section 8).
+
+        `overran=True` says the call outlived its deadline by the caller's own measure (elapsed
+        time since the reservation): the attempt is then `late` whatever the ledger clock says.
+        """
         if isinstance(reservation_id, bool) or reservation_id <= 0:
             raise NotFoundError("unknown reservation")
-        return self.store.settle(self.catalog, reservation_id, outcome)
+        return self.store.settle(self.catalog, reservation_id, outcome, overran=overran)
 
     def evolve(self, source: str, model: str, *, input_bytes: int | None = None) -> Reservation:
         """One explicit override attempt (R-RES-9): never skips the hourly/cost ceilings."""

@@ -37,7 +37,8 @@ class HandlerResult:
 
     A failure is either a `response` (raw ProviderResponse facts, classified by the worker) or an
     explicit `kind` (+ `reason` token, e.g. invalid_output / "json_contract"). `commit` is called by
-    the worker only when the result is accepted — a success settled in time (R-RES-11).
+    the worker only when the result is accepted — a success settled in time (R-RES-11) by a
+    worker that still holds its lease; the source is finished only after `commit` returned.
     """
 
     ok: bool
@@ -139,6 +140,7 @@ class ItemOutcome(StrEnum):
     LATE = "late"  # a success arrived after its deadline and was not used (R-RES-11)
     CANCELLED = "cancelled"  # SIGINT/SIGTERM during the call (R-Q-4)
     LOST_LEASE = "lost_lease"  # the lease expired and another worker took the source
+    COMMIT_FAILED = "commit_failed"  # the handler's commit raised: not finished, claimable again
 
 
 @dataclass(frozen=True)
@@ -193,6 +195,7 @@ class DrainSummary:
     late: int = 0
     cancelled: int = 0
     lost_lease: int = 0
+    commit_failed: int = 0
     attempts: int = 0
     fallbacks: int = 0
     corrections: int = 0
@@ -214,6 +217,7 @@ class DrainSummary:
             ItemOutcome.LATE: "late",
             ItemOutcome.CANCELLED: "cancelled",
             ItemOutcome.LOST_LEASE: "lost_lease",
+            ItemOutcome.COMMIT_FAILED: "commit_failed",
         }[item.outcome]
         setattr(self, counter, getattr(self, counter) + 1)
         if item.refusal is not None:
@@ -246,6 +250,7 @@ class DrainSummary:
             "late": self.late,
             "cancelled": self.cancelled,
             "lost_lease": self.lost_lease,
+            "commit_failed": self.commit_failed,
             "attempts": self.attempts,
             "fallbacks": self.fallbacks,
             "corrections": self.corrections,

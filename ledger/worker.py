@@ -4,7 +4,12 @@ One queue item is: claim a due source (one write transaction) → select → res
 handler) → classify → settle → at most ONE more immediate attempt (a fallback the settle result
 permits and the selector offers, or the single corrective prompt on the same model) → release.
 Never more than two immediate attempts, no sleeping retry loops; waiting happens only between
-drain passes and is bounded by the soonest retry time (capped).
+drain passes and is bounded by the soonest retry time (capped). A source owed a corrective prompt
+starts its item with it; one owed an alternate model (its 2nd output failure, SPEC 8) starts with
+that fallback, or, when no alternate is eligible, gets the generic backoff (R-POL-3) before the
+same model is probed again. ``after=`` is passed to reserve only for the immediate follow-up a
+failure's decision permitted in this item (the correction on the same model, a fallback to
+another one).
 
 Handler contract: ``handler(job: Job) -> HandlerResult``.
 
@@ -13,17 +18,27 @@ Handler contract: ``handler(job: Job) -> HandlerResult``.
   (primary / fallback / correction) and ``correction_reason`` — the broken rule to name in the
   corrective prompt (None otherwise). ``job.call(messages)`` makes the call with the built-in
   adapter of the route's provider, max tokens = the reply reservation, timeout = the deadline,
-  and returns the raw ``ProviderResponse``. A handler may use its own client instead and report
-  facts.
+  and returns the raw ``ProviderResponse``. The deadline is kept in ledger time: the time left
+  is measured from the reservation (``job.remaining_ms()``), never from the local wall clock,
+  and a call that outlives it is settled ``late`` (R-HTTP-3, R-RES-11). A handler may use its
+  own client instead (bounded by ``job.remaining_ms()``) and report facts.
 - ``HandlerResult.success(response, commit=...)``: a usable result (usage from the response).
-  ``commit`` is called only after the worker settled the attempt in time: a late result
-  (R-RES-11) is never handed over as usable, and the source is finished (R-Q-1).
+  ``commit`` is called only after the worker settled the attempt in time (a late result,
+  R-RES-11, is never handed over) and only while the worker still holds its lease. The source is
+  finished only after ``commit`` returned (R-Q-1): a commit that raises is a failure of the item
+  (outcome ``commit_failed``; the source is claimable again and the worker goes on); a worker
+  that dies before or inside the commit loses nothing (the source is rerun after its lease
+  expires), so a commit should be idempotent.
 - ``HandlerResult.failed_call(response)``: the worker classifies the adapter's facts.
   ``HandlerResult.failure(kind, reason)``: an explicit kind, e.g. ``invalid_output`` with
   reason ``json_contract``. ``side_effects=True`` forbids fallback and correction (R-POL-7).
 - A handler that raises is classified by exception type only (its message is never read).
 - Optional: ``handler.input_bytes(payload_ref) -> int`` gives the conservative request size to
   reserve; by default the payload reference's UTF-8 size plus a small margin.
+
+Leases (R-Q-2): after each reservation the lease is extended to cover the call's deadline
+(whatever ``leaseMs`` is), and it is checked again just before ``commit``; a worker that lost it
+never commits (outcome ``lost_lease``).
 
 Invariant: every attempt that was reserved is settled exactly once (success, failure or
 `Cancelled()` on SIGINT/SIGTERM), and every claimed lease is released by its owner (R-Q-4).
@@ -61,7 +76,7 @@ from ledger.queue import (
     ItemReport,
     classify_result,
 )
-from ledger.records import Cancelled, Failed, SettleResult, Success
+from ledger.records import Cancelled, Failed, Reservation, SettleResult, Success
 from ledger.store import queue as store_queue
 from ledger.store.compact import compact_step
 
@@ -99,6 +114,16 @@ class Job:
     correction_reason: str | None
     max_tokens: int
     caller: Callable[[CallRequest], ProviderResponse] = field(repr=False, compare=False)
+    clock: Callable[[], int] | None = field(default=None, repr=False, compare=False)
+    """Ledger time as seen during this call (reservation time + elapsed), for `remaining_ms`."""
+
+    def remaining_ms(self) -> int:
+        """Milliseconds left before the reservation's deadline (R-HTTP-3), for a handler's own
+        client: measured from the reservation in ledger time, never from the local wall clock."""
+        clock = self.clock
+        if clock is None:  # pragma: no cover - the worker always sets it
+            raise RuntimeError("this job has no call clock")
+        return max(0, self.deadline_ms - clock())
 
     def call(self, messages: Sequence[Message]) -> ProviderResponse:
         """Call the route with the built-in adapter, within the reservation's deadline."""
@@ -229,6 +254,8 @@ class _Step:
     refused: Refused | None = None
     cancelled: bool = False
     accepted: bool = False
+    lost_lease: bool = False
+    commit_failed: bool = False
 
 
 def _input_bytes(handler: Handler, payload_ref: str | None) -> int:
@@ -240,14 +267,35 @@ def _input_bytes(handler: Handler, payload_ref: str | None) -> int:
     return len((payload_ref or "").encode("utf-8")) + INPUT_MARGIN_BYTES
 
 
-def _caller(ledger: Ledger, model: Model) -> Callable[[CallRequest], ProviderResponse]:
+def _caller(
+    ledger: Ledger, model: Model, clock: Callable[[], int]
+) -> Callable[[CallRequest], ProviderResponse]:
     provider = ledger.catalog.providers[model.provider]
-    clock = ledger.db.clock_fn
 
     def call(request: CallRequest) -> ProviderResponse:
         return adapter_for(provider, ledger.env).call(request, now_ms=clock)
 
     return call
+
+
+def _call_clock(wall: Callable[[], int]) -> Callable[[int], Callable[[], int]]:
+    """Ledger time as this process sees it during one call (R-HTTP-3, issue 12 item 4).
+
+    Started just before reserving; once the reservation's `created_ms` (ledger time) is known,
+    the clock reads created_ms + the time elapsed since the start (the larger of the local wall
+    clock's and the monotonic clock's progress, so neither a slow local clock, nor a ledger clock
+    another process pushed ahead, nor a wall clock stepping back lengthens the call).
+    """
+    wall0, mono0 = wall(), time.monotonic()
+
+    def from_created(created_ms: int) -> Callable[[], int]:
+        def now() -> int:
+            elapsed = max(wall() - wall0, int((time.monotonic() - mono0) * 1000))
+            return created_ms + max(0, elapsed)
+
+        return now
+
+    return from_created
 
 
 def _classify(result: HandlerResult, now_ms: int) -> Classification:
@@ -270,6 +318,7 @@ def _attempt(
     fallback_from: str | None = None,
     after: int | None = None,
 ) -> _Step:
+    started = _call_clock(ledger.db.clock_fn)
     try:
         reservation = ledger.reserve(
             claim.source_id, route, input_bytes=size, role=role, fallback_from=fallback_from,
@@ -277,6 +326,15 @@ def _attempt(
         )
     except Refused as refusal:
         return _Step(None, refused=refusal)
+    clock = started(reservation.created_ms)
+    # the lease covers the whole call, whatever leaseMs is (issue 12 item 3)
+    if not store_queue.renew(
+        ledger.db, claim.source_id, claim.worker_id, ledger.policy.lease_ms,
+        cover_until_ms=reservation.deadline_ms,
+    ):  # lost before the call: nothing is sent, no failure added, the slot still counts
+        settled = ledger.settle(reservation.id, Cancelled())
+        report = AttemptReport(reservation.id, route, reservation.role, FailureKind.CANCELLED.value)
+        return _Step(report, settled, lost_lease=True)
     model = ledger.model(route)
     job = Job(
         source_id=claim.source_id,
@@ -288,7 +346,8 @@ def _attempt(
         role=reservation.role,
         correction_reason=correction_reason,
         max_tokens=model.reply_reservation(ledger.policy.reply_tokens),
-        caller=_caller(ledger, model),
+        caller=_caller(ledger, model, clock),
+        clock=clock,
     )
     result: HandlerResult | None = None
     classification: Classification | None = None
@@ -296,25 +355,26 @@ def _attempt(
         with stopper.cancellable():
             result = handler(job)
     except CallCancelled:
-        settled = ledger.settle(reservation.id, Cancelled())
+        settled = ledger.settle(reservation.id, Cancelled(), overran=_overran(clock, reservation))
         report = AttemptReport(reservation.id, route, reservation.role, FailureKind.CANCELLED.value)
         return _Step(report, settled, cancelled=True)
     except Exception as exc:  # a failing handler is an outcome to classify, by type only
         classification = classify_exception(exc)
     now = ledger.db.clock_fn()
+    overran = _overran(clock, reservation)
     if result is not None and not isinstance(result, HandlerResult):
         classification = Classification(FailureKind.UNKNOWN, "bad_handler_result")
     elif result is not None and result.ok:
+        # settled without finishing: the source is done only once the commit was accepted (R-Q-1)
         settled = ledger.settle(
             reservation.id,
-            Success(result.input_tokens, result.output_tokens, result.cost_usd, finish=True),
+            Success(result.input_tokens, result.output_tokens, result.cost_usd),
+            overran=overran,
         )
         report = AttemptReport(reservation.id, route, reservation.role, None, settled.late)
         if settled.must_not_commit:
             return _Step(report, settled)
-        if result.commit is not None:
-            result.commit()
-        return _Step(report, settled, accepted=True)
+        return _commit(ledger, claim, result, report, settled)
     elif result is not None:
         classification = _classify(result, now)
     assert classification is not None
@@ -327,9 +387,38 @@ def _attempt(
             input_tokens=result.input_tokens if isinstance(result, HandlerResult) else None,
             output_tokens=result.output_tokens if isinstance(result, HandlerResult) else None,
         ),
+        overran=overran,
     )
     report = AttemptReport(reservation.id, route, reservation.role, settled.kind, settled.late)
     return _Step(report, settled)
+
+
+def _overran(clock: Callable[[], int], reservation: Reservation) -> bool:
+    return clock() > reservation.deadline_ms
+
+
+def _commit(
+    ledger: Ledger,
+    claim: store_queue.Claim,
+    result: HandlerResult,
+    report: AttemptReport,
+    settled: SettleResult,
+) -> _Step:
+    """Hand an in-time success to the handler's commit, then finish the source (R-Q-1).
+
+    Only a worker that still holds its lease commits (issue 12 item 3): one whose lease was
+    lost returns LOST_LEASE and leaves the source to its new holder. A commit that raises is a
+    failure of the item: nothing is finished, the source is claimable again (issue 12 item 1).
+    """
+    if not store_queue.renew(ledger.db, claim.source_id, claim.worker_id, ledger.policy.lease_ms):
+        return _Step(report, settled, lost_lease=True)
+    if result.commit is not None:
+        try:
+            result.commit()
+        except Exception:  # the handler's own store refused: the result is not taken
+            return _Step(report, settled, commit_failed=True)
+    ledger.set_source_state(claim.source_id, "done")
+    return _Step(report, settled, accepted=True)
 
 
 def run_item(
@@ -352,6 +441,16 @@ def _run_item(
             ledger, claim, handler, stopper, route=claim.correction.model,
             role=AttemptRole.CORRECTION, size=size, correction_reason=claim.correction.reason,
         )
+    elif claim.owed_fallback is not None and (owed := _owed_route(ledger, claim, size)):
+        first = _attempt(
+            ledger, claim, handler, stopper, route=owed, role=AttemptRole.FALLBACK, size=size,
+            fallback_from=claim.owed_fallback.failed_model,
+        )
+    elif claim.owed_fallback is not None and not claim.owed_fallback.deferred:
+        retry_at = store_queue.defer_owed_fallback(
+            ledger.db, source, claim.worker_id, ledger.store.jitter
+        )
+        return ItemReport(source, ItemOutcome.FAILED, retry_at_ms=retry_at)
     else:
         selection = ledger.select(source, input_bytes=size)
         if not selection.routes:  # R-POL-6: released behind other work, retry time unchanged
@@ -380,12 +479,35 @@ def _run_item(
     return done if done is not None else _failed(second, attempts, source)
 
 
+def _owed_route(ledger: Ledger, claim: store_queue.Claim, size: int) -> str | None:
+    """The alternate model owed after the 2nd output failure (SPEC 8), when one is eligible.
+
+    It is a fallback like the immediate one (same selection constraints: another model, an
+    allowlisted sibling included), taken as this queue item's first attempt; no `after=` is
+    needed since an output failure sets no backoff.
+    """
+    owed = claim.owed_fallback
+    assert owed is not None
+    selection = ledger.select(
+        claim.source_id,
+        input_bytes=size,
+        after_failure=FailureKind.INVALID_OUTPUT,
+        failed_model=owed.failed_model,
+        tried=owed.tried,
+    )
+    return selection.routes[0] if selection.routes else None
+
+
 def _end_of(step: _Step, attempts: list[AttemptReport], source: str) -> ItemReport | None:
     """The item's outcome when this attempt ends it, else None (it failed and may continue)."""
     if step.cancelled:
         return ItemReport(source, ItemOutcome.CANCELLED, tuple(attempts))
     if step.accepted:
         return ItemReport(source, ItemOutcome.DONE, tuple(attempts))
+    if step.lost_lease:
+        return ItemReport(source, ItemOutcome.LOST_LEASE, tuple(attempts))
+    if step.commit_failed:
+        return ItemReport(source, ItemOutcome.COMMIT_FAILED, tuple(attempts))
     settled = step.settled
     assert settled is not None
     if settled.kind is None:  # a success that came back late: recorded, never used

@@ -186,3 +186,17 @@ def crash_child(home: str, round_no: int, acks: Connection) -> None:
         led.settle(res.id, _random_outcome(rng, 100, 100, failures=False))
         acks.send(("settled", res.id))
         i += 1
+
+
+def dying_commit_handler(job: Any) -> Any:
+    """`worker run --handler` target: a good result whose commit kills the process (exit 9)."""
+    import os
+
+    from ledger.queue import HandlerResult
+
+    response = job.call([])
+
+    def commit() -> None:
+        os._exit(9)
+
+    return HandlerResult.success(response, commit=commit)

@@ -291,7 +291,7 @@ def test_r_q_2_killed_worker_loses_its_lease_at_expiry_and_nothing_committed_is_
 ) -> None:
     lease_ms = 3000
     with StandIn({"m1": [Scripted(delay_s=60)]}) as standin:
-        home = standin_home(tmp_path / "home", standin, leaseMs=lease_ms, timeoutMs=60_000)
+        home = standin_home(tmp_path / "home", standin, leaseMs=lease_ms, timeoutMs=2500)
         led = open_ledger(home)
         led.add_source("victim", "payload")
         proc = subprocess.Popen(

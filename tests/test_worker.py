@@ -155,7 +155,7 @@ def test_r_pol_4_echo_handler_validates_json_over_real_http(
     from ledger.worker import _caller
 
     job = Job("s", "payload", "p1/m1", model, led.db.clock_fn() + 10_000, 1,
-              AttemptRole.PRIMARY, None, 256, _caller(led, model))
+              AttemptRole.PRIMARY, None, 256, _caller(led, model, led.db.clock_fn))
     result = echo_handler(job)
     assert standin.bodies[-1]["max_tokens"] == 256
     if kind is None:

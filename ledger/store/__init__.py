@@ -39,10 +39,14 @@ class Store:
             raise Refused(verdict.reason.value, retry_at_ms=verdict.retry_at_ms)
         return verdict
 
-    def settle(self, catalog: Catalog, reservation_id: int, outcome: Outcome) -> SettleResult:
+    def settle(
+        self, catalog: Catalog, reservation_id: int, outcome: Outcome, *, overran: bool = False
+    ) -> SettleResult:
         """Record an outcome and apply the policy table in one write transaction."""
         with self.db.write() as txn:
-            return res_ops.settle(txn.conn, txn.now, catalog, reservation_id, outcome, self.jitter)
+            return res_ops.settle(
+                txn.conn, txn.now, catalog, reservation_id, outcome, self.jitter, overran=overran
+            )
 
     # --- sources -------------------------------------------------------------------------
 
@@ -76,16 +80,12 @@ class Store:
             if action == "pause":
                 if row.state == SourceState.DONE.value:
                     raise Refused("source_settled")
-                values = {
-                    "state": SourceState.PAUSED.value,
-                    "pause_reason": "manual",
-                    "lease_owner": None,
-                    "lease_expires_ms": None,
-                }
+                # a live lease stays with its worker (issue 12 item 3); it releases it
+                values = {"state": SourceState.PAUSED.value, "pause_reason": "manual"}
             elif action == "resume":
                 if row.state == SourceState.DONE.value:
                     raise Refused("source_settled")
-                values = {"state": SourceState.QUEUED.value, "pause_reason": None}
+                values = _resumed(row.lease_owner, row.lease_expires_ms, txn.now)
             elif action == "done":
                 values = {
                     "state": SourceState.DONE.value,
@@ -124,3 +124,16 @@ class Store:
             origins = (CooldownOrigin.MANUAL, CooldownOrigin.POLICY, CooldownOrigin.HINT)
         with self.db.write() as txn:
             return clear_cooldowns(txn.conn, scope, target, origins)
+
+
+def _resumed(lease_owner: str | None, lease_expires_ms: int | None, now: int) -> dict[str, Any]:
+    """Resume keeps the counters (R-RES-3) and never releases a live lease: a source a worker
+    still holds stays `leased` (claimable only at lease expiry), not `queued`."""
+    if lease_owner is not None and lease_expires_ms is not None and lease_expires_ms > now:
+        return {"state": SourceState.LEASED.value, "pause_reason": None}
+    return {
+        "state": SourceState.QUEUED.value,
+        "pause_reason": None,
+        "lease_owner": None,
+        "lease_expires_ms": None,
+    }

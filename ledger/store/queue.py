@@ -7,16 +7,19 @@ claim one source, and only the current lease owner can renew or release a lease.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import ColumnElement, Connection, and_, exists, func, or_, select, update
 
 from ledger.kinds import AttemptRole, AttemptStatus, FailureKind, SourceState
+from ledger.policy_table import OUTPUT_FAILURE_CAP, backoff_ms
 from ledger.store.engine import Database
 from ledger.store.schema import reservations, sources
 
 _QUEUED = SourceState.QUEUED.value
 _LEASED = SourceState.LEASED.value
+_PAUSED = SourceState.PAUSED.value
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,23 @@ class PendingCorrection:
 
     model: str
     reason: str
+
+
+@dataclass(frozen=True)
+class OwedFallback:
+    """The alternate model the source is owed after its 2nd output failure (SPEC 8, R-POL-4).
+
+    Derived from the ledger on every claim, so it survives the end of the queue item, a
+    cancellation and a restart: `reservation_id` is the failed attempt, `failed_model` its model,
+    `tried` every model that gave this source an output failure. `deferred` is True once the
+    generic backoff was applied because no alternate was eligible; the same model may then be
+    probed again.
+    """
+
+    reservation_id: int
+    failed_model: str
+    tried: frozenset[str]
+    deferred: bool
 
 
 @dataclass(frozen=True)
@@ -37,6 +57,7 @@ class Claim:
     claimed_ms: int
     lease_expires_ms: int
     correction: PendingCorrection | None = None
+    owed_fallback: OwedFallback | None = None
 
 
 def _due(now: int) -> ColumnElement[bool]:
@@ -82,6 +103,7 @@ def claim(
             claimed_ms=now,
             lease_expires_ms=expires,
             correction=_pending_correction(txn.conn, str(row.id)),
+            owed_fallback=_owed_fallback(txn.conn, str(row.id)),
         )
 
 
@@ -121,22 +143,68 @@ def _pending_correction(conn: Connection, source_id: str) -> PendingCorrection |
     return PendingCorrection(str(failed.model_key), str(failed.reason or failed.subkind))
 
 
+def _owed_fallback(conn: Connection, source_id: str) -> OwedFallback | None:
+    """The alternate model owed after the 2nd output failure, if no attempt followed it yet."""
+    src = conn.execute(
+        select(sources.c.output_failures, sources.c.retry_at_ms).where(sources.c.id == source_id)
+    ).one()
+    if src.output_failures != OUTPUT_FAILURE_CAP - 1:
+        return None
+    newest = conn.execute(
+        select(
+            reservations.c.id, reservations.c.model_key, reservations.c.kind,
+            reservations.c.settled_ms,
+        )
+        .where(
+            reservations.c.source_id == source_id,
+            reservations.c.status != AttemptStatus.CANCELLED.value,  # no failure, no follow-up
+        )
+        .order_by(reservations.c.id.desc())
+        .limit(1)
+    ).first()
+    if newest is None or newest.kind != FailureKind.INVALID_OUTPUT.value:
+        return None
+    tried = conn.execute(
+        select(reservations.c.model_key)
+        .distinct()
+        .where(
+            reservations.c.source_id == source_id,
+            reservations.c.kind == FailureKind.INVALID_OUTPUT.value,
+        )
+    ).scalars()
+    deferred = src.retry_at_ms is not None and int(src.retry_at_ms) > int(newest.settled_ms or 0)
+    return OwedFallback(
+        int(newest.id), str(newest.model_key), frozenset(str(m) for m in tried), deferred
+    )
+
+
 def _held_by(source_id: str, worker_id: str) -> tuple[ColumnElement[bool], ...]:
-    """The source is leased, and by this worker."""
+    """This worker's lease on the source is still in place (R-Q-2).
+
+    Nobody else has claimed the source since (a claim replaces the owner) and it was not finished.
+    A source paused while leased keeps its lease until its worker releases it or the lease
+    expires, so `source resume` cannot hand it to a second worker meanwhile.
+    """
     return (
         sources.c.id == source_id,
-        sources.c.state == _LEASED,
+        sources.c.state.in_((_LEASED, _PAUSED)),
         sources.c.lease_owner == worker_id,
     )
 
 
-def renew(db: Database, source_id: str, worker_id: str, lease_ms: int) -> bool:
-    """Extend a lease this worker still holds to now + lease_ms; False when it lost the lease."""
+def renew(
+    db: Database, source_id: str, worker_id: str, lease_ms: int, *, cover_until_ms: int = 0
+) -> bool:
+    """Extend a lease this worker still holds to max(now + lease_ms, cover_until_ms).
+
+    `cover_until_ms` is a reservation's deadline: the lease covers the whole call it authorises,
+    whatever `leaseMs` is (issue 12 item 3). False when the lease was lost (one write txn).
+    """
     with db.write() as txn:
         result = txn.conn.execute(
             update(sources)
             .where(*_held_by(source_id, worker_id))
-            .values(lease_expires_ms=txn.now + lease_ms)
+            .values(lease_expires_ms=max(txn.now + lease_ms, cover_until_ms))
         )
         return bool(result.rowcount)
 
@@ -144,16 +212,44 @@ def renew(db: Database, source_id: str, worker_id: str, lease_ms: int) -> bool:
 def release(db: Database, source_id: str, worker_id: str) -> bool:
     """Back to `queued` with last_checked = now, lease cleared; only the owner may (one txn).
 
-    A source that was finished or paused meanwhile keeps its state (its lease is already cleared);
-    the retry time is never touched here (R-POL-6).
+    A source that was finished or paused meanwhile keeps its state (a paused one just loses the
+    lease); the retry time is never touched here (R-POL-6).
     """
     with db.write() as txn:
+        held = _held_by(source_id, worker_id)
         result = txn.conn.execute(
             update(sources)
-            .where(*_held_by(source_id, worker_id))
+            .where(*held, sources.c.state == _LEASED)
             .values(state=_QUEUED, last_checked_ms=txn.now, lease_owner=None, lease_expires_ms=None)
         )
-        return bool(result.rowcount)
+        if result.rowcount:
+            return True
+        txn.conn.execute(
+            update(sources)
+            .where(*held, sources.c.state == _PAUSED)
+            .values(last_checked_ms=txn.now, lease_owner=None, lease_expires_ms=None)
+        )
+        return False
+
+
+def defer_owed_fallback(
+    db: Database, source_id: str, worker_id: str, jitter: Callable[[], float]
+) -> int | None:
+    """No alternate for an owed fallback: the generic backoff (R-POL-3) before the same model
+    is probed again; no failure is added. Returns the new retry time (None: lease lost)."""
+    with db.write() as txn:
+        steps = txn.conn.execute(
+            select(sources.c.backoff_steps).where(*_held_by(source_id, worker_id))
+        ).scalar()
+        if steps is None:
+            return None
+        until = txn.now + backoff_ms(int(steps), jitter)
+        txn.conn.execute(
+            update(sources)
+            .where(sources.c.id == source_id)
+            .values(retry_at_ms=until, backoff_steps=sources.c.backoff_steps + 1)
+        )
+        return until
 
 
 @dataclass(frozen=True)

@@ -240,14 +240,22 @@ def settle(
     reservation_id: int,
     outcome: Outcome,
     jitter: Callable[[], float],
+    *,
+    overran: bool = False,
 ) -> SettleResult:
-    """Record an outcome and apply the policy table, inside the caller's write transaction."""
+    """Record an outcome and apply the policy table, inside the caller's write transaction.
+
+    `overran`: the caller saw the deadline pass on its own clock (the call's elapsed time from
+    the reservation, R-HTTP-3); the attempt is then `late` even if ledger time says otherwise.
+    """
     row = conn.execute(_BY_ID, {"b_id": reservation_id}).first()
     if row is None:
         raise NotFoundError("unknown reservation")
     if row.status not in reads.OPEN_LIKE:
         raise UsageError("this reservation is already settled")
-    late = now > row.deadline_ms
+    if isinstance(outcome, Failed) and outcome.classification.kind is FailureKind.CANCELLED:
+        outcome = Cancelled()  # issue 12 item 9: a reported `cancelled` is the cancelled row
+    late = now > row.deadline_ms or overran
     duration = max(0, now - row.created_ms)
     model = catalog.model(row.model_key)
     base = {"settled_ms": now, "duration_ms": duration, "late": late}
@@ -435,11 +443,13 @@ def _settle_failure(
     if decision.use_correction:
         changes["correction_used"] = True
         changes["correction_reason"] = decision.reason
-    if decision.pause_reason is not None:
+    pause_reason = decision.pause_reason
+    if src["state"] == SourceState.DONE.value:
+        pause_reason = None  # R-RES-3: finished is final, never flipped to paused
+    if pause_reason is not None:
+        # the lease stays with its worker, which releases it (resume cannot hand it out)
         changes["state"] = SourceState.PAUSED.value
-        changes["pause_reason"] = decision.pause_reason
-        changes["lease_owner"] = None
-        changes["lease_expires_ms"] = None
+        changes["pause_reason"] = pause_reason
     if changes:
         conn.execute(update(sources).where(sources.c.id == r["source_id"]).values(**changes))
     if decision.transport_strike:
@@ -454,16 +464,18 @@ def _settle_failure(
             f"{decision.kind.value} ({decision.subkind}) on {r['model_key']}",
             source_id,
         )
-    if decision.pause_reason is not None:
+    if pause_reason is not None:
         record_notice(
             conn,
             now,
             "pause",
-            f"pause:{source_id}:{decision.pause_reason}",
-            f"source paused: {decision.pause_reason}",
+            f"pause:{source_id}:{pause_reason}",
+            f"source paused: {pause_reason}",
             source_id,
         )
     actions = list(decision.actions)
+    if pause_reason != decision.pause_reason:
+        actions.append("not paused: the source is finished (R-RES-3)")
     if late:
         actions.append("late: usage recorded; the result must not be committed")
     return SettleResult(
@@ -478,6 +490,6 @@ def _settle_failure(
         actions=tuple(actions),
         fallback=None if decision.fallback is None else decision.fallback.value,
         use_correction=decision.use_correction,
-        paused=decision.pause_reason,
+        paused=pause_reason,
         cost_micro=cost,
     )

@@ -1,0 +1,439 @@
+"""Issue 12 items 1-5 and 9: no lost result, no rerun of a finished source, no double commit,
+the owed alternate after the 2nd output failure, a reported `cancelled` is the cancelled row.
+
+R-Q-1, R-Q-2, R-RES-3, R-RES-11, R-HTTP-3, SPEC 8 (invalid_output), R-POL-4.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ledger.api import Ledger
+from ledger.classify import classify_kind
+from ledger.errors import Refused
+from ledger.kinds import AttemptRole, FailureKind
+from ledger.queue import HandlerResult, ItemOutcome, ItemReport
+from ledger.records import Failed, Success
+from ledger.standin import Scripted, StandIn
+from ledger.store import queue as q
+from ledger.worker import Job, drain, echo_handler, run_item
+from tests.conftest import Clock, LedgerFactory
+from tests.test_queue import ROOT, cli_env, db_rows, open_ledger, standin_home, worker_argv
+
+Handler = Callable[[Job], HandlerResult]
+
+
+def _item(led: Ledger, handler: Handler, worker: str = "w") -> ItemReport:
+    claim = q.claim(led.db, worker, led.policy.lease_ms)
+    assert claim is not None
+    return run_item(led, claim, handler)
+
+
+def _state(led: Ledger, source: str = "s") -> tuple[str, str | None]:
+    row = db_rows(led.state.path, "SELECT state, lease_owner FROM sources WHERE id = ?", source)
+    return row[0][0], row[0][1]
+
+
+# --------------------------------------------------------------------------- item 1 (R-Q-1)
+
+
+def test_issue12_item1_a_failed_commit_keeps_the_source_and_the_worker_goes_on(
+    make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    led = make_ledger(defaultModel="alpha/small")
+    led.add_source("a", "payload a")
+    led.add_source("b", "payload b")
+    committed: list[str] = []
+    refuse_once = {"a"}
+
+    def handler(job: Job) -> HandlerResult:
+        clock.advance(1)
+
+        def commit() -> None:
+            if job.source_id in refuse_once:
+                refuse_once.discard(job.source_id)
+                raise OSError("the handler's own store is full")
+            committed.append(job.source_id)
+
+        return HandlerResult.success(commit=commit)
+
+    first = drain(led, handler, worker_id="w", max_items=2)
+    assert (first.done, first.commit_failed, first.items) == (1, 1, 2)
+    assert first.exit_code() == 0
+    assert committed == ["b"]
+    assert _state(led, "a") == ("queued", None)  # nothing finished, claimable again
+    assert _state(led, "b") == ("done", None)
+    rows = db_rows(led.state.path, "SELECT source_id, status FROM reservations ORDER BY id")
+    assert rows == [("a", "succeeded"), ("b", "succeeded")]  # the call itself succeeded
+    again = drain(led, handler, worker_id="w")
+    assert again.done == 1
+    assert committed == ["b", "a"]
+    assert _state(led, "a") == ("done", None)
+
+
+def test_issue12_item1_a_worker_killed_before_its_commit_loses_nothing(tmp_path: Path) -> None:
+    with StandIn(default=Scripted(text='{"ok": true}')) as standin:
+        home = standin_home(tmp_path / "home", standin, leaseMs=1500, timeoutMs=1000)
+        led = open_ledger(home)
+        led.add_source("s", "payload")
+        proc = subprocess.run(
+            worker_argv(home, "--once", "--handler", "tests.procs:dying_commit_handler",
+                        "--worker-id", "doomed"),
+            cwd=ROOT, env=cli_env(), capture_output=True, timeout=120, check=False,
+        )
+        assert proc.returncode == 9, proc.stderr.decode()  # died inside commit
+        assert db_rows(home, "SELECT status FROM reservations") == [("succeeded",)]
+        assert _state(led) == ("leased", "doomed")  # not finished: the result was never taken
+        expires = db_rows(home, "SELECT lease_expires_ms FROM sources")[0][0]
+        while q.ledger_now(led.db) <= expires:
+            time.sleep(0.05)
+        summary = drain(led, echo_handler, worker_id="rescuer")
+        led.close()
+    assert summary.done == 1
+    assert db_rows(home, "SELECT state, lease_owner FROM sources") == [("done", None)]
+
+
+# --------------------------------------------------------------------------- item 2 (R-RES-3)
+
+
+@pytest.mark.parametrize("finish", ["settle_finish", "source_done"])
+@pytest.mark.parametrize("kind", [FailureKind.SAFETY, FailureKind.UNKNOWN])
+def test_issue12_item2_a_finished_source_is_never_paused_nor_reopened(
+    make_ledger: LedgerFactory, finish: str, kind: FailureKind
+) -> None:
+    led = make_ledger(defaultModel="alpha/small", sourceCalls=10)
+    led.add_source("s", None)
+    if kind is FailureKind.UNKNOWN:  # four failures: the 5th (below) reaches the failure cap
+        for _ in range(4):
+            led.settle(led.reserve("s", "alpha/small", override=True).id,
+                       Failed(classify_kind(kind)))
+    ok = led.reserve("s", "alpha/small", override=True)
+    still_open = led.reserve("s", "alpha/small", override=True)
+    if finish == "settle_finish":
+        assert led.settle(ok.id, Success(finish=True)).finished
+    else:
+        led.settle(ok.id, Success())
+        led.set_source_state("s", "done")
+    result = led.settle(still_open.id, Failed(classify_kind(kind)))
+    assert result.paused is None
+    assert "not paused: the source is finished (R-RES-3)" in result.actions
+    assert _state(led) == ("done", None)
+    assert db_rows(led.state.path, "SELECT pause_reason FROM sources") == [(None,)]
+    with pytest.raises(Refused) as resumed:
+        led.set_source_state("s", "resume")
+    assert resumed.value.reason == "source_settled"
+    with pytest.raises(Refused) as again:
+        led.reserve("s", "alpha/small", override=True)
+    assert again.value.reason == "source_settled"
+
+
+# --------------------------------------------------------------------------- item 3 (R-Q-2)
+
+
+def test_issue12_item3_the_lease_covers_the_call_when_lease_ms_is_shorter(
+    make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    led = make_ledger(defaultModel="alpha/small", leaseMs=1000, timeoutMs=5000)
+    led.add_source("s", None)
+    rivals: list[object] = []
+    committed: list[str] = []
+
+    def slow(job: Job) -> HandlerResult:
+        clock.advance(3000)  # past leaseMs, well within the reservation's deadline
+        rivals.append(q.claim(led.db, "rival", 1000))
+        return HandlerResult.success(commit=lambda: committed.append(job.source_id))
+
+    report = _item(led, slow)
+    assert rivals == [None]  # nobody could take the source during the call
+    assert report.outcome is ItemOutcome.DONE
+    assert committed == ["s"]
+
+
+def test_issue12_item3_a_second_worker_process_cannot_take_a_source_during_a_long_call(
+    tmp_path: Path,
+) -> None:
+    reply = '{"ok": true}'
+    log = tmp_path / "accepted.log"
+    with StandIn({"m1": [Scripted(delay_s=6, text=reply)]}, Scripted(text=reply)) as standin:
+        home = standin_home(tmp_path / "home", standin, leaseMs=1000, timeoutMs=10_000)
+        led = open_ledger(home)
+        led.add_source("s", "payload")
+        env = cli_env(LEDGER_TEST_LOG=str(log))
+        handler = "tests.test_queue:appending_handler"
+        first = subprocess.Popen(
+            worker_argv(home, "--once", "--json", "--handler", handler, "--worker-id", "A"),
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        try:
+            while not standin.requests and first.poll() is None:
+                time.sleep(0.02)
+            reserved = db_rows(home, "SELECT created_ms FROM reservations")[0][0]
+            while q.ledger_now(led.db) <= reserved + 1500:  # past leaseMs, the call in flight
+                time.sleep(0.05)
+            second = subprocess.run(
+                worker_argv(home, "--once", "--json", "--handler", handler, "--worker-id", "B"),
+                cwd=ROOT, env=env, capture_output=True, timeout=120, check=False,
+            )
+            out, err = first.communicate(timeout=120)
+        finally:
+            if first.poll() is None:
+                first.kill()
+        led.close()
+    assert first.returncode == 0, err.decode()
+    assert second.returncode == 0, second.stderr.decode()
+    assert json.loads(second.stdout)["items"] == 0  # B found nothing to claim
+    assert json.loads(out)["done"] == 1
+    assert log.read_text().split() == ["s"]  # committed once
+    assert len(standin.requests) == 1
+
+
+def test_issue12_item3_a_worker_whose_lease_was_lost_does_not_commit(
+    make_ledger: LedgerFactory,
+) -> None:
+    led = make_ledger(defaultModel="alpha/small")
+    led.add_source("s", None)
+    committed: list[str] = []
+
+    def robbed(job: Job) -> HandlerResult:
+        # the lease is lost (e.g. a stalled process): another worker takes the source
+        db_rows_write(led, "UPDATE sources SET lease_expires_ms = 0")
+        assert q.claim(led.db, "rival", 60_000) is not None
+        return HandlerResult.success(commit=lambda: committed.append(job.source_id))
+
+    report = _item(led, robbed)
+    assert report.outcome is ItemOutcome.LOST_LEASE
+    assert committed == []
+    assert _state(led) == ("leased", "rival")  # the new holder keeps it, unfinished
+
+
+def test_issue12_item3_a_worker_that_lost_its_lease_before_the_call_sends_nothing(
+    make_ledger: LedgerFactory,
+) -> None:
+    led = make_ledger(defaultModel="alpha/small")
+    led.add_source("s", None)
+    stale = q.claim(led.db, "w1", 60_000)
+    assert stale is not None
+    db_rows_write(led, "UPDATE sources SET lease_expires_ms = 0")
+    assert q.claim(led.db, "rival", 60_000) is not None
+    called: list[str] = []
+
+    def handler(job: Job) -> HandlerResult:
+        called.append(job.source_id)
+        return HandlerResult.success()
+
+    report = run_item(led, stale, handler)
+    assert report.outcome is ItemOutcome.LOST_LEASE
+    assert called == []
+    assert db_rows(led.state.path, "SELECT status FROM reservations") == [("cancelled",)]
+    assert db_rows(led.state.path, "SELECT failures FROM sources") == [(0,)]
+    assert _state(led) == ("leased", "rival")
+
+
+def db_rows_write(led: Ledger, sql: str) -> None:
+    """A direct write to the ledger file (simulates what another process did)."""
+    import sqlite3
+
+    conn = sqlite3.connect(led.state.path / "ledger.db", timeout=10)
+    try:
+        with conn:
+            conn.execute(sql)
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("actions", [("resume",), ("pause", "resume")])
+def test_issue12_item3_resume_does_not_release_a_live_lease(
+    make_ledger: LedgerFactory, clock: Clock, actions: tuple[str, ...]
+) -> None:
+    led = make_ledger(leaseMs=60_000)
+    led.add_source("s", None)
+    assert q.claim(led.db, "w1", 60_000) is not None
+    for action in actions:
+        led.set_source_state("s", action)
+    assert _state(led) == ("leased", "w1")
+    assert q.claim(led.db, "w2", 60_000) is None  # never two holders
+    assert q.renew(led.db, "s", "w1", 60_000)  # w1 still holds it
+    assert q.release(led.db, "s", "w1")
+    assert _state(led) == ("queued", None)
+    clock.advance(1)
+    assert q.claim(led.db, "w2", 60_000) is not None
+
+
+def test_issue12_item3_pause_while_leased_then_release_then_resume(
+    make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    led = make_ledger(leaseMs=60_000)
+    led.add_source("s", None)
+    assert q.claim(led.db, "w1", 60_000) is not None
+    led.set_source_state("s", "pause")
+    assert not q.release(led.db, "s", "w1")  # the paused source stays paused ...
+    assert _state(led) == ("paused", None)  # ... and the worker's lease is gone
+    led.set_source_state("s", "resume")
+    assert _state(led) == ("queued", None)
+    clock.advance(1)
+    assert q.claim(led.db, "w2", 60_000) is not None
+
+
+def test_issue12_item3_an_expired_lease_is_released_by_resume(
+    make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    led = make_ledger(leaseMs=1000)
+    led.add_source("s", None)
+    assert q.claim(led.db, "w1", 1000) is not None
+    led.set_source_state("s", "pause")
+    clock.advance(1000)
+    led.set_source_state("s", "resume")
+    assert _state(led) == ("queued", None)
+    assert not q.renew(led.db, "s", "w1", 1000)  # w1 lost it for good
+
+
+# --------------------------------------------------------------------------- item 4 (R-HTTP-3)
+
+
+def _push_ledger_time(led: Ledger, ahead_ms: int) -> None:
+    """Another process with a fast clock writes: the ledger's newest stored time jumps ahead."""
+    fast = Ledger.open(led.state.path, str(led.state.path / "ledger.db"), policy=led.policy,
+                       catalog=led.catalog, env={},
+                       clock=lambda: led.db.clock_fn() + ahead_ms)
+    try:
+        fast.add_source("written-by-a-fast-clock", None, enqueue=False)
+    finally:
+        fast.close()
+
+
+def test_issue12_item4_the_http_deadline_is_the_reservations_deadline_in_ledger_time(
+    tmp_path: Path,
+) -> None:
+    with StandIn({"m1": [Scripted(delay_s=8, text='{"ok": true}')]}) as standin:
+        home = standin_home(tmp_path / "home", standin, timeoutMs=1000)
+        led = open_ledger(home)
+        led.add_source("s", "payload")
+        _push_ledger_time(led, 120_000)
+        report = _item(led, echo_handler)
+        led.close()
+    # the hanging provider is cut at the reservation's deadline, not 2 minutes later
+    assert report.outcome is ItemOutcome.FAILED
+    assert [(a.model, a.kind) for a in report.attempts] == [("p1/m1", "transport")]
+    assert db_rows(home, "SELECT status, kind, subkind FROM reservations") == [
+        ("failed", "transport", "timeout")
+    ]
+
+
+def test_issue12_item4_a_result_after_the_deadline_is_late_whatever_the_ledger_clock(
+    make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    led = make_ledger(defaultModel="alpha/small", timeoutMs=2000)
+    led.add_source("s", None)
+    _push_ledger_time(led, 60_000)
+    committed: list[str] = []
+
+    def hanging(job: Job) -> HandlerResult:
+        assert 0 < job.remaining_ms() <= 2000  # from the reservation, not the local clock
+        clock.advance(20_000)  # the call took 20 s under timeoutMs 2000
+        return HandlerResult.success(commit=lambda: committed.append(job.source_id))
+
+    report = _item(led, hanging)
+    assert report.outcome is ItemOutcome.LATE
+    assert committed == []
+    assert db_rows(led.state.path, "SELECT status, late FROM reservations") == [("succeeded", 1)]
+    assert _state(led) == ("queued", None)
+
+
+# --------------------------------------------------------------------------- item 5 (SPEC 8)
+
+
+def _invalid_on(bad: set[str]) -> Callable[[Job], HandlerResult]:
+    def handler(job: Job) -> HandlerResult:
+        if job.route in bad:
+            return HandlerResult.failure(FailureKind.INVALID_OUTPUT, "json_contract")
+        return HandlerResult.success()
+
+    return handler
+
+
+def _roles(report: ItemReport) -> list[tuple[str, str, str | None]]:
+    return [(a.model, a.role.value, a.kind) for a in report.attempts]
+
+
+def test_issue12_item5_the_second_output_failure_goes_to_an_alternate_model(
+    make_ledger: LedgerFactory,
+) -> None:
+    led = make_ledger(defaultModel="alpha/small")
+    led.add_source("s", None)
+    handler = _invalid_on({"alpha/small"})
+    first = _item(led, handler)
+    assert _roles(first) == [
+        ("alpha/small", "primary", "invalid_output"),
+        ("alpha/small", "correction", "invalid_output"),
+    ]
+    second = _item(led, handler)  # the owed alternate, not the default model again
+    assert _roles(second) == [("beta/mid", "fallback", None)]
+    assert second.outcome is ItemOutcome.DONE
+    assert db_rows(led.state.path, "SELECT fallback_from FROM reservations WHERE id = 3") == [
+        ("alpha/small",)
+    ]
+    assert db_rows(led.state.path, "SELECT output_failures, state FROM sources") == [(2, "done")]
+
+
+def test_issue12_item5_the_owed_alternate_survives_a_cancelled_item(
+    make_ledger: LedgerFactory,
+) -> None:
+    led = make_ledger(defaultModel="alpha/small", sourceCalls=10)
+    led.add_source("s", None)
+    for role in (AttemptRole.PRIMARY, AttemptRole.CORRECTION):
+        r = led.reserve("s", "alpha/small", role=role, override=True)
+        led.settle(r.id, Failed(classify_kind(FailureKind.INVALID_OUTPUT, "json_contract")))
+    fallback = led.reserve("s", "beta/mid", role=AttemptRole.FALLBACK, fallback_from="alpha/small")
+    led.settle(fallback.id, Failed(classify_kind(FailureKind.CANCELLED)))
+    report = _item(led, _invalid_on({"alpha/small"}))
+    assert _roles(report) == [("beta/mid", "fallback", None)]
+
+
+def test_issue12_item5_with_no_alternate_the_generic_backoff_comes_first(
+    make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    led = make_ledger(defaultModel="alpha/small", crossProviderFallback=False, sourceCalls=10)
+    led.add_source("s", None)
+    handler = _invalid_on({"alpha/small"})
+    assert len(_item(led, handler).attempts) == 2  # primary + correction, both invalid
+    deferred = _item(led, handler)
+    assert deferred.outcome is ItemOutcome.FAILED
+    assert deferred.attempts == ()  # no re-probe of the same model straight away
+    assert deferred.retry_at_ms == clock.ms + 60_000  # R-POL-3 first step (jitter 0)
+    assert db_rows(led.state.path, "SELECT retry_at_ms, backoff_steps, failures FROM sources") == [
+        (clock.ms + 60_000, 1, 2)  # a backoff, no failure added
+    ]
+    assert q.claim(led.db, "w", 1000) is None
+    clock.advance(60_000)
+    reprobe = _item(led, handler)
+    assert _roles(reprobe) == [("alpha/small", "primary", "invalid_output")]
+    assert reprobe.outcome is ItemOutcome.PAUSED  # the 3rd output failure
+
+
+# --------------------------------------------------------------------------- item 9
+
+
+def test_issue12_item9_settle_kind_cancelled_goes_through_the_cancelled_branch(
+    make_ledger: LedgerFactory,
+) -> None:
+    led = make_ledger(defaultModel="alpha/small")
+    r = led.reserve("s", "alpha/small")
+    led.close()
+    from ledger.cli.main import _register, cli
+
+    _register()
+    result = CliRunner().invoke(
+        cli, ["--home", str(led.state.path), "settle", str(r.id), "--kind", "cancelled"]
+    )
+    assert result.exit_code == 0, result.output
+    assert db_rows(led.state.path, "SELECT status, kind FROM reservations") == [
+        ("cancelled", "cancelled")
+    ]
+    assert db_rows(led.state.path, "SELECT failures, retry_at_ms FROM sources") == [(0, None)]
