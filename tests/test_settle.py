@@ -288,3 +288,35 @@ def test_r_pol_4_transport_fallback_runs_despite_the_backoff_its_failure_set(
     with pytest.raises(Refused) as again:  # only one follow-up: `after` is no longer the newest
         led.reserve("s1", "beta/mid", after=res.id)
     assert again.value.reason == "source_backoff"
+
+
+@pytest.mark.parametrize("status", [503, 529])
+def test_issue12_item7_a_5xx_retry_after_cools_the_model_from_the_first_failure(
+    make_ledger: LedgerFactory, clock: Clock, status: int
+) -> None:
+    led = make_ledger()
+    result = fail_http(led, "s1", "alpha/small", status, clock.ms, **{"retry-after": "120"})
+    assert result.kind == "transport"  # type: ignore[attr-defined]
+    assert cooldowns(led) == {("model", "alpha/small"): clock.ms + 120_000}
+    assert result.fallback is not None  # type: ignore[attr-defined]  # the model is cooling
+    with pytest.raises(Refused) as info:
+        led.reserve("s2", "alpha/small")
+    assert info.value.reason == "model_cooldown"
+
+
+def test_issue12_item7_a_long_retry_after_outlives_the_strike_cooldown(
+    make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    led = make_ledger()
+    fail_http(led, "s0", "alpha/small", 503, clock.ms)  # first strike, no hint: no cooldown
+    assert cooldowns(led) == {}
+    fail_http(led, "s1", "alpha/small", 503, clock.ms, **{"retry-after": "3600"})
+    assert cooldowns(led) == {("model", "alpha/small"): clock.ms + 3_600_000}
+
+
+def test_issue12_item7_retry_after_beyond_the_horizon_cools_for_the_horizon(
+    make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    led = make_ledger()
+    fail_http(led, "s1", "alpha/small", 429, clock.ms, **{"retry-after": "99999999"})
+    assert cooldowns(led) == {("model", "alpha/small"): clock.ms + 7 * 24 * 60 * MIN}
