@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from functools import partial
 
 import click
@@ -14,14 +13,24 @@ from ledger.cli.main import AppContext, emit_json, fail, pass_app, run
 from ledger.clock import iso, now_ms
 from ledger.errors import Refused, UsageError
 from ledger.kinds import FailureKind
-from ledger.records import Cancelled, Failed, Outcome, Success, micro_to_usd
+from ledger.records import (
+    MAX_TOKENS,
+    Cancelled,
+    Failed,
+    Outcome,
+    Success,
+    check_cost_usd,
+    micro_to_usd,
+)
 
-NONNEG = click.IntRange(min=0, max=10**12)
+NONNEG = click.IntRange(min=0, max=MAX_TOKENS)
 
 
 def _finite_usd(_ctx: click.Context, _param: click.Parameter, value: float | None) -> float | None:
-    if value is not None and (not math.isfinite(value) or value < 0 or value > 1e9):
-        raise click.BadParameter("must be a finite non-negative amount")
+    try:
+        check_cost_usd(value)
+    except UsageError:
+        raise click.BadParameter("must be a finite non-negative amount") from None
     return value
 
 

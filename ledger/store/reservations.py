@@ -162,10 +162,9 @@ def reserve(
                 raise UsageError("this request id was already used for another source or model")
             return _to_reservation(row, replayed=True)
     source = reads.source_budget(conn, request.source_id)
-    if source is None:  # first use creates the source (one read, one insert)
-        _insert_source(conn, request.source_id, now)
+    new_source = source is None
+    if source is None:  # created on first use, but only with a grant (a refusal writes nothing)
         source = budgets.SourceBudget(SourceState.QUEUED, None, 0, frozenset(), 0)
-    expire_open(conn, now)
     hourly, hourly_free = reads.hourly_usage(conn, now, policy.calls_per_hour)
     daily, daily_free = (0, None)
     if policy.daily_estimated_usd is not None:
@@ -193,6 +192,9 @@ def reserve(
             # R-POL-6: temporarily unroutable work moves behind other eligible work
             conn.execute(_TOUCH_SOURCE, {"b_id": request.source_id, "b_now": now})
         return verdict
+    if new_source:
+        _insert_source(conn, request.source_id, now)
+    expire_open(conn, now)
     role = AttemptRole.OVERRIDE if request.override else request.role
     new_id = conn.execute(
         _INSERT_RESERVATION,
@@ -450,7 +452,8 @@ def _settle_failure(
             conn,
             now,
             "failure",
-            f"failure:{source_id}:{decision.kind.value}",
+            # keyed by everything the message says, so a count never misstates it (R-DIAG-4)
+            f"failure:{source_id}:{decision.kind.value}:{decision.subkind}:{r['model_key']}",
             f"{decision.kind.value} ({decision.subkind}) on {r['model_key']}",
             source_id,
         )
