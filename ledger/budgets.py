@@ -76,6 +76,8 @@ def actual_micro(model: Model, input_tokens: int, output_tokens: int) -> int | N
     """Cost of reported usage at the tier the input size falls in; None when prices are unknown."""
     if not model.price_known():
         return None
+    if model.unbilled:
+        return 0
     tiers = model.pricing or []
     tier = next(
         (t for t in tiers if t.up_to_input_tokens is None or input_tokens <= t.up_to_input_tokens),

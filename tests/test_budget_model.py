@@ -291,7 +291,8 @@ def priced_models(draw: st.DrawFn) -> Model:
     """A catalog model with 1-3 ordered price tiers and maybe a max output ceiling."""
     count = draw(st.integers(1, 3))
     bounds = sorted(draw(st.sets(st.integers(1, 10**7), min_size=count - 1, max_size=count - 1)))
-    price = st.floats(0, 1000, allow_nan=False).map(lambda p: round(p, 4))
+    # positive: a billed model's zero price is unknown, not free (issue 12 item 11)
+    price = st.floats(0.0001, 1000, allow_nan=False).map(lambda p: max(round(p, 4), 0.0001))
     tiers = [
         PriceTier(up_to_input_tokens=bound, input_usd_per_mtok=draw(price),
                   output_usd_per_mtok=draw(price))

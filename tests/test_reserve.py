@@ -312,3 +312,32 @@ def test_issue12_item13_a_refused_reserve_writes_no_source_and_expires_nothing(
         ]
         expired = raw.execute("SELECT status FROM reservations WHERE id = 1").fetchone()
     assert expired == ("expired",)
+
+
+def test_issue12_item11_zero_price_is_not_free_under_a_ceiling(home: object, clock: Clock) -> None:
+    raw = {
+        "providers": {"paid": {"available": True}, "own": {"available": True}},
+        "models": [
+            {"provider": "paid", "id": "imported", "pricing": [
+                {"inputUsdPerMTok": 0, "outputUsdPerMTok": 0}]},
+            {"provider": "own", "id": "gpu", "billed": False},
+        ],
+    }  # fmt: skip
+    led = Ledger.open(
+        home,  # type: ignore[arg-type]
+        policy=Policy.model_validate({"dailyEstimatedUsd": 0.000001, "sourceCalls": 10}),
+        catalog=Catalog.model_validate(raw),
+        env={},
+        clock=clock,
+    )
+    for i in range(3):
+        assert refusal(lambda i=i: led.reserve(f"s{i}", "paid/imported")) == "unknown_price"
+    granted = [led.reserve(f"s{i}", "own/gpu") for i in range(3)]  # `"billed": false` is free
+    assert [r.estimate_micro for r in granted] == [0, 0, 0]
+    led.settle(granted[0].id, Success(input_tokens=10**6, output_tokens=10**6))
+    led.reserve("s9", "own/gpu")  # its usage costs nothing either
+    led.close()
+    # without a ceiling the zero-priced paid model may run, but its cost counts as unknown
+    free = Ledger.open(home, catalog=Catalog.model_validate(raw), env={}, clock=clock)  # type: ignore[arg-type]
+    assert free.reserve("t1", "paid/imported").estimate_micro is None
+    free.close()
