@@ -120,10 +120,16 @@ class Ledger:
     ) -> Reservation:
         """Permission for one call, or `Refused` with its reason code (SPEC section 7).
 
-        `after` names the failed reservation an immediate fallback or correction follows: if it
-        is the source's newest reservation, the backoff that failure set does not block this one
-        follow-up (every other check still applies).
+        `after` names the failed reservation an immediate fallback or correction follows. Only
+        the one follow-up that failure's decision permitted is honoured (a fallback to another
+        model, a correction on the same one), only while it is the source's newest reservation,
+        and never after a follow-up; the ledger then records the role itself and the backoff that
+        failure set does not block it (every other check still applies). `role` and
+        `fallback_from` are checked against the ledger, never trusted; the privacy boundary
+        (route rules, crossProviderFallback, fallbackModels) applies to every reserve.
         """
+        if after is not None and (isinstance(after, bool) or not isinstance(after, int)):
+            raise UsageError("after must be a reservation id")
         request = ReserveRequest(
             source_id=check_source_id(source),
             model=self.model(model),
@@ -131,7 +137,7 @@ class Ledger:
             request_id=check_request_id(request_id),
             override=override,
             role=role,
-            fallback_from=fallback_from,
+            fallback_from=None if fallback_from is None else self.model(fallback_from).key,
             immediate_after=after,
         )
         return self.store.reserve(self.policy, request, self.fingerprint)

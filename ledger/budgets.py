@@ -15,6 +15,7 @@ from ledger.config import Policy
 from ledger.durations import DAY_MS as DAY_MS  # the windows, re-exported for the store
 from ledger.durations import HOUR_MS as HOUR_MS
 from ledger.kinds import RefusalReason, SourceState
+from ledger.routes import boundary_reason
 
 
 @dataclass(frozen=True)
@@ -104,12 +105,16 @@ def check(
     *,
     override: bool = False,
     immediate: bool = False,
+    primary: str | None = None,
 ) -> Grant | Refusal:
     """Run the checks of R-RES-1..9 in the SPEC's order; the first failing one refuses.
 
     `immediate` marks the one follow-up a queue item may make right after a failure (R-POL-4):
     the backoff that very failure set delays the source's *next* queue item, not its permitted
     immediate fallback (otherwise a transport failure's fallback could never run).
+    `primary` is the source's primary model: every other model is a backup, held to the privacy
+    boundary of route rules, crossProviderFallback and fallbackModels (checked after R-RES-3;
+    nothing, override included, skips it).
     """
     now = state.now_ms
     src = state.source
@@ -128,6 +133,9 @@ def check(
         return Refusal(RefusalReason.SOURCE_SETTLED)
     if src.state == SourceState.PAUSED:
         return Refusal(RefusalReason.SOURCE_PAUSED)
+    boundary = boundary_reason(policy, model.key, primary or model.key)
+    if boundary is not None:  # the privacy boundary, exactly as selection applies it
+        return Refusal(RefusalReason(boundary.value))
     if override:  # R-RES-9: skips R-RES-4..8, deadline is then timeoutMs
         return Grant(now + policy.timeout_ms, estimate)
     # R-RES-4

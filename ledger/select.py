@@ -19,7 +19,7 @@ from ledger.catalog import Catalog, Model
 from ledger.clock import iso
 from ledger.config import Policy
 from ledger.kinds import CooldownOrigin, CooldownScope, ExclusionReason, FailureKind
-from ledger.routes import route_allowed
+from ledger.routes import confinement_reason, route_allowed
 
 # The failure kinds after which a sibling named in fallbackModels may be used (R-SEL-4).
 MODEL_SPECIFIC_KINDS = frozenset(
@@ -317,13 +317,7 @@ def _fallback_reason(ctx: _Context, key: str, provider: str) -> ExclusionReason 
             return R.SIBLING_NOT_FOR_KIND
     elif provider == ctx.default_provider and key != default and not listed:
         return R.SAME_PROVIDER  # never chosen automatically as a backup of the default
-    if key == default:
-        return None
-    if not ctx.policy.cross_provider_fallback:
-        return R.NOT_IN_FALLBACK_LIST  # R-SEL-3: confined to the default model
-    if ctx.listed and not listed:
-        return R.NOT_IN_FALLBACK_LIST
-    return None
+    return confinement_reason(ctx.policy, key, default)  # R-SEL-3, R-SEL-5 (shared with reserve)
 
 
 def _active_cooldowns(snapshot: Snapshot) -> tuple[dict[str, int], dict[str, int]]:
@@ -387,7 +381,7 @@ def select(
             if not fresh or key != default:
                 early = _fallback_reason(ctx, key, provider)
         elif confined or (listed and key not in listed):
-            early = R.NOT_IN_FALLBACK_LIST
+            early = confinement_reason(policy, key, default)
         if early is not None:
             excluded.append(entry.excluded(early))
             continue

@@ -535,7 +535,7 @@ def test_r_sel_10_retry_at_only_when_waiting_helps(
 
 def test_issue12_item11_under_a_ceiling_only_billed_false_makes_a_zero_price_free() -> None:
     policy = Policy.model_validate({"dailyEstimatedUsd": 1, "defaultModel": "openai/gpt-a"})
-    models = [
+    models: list[dict[str, Any]] = [
         {"provider": "openai", "id": "gpt-a", "pricing": price(0.4, 1.6)},
         {"provider": "paid", "id": "zero", "pricing": price(0, 0)},
         {"provider": "paid", "id": "half", "pricing": price(0, 1)},
@@ -544,7 +544,8 @@ def test_issue12_item11_under_a_ceiling_only_billed_false_makes_a_zero_price_fre
     ]
     catalog = catalog_of(models)
     available = frozenset({"openai", "paid", "own"})
-    got = select(catalog, policy, snap(available_providers=available), SelectionRequest("openai/gpt-a"))
+    snapshot = snap(available_providers=available)
+    got = select(catalog, policy, snapshot, SelectionRequest("openai/gpt-a"))
     assert got.routes == ("openai/gpt-a", "own/gpu", "own/gpu-zero")
     reasons = {e.model: e.reason for e in got.excluded}
     assert reasons == {"paid/zero": R.UNKNOWN_PRICE, "paid/half": R.UNKNOWN_PRICE}

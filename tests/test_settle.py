@@ -198,14 +198,12 @@ def test_r_diag_4_one_fallback_notice_per_pair_per_hour(
     from ledger.kinds import AttemptRole
 
     led = make_ledger(callsPerHour=100)
-    for i in range(3):
-        res = led.reserve(
-            f"f{i}", "beta/mid", role=AttemptRole.FALLBACK, fallback_from="alpha/small"
-        )
+    for sid in ("f0", "f1", "f2", "f9"):
+        if sid == "f9":
+            clock.advance(3_600_000)
+        led.settle(led.reserve(sid, "alpha/small").id, Success())  # fallback_from must be used
+        res = led.reserve(sid, "beta/mid", role=AttemptRole.FALLBACK, fallback_from="alpha/small")
         led.settle(res.id, Success())
-    clock.advance(3_600_000)
-    res = led.reserve("f9", "beta/mid", role=AttemptRole.FALLBACK, fallback_from="alpha/small")
-    led.settle(res.id, Success())
     path = led.state.db_path
     assert path is not None
     with sqlite3.connect(path) as raw:
@@ -331,7 +329,7 @@ def test_issue12_item7_retry_after_beyond_the_horizon_cools_for_the_horizon(
         lambda: Success(cost_usd=1e300),
         lambda: Success(input_tokens=-5, output_tokens=1),
         lambda: Success(input_tokens=1, output_tokens=10**13),
-        lambda: Success(input_tokens=True, output_tokens=1),  # type: ignore[arg-type]
+        lambda: Success(input_tokens=True, output_tokens=1),
         lambda: Success(cost_usd="1"),  # type: ignore[arg-type]
         lambda: Failed(classify_kind("unknown"), input_tokens=-1),
     ],

@@ -40,6 +40,12 @@ def _finite_usd(_ctx: click.Context, _param: click.Parameter, value: float | Non
 @click.option("--input-bytes", type=NONNEG, default=0, show_default=True)
 @click.option("--request-id", metavar="ID", help="Idempotency key (R-RES-10a).")
 @click.option("--override", is_flag=True, help="One explicit attempt past source caps (R-RES-9).")
+@click.option(
+    "--after",
+    type=click.IntRange(min=1, max=2**62),
+    metavar="ID",
+    help="The failed reservation whose permitted fallback or correction this is (R-POL-4).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_app
 def reserve(
@@ -49,13 +55,21 @@ def reserve(
     input_bytes: int,
     request_id: str | None,
     override: bool,
+    after: int | None,
     as_json: bool,
 ) -> None:
     """Reserve one provider call, or refuse with a reason code (exit 3)."""
+    if after is not None and override:
+        fail(UsageError("--after and --override do not go together"), as_json)
     res = run(
         as_json,
         lambda: app.ledger().reserve(
-            source, model, input_bytes=input_bytes, request_id=request_id, override=override
+            source,
+            model,
+            input_bytes=input_bytes,
+            request_id=request_id,
+            override=override,
+            after=after,
         ),
     )
     if as_json:
@@ -65,6 +79,7 @@ def reserve(
     click.echo(
         f"reservation {res.id}: {res.model} for source until {iso(res.deadline_ms)}, "
         f"estimate {'unknown' if est is None else f'${est:.6f}'}"
+        + (f" ({res.role.value})" if res.role.value != "primary" else "")
         + (" (replayed)" if res.replayed else "")
     )
 

@@ -149,6 +149,17 @@ def source_budget(conn: Connection, source_id: str) -> SourceBudget | None:
     )
 
 
+def first_model(conn: Connection, source_id: str) -> str | None:
+    """The first model a source used (its primary when the policy names no default)."""
+    row = conn.execute(
+        select(source_models.c.model_key)
+        .where(source_models.c.source_id == source_id)
+        .order_by(source_models.c.first_ms, source_models.c.model_key)
+        .limit(1)
+    ).scalar()
+    return None if row is None else str(row)
+
+
 def cooldown_until(conn: Connection, scope: CooldownScope, target: str, now: int) -> int | None:
     """The latest end of any active cooldown on this target (all origins)."""
     value = conn.execute(
