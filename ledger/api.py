@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ledger.budgets import ceiling_micro
 from ledger.catalog import Catalog, Model, load_catalog
 from ledger.clock import now_ms
 from ledger.config import Policy, load_policy
@@ -174,18 +175,18 @@ class Ledger:
             self.model(model)
         if failed_model is not None:
             self.model(failed_model)
-        tokens = (
-            estimate_tokens(text)
-            if text is not None
-            else tokens_for_bytes(request_size(input_bytes, None))
+        size = request_size(input_bytes, text)
+        tokens = estimate_tokens(text) if text is not None else tokens_for_bytes(size)
+        st = select_state(
+            self.db, source, self.policy.calls_per_hour, ceiling_micro(self.policy)
         )
-        st = select_state(self.db, source, self.policy.calls_per_hour)
         snapshot = Snapshot(
             now_ms=st.now_ms,
             available_providers=self.catalog.available_providers(self.env),
             cooldowns=st.cooldowns,
             source_models=st.source_models,
             hourly_next_free_ms=st.hourly_next_free_ms,
+            daily=st.daily,
         )
         request = SelectionRequest(
             default_model=model or self.policy.default_model,
@@ -193,6 +194,7 @@ class Ledger:
             after_failure=after_failure,
             failed_model=failed_model,
             tried=tried,
+            input_bytes=size,
         )
         return select(self.catalog, self.policy, snapshot, request)
 

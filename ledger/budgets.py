@@ -59,6 +59,43 @@ class Refusal:
     retry_at_ms: int | None = None
 
 
+@dataclass(frozen=True)
+class DailyWindow:
+    """The rolling 24 h cost under a ceiling (R-RES-2), read in one transaction.
+
+    `leaving` lists, oldest first, when each cost in the window leaves it (created + 24 h) and how
+    much; its costs add up to `spent_micro`.
+    """
+
+    spent_micro: int
+    ceiling_micro: int
+    leaving: tuple[tuple[int, int], ...]
+
+
+def ceiling_micro(policy: Policy) -> int | None:
+    """`dailyEstimatedUsd` in whole micro-USD (rounded down: the ceiling is never exceeded)."""
+    if policy.daily_estimated_usd is None:
+        return None
+    return math.floor(Decimal(str(policy.daily_estimated_usd)) * 1_000_000)
+
+
+def ceiling_frees_at(now_ms: int, window: DailyWindow, estimate: int) -> int | None:
+    """When the rolling 24 h cost leaves room for `estimate` under the ceiling (R-SEL-10).
+
+    `now_ms` if it fits now; None if it never will (the estimate alone exceeds the ceiling).
+    """
+    if estimate > window.ceiling_micro:
+        return None
+    excess = window.spent_micro + estimate - window.ceiling_micro
+    if excess <= 0:
+        return now_ms
+    for leaves_at, cost in window.leaving:
+        excess -= cost
+        if excess <= 0:
+            return max(leaves_at, now_ms)
+    return None
+
+
 def estimate_micro(model: Model, input_bytes: int, reply_tokens: int) -> int | None:
     """Input bytes x highest input tier + reply reservation x highest output tier, in micro-USD.
 
@@ -122,10 +159,10 @@ def check(
     if state.hourly_count >= policy.calls_per_hour:
         return Refusal(RefusalReason.SHARED_HOURLY_BUDGET, state.hourly_next_free_ms)
     # R-RES-2: nothing bypasses the daily ceiling; unknown prices fail closed
-    if policy.daily_estimated_usd is not None:
+    ceiling = ceiling_micro(policy)
+    if ceiling is not None:
         if estimate is None:
             return Refusal(RefusalReason.UNKNOWN_PRICE)
-        ceiling = math.floor(Decimal(str(policy.daily_estimated_usd)) * 1_000_000)
         if state.daily_cost_micro + estimate > ceiling:
             return Refusal(RefusalReason.DAILY_COST_CEILING, state.daily_next_free_ms)
     # R-RES-3: a settled source is never rerun; a paused one waits for resume

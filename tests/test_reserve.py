@@ -341,3 +341,48 @@ def test_issue12_item11_zero_price_is_not_free_under_a_ceiling(home: object, clo
     free = Ledger.open(home, catalog=Catalog.model_validate(raw), env={}, clock=clock)  # type: ignore[arg-type]
     assert free.reserve("t1", "paid/imported").estimate_micro is None
     free.close()
+
+
+def _spent_ceiling(led: Ledger, clock: Clock) -> None:
+    """$0.001 actual at T0, then $0.049 estimated at T0 + 1 h: the $0.05 ceiling is full."""
+    cheap = led.reserve("old", "alpha/small", input_bytes=0)  # estimate 8192 micro
+    led.settle(cheap.id, Success(cost_usd=0.001))  # actual 1000 micro
+    clock.advance(HOUR)
+    led.reserve("big", "alpha/small", input_bytes=40_808)  # 49_000 micro, left open
+    clock.advance(HOUR)
+
+
+def test_issue12_item15_ceiling_refusal_says_when_enough_cost_leaves(
+    make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    from ledger.clock import iso
+
+    t0 = clock.ms
+    led = make_ledger(dailyEstimatedUsd=0.05, callsPerHour=100)
+    _spent_ceiling(led, clock)
+    with pytest.raises(Refused) as info:
+        led.reserve("s1", "alpha/small", input_bytes=0)  # needs 8192: the cheap one is not enough
+    assert info.value.reason == "daily_cost_ceiling"
+    assert iso(info.value.retry_at_ms) == iso(t0 + HOUR + DAY)
+    clock.ms = t0 + DAY  # the oldest (cheap) reservation left: still no room
+    assert refusal(lambda: led.reserve("s1", "alpha/small")) == "daily_cost_ceiling"
+    clock.ms = t0 + HOUR + DAY
+    led.reserve("s1", "alpha/small")
+
+
+def test_issue12_item15_selection_retry_at_waits_for_the_ceiling(
+    make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    t0 = clock.ms
+    led = make_ledger(dailyEstimatedUsd=0.05, callsPerHour=100, defaultModel="alpha/small")
+    _spent_ceiling(led, clock)
+    selection = led.select("s1", input_bytes=0)
+    assert selection.routes  # listed (selection grants nothing) ...
+    assert selection.retry_at_ms == t0 + HOUR + DAY  # ... but none is reservable before then
+    led.store.set_cooldown(CooldownScope.PROVIDER, "alpha", 2 * HOUR, None)
+    led.store.set_cooldown(CooldownScope.PROVIDER, "beta", 3 * HOUR, None)
+    cooling = led.select("s1", input_bytes=0)
+    assert cooling.routes == ()
+    assert cooling.retry_at_ms == t0 + HOUR + DAY  # not when the cooldowns end
+    roomy = make_ledger(dailyEstimatedUsd=1, callsPerHour=100)
+    assert roomy.select("s2").retry_at_ms == t0 + 4 * HOUR  # room: the cooldowns decide

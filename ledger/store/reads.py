@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, bindparam, case, func, select
 
-from ledger.budgets import DAY_MS, HOUR_MS, SourceBudget
+from ledger.budgets import DAY_MS, HOUR_MS, DailyWindow, SourceBudget
 from ledger.kinds import CooldownScope, SourceState
 from ledger.store.schema import cooldowns, cost_hours, reservations, source_models, sources
 
@@ -132,6 +132,23 @@ def daily_cost(conn: Connection, now: int) -> tuple[int, int | None]:
     boundary = hour_start(since) + HOUR_MS
     partial, full, oldest = conn.execute(_DAILY_COST, {"since": since, "boundary": boundary}).one()
     return int(partial) + int(full), None if oldest is None else int(oldest) + DAY_MS
+
+
+_COST_LEAVING = (
+    select(reservations.c.created_ms, reservations.c.cost_micro)
+    .where(reservations.c.created_ms > bindparam("since"), reservations.c.cost_micro > 0)
+    .order_by(reservations.c.created_ms, reservations.c.id)
+)
+
+
+def daily_window(conn: Connection, now: int, ceiling_micro: int) -> DailyWindow:
+    """The rolling 24 h cost and when each part of it leaves the window (R-RES-2, R-SEL-10)."""
+    spent, _ = daily_cost(conn, now)
+    leaving = tuple(
+        (int(created) + DAY_MS, int(cost))
+        for created, cost in conn.execute(_COST_LEAVING, {"since": now - DAY_MS})
+    )
+    return DailyWindow(spent, ceiling_micro, leaving)
 
 
 def source_budget(conn: Connection, source_id: str) -> SourceBudget | None:

@@ -24,6 +24,7 @@ from ledger.kinds import (
     CooldownScope,
     FailureKind,
     FollowUp,
+    RefusalReason,
     SourceState,
 )
 from ledger.policy_table import Decision, FailureContext, decide
@@ -275,6 +276,13 @@ def reserve(
         primary=_primary(conn, policy, request, source),
     )
     if isinstance(verdict, budgets.Refusal):
+        ceiling = budgets.ceiling_micro(policy)
+        if verdict.reason == RefusalReason.DAILY_COST_CEILING and ceiling is not None:
+            # when enough of the 24 h cost has left the window for this estimate (item 15)
+            window = reads.daily_window(conn, now, ceiling)
+            verdict = budgets.Refusal(
+                verdict.reason, budgets.ceiling_frees_at(now, window, estimate or 0)
+            )
         if verdict.reason in {"provider_cooldown", "model_cooldown"}:
             # R-POL-6: temporarily unroutable work moves behind other eligible work
             conn.execute(_TOUCH_SOURCE, {"b_id": request.source_id, "b_now": now})
