@@ -137,8 +137,15 @@ class BudgetMachine(RuleBasedStateMachine):
         if estimate is None:
             return "unknown_price", None
         day = [r for r in self.rows if r.created > now - DAY]
-        if sum(r.cost or 0 for r in day) + estimate > CEILING:
-            return "daily_cost_ceiling", min(r.created for r in day) + DAY if day else None
+        excess = sum(r.cost or 0 for r in day) + estimate - CEILING
+        if excess > 0:  # retry when enough of the window's cost has left it (issue 12 item 15)
+            when: int | None = None
+            for r in sorted(day, key=lambda r: (r.created, r.id)):
+                excess -= r.cost or 0
+                if estimate <= CEILING and excess <= 0:
+                    when = r.created + DAY
+                    break
+            return "daily_cost_ceiling", when
         src = self.sources.setdefault(source, RefSource())
         if src.done:
             return "source_settled", None
