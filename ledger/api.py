@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ledger.budgets import ceiling_micro
 from ledger.catalog import Catalog, Model, load_catalog
 from ledger.clock import now_ms
 from ledger.config import Policy, load_policy
@@ -120,10 +121,16 @@ class Ledger:
     ) -> Reservation:
         """Permission for one call, or `Refused` with its reason code (SPEC section 7).
 
-        `after` names the failed reservation an immediate fallback or correction follows: if it
-        is the source's newest reservation, the backoff that failure set does not block this one
-        follow-up (every other check still applies).
+        `after` names the failed reservation an immediate fallback or correction follows. Only
+        the one follow-up that failure's decision permitted is honoured (a fallback to another
+        model, a correction on the same one), only while it is the source's newest reservation,
+        and never after a follow-up; the ledger then records the role itself and the backoff that
+        failure set does not block it (every other check still applies). `role` and
+        `fallback_from` are checked against the ledger, never trusted; the privacy boundary
+        (route rules, crossProviderFallback, fallbackModels) applies to every reserve.
         """
+        if after is not None and (isinstance(after, bool) or not isinstance(after, int)):
+            raise UsageError("after must be a reservation id")
         request = ReserveRequest(
             source_id=check_source_id(source),
             model=self.model(model),
@@ -131,7 +138,7 @@ class Ledger:
             request_id=check_request_id(request_id),
             override=override,
             role=role,
-            fallback_from=fallback_from,
+            fallback_from=None if fallback_from is None else self.model(fallback_from).key,
             immediate_after=after,
         )
         return self.store.reserve(self.policy, request, self.fingerprint)
@@ -174,18 +181,18 @@ class Ledger:
             self.model(model)
         if failed_model is not None:
             self.model(failed_model)
-        tokens = (
-            estimate_tokens(text)
-            if text is not None
-            else tokens_for_bytes(request_size(input_bytes, None))
+        size = request_size(input_bytes, text)
+        tokens = estimate_tokens(text) if text is not None else tokens_for_bytes(size)
+        st = select_state(
+            self.db, source, self.policy.calls_per_hour, ceiling_micro(self.policy)
         )
-        st = select_state(self.db, source, self.policy.calls_per_hour)
         snapshot = Snapshot(
             now_ms=st.now_ms,
             available_providers=self.catalog.available_providers(self.env),
             cooldowns=st.cooldowns,
             source_models=st.source_models,
             hourly_next_free_ms=st.hourly_next_free_ms,
+            daily=st.daily,
         )
         request = SelectionRequest(
             default_model=model or self.policy.default_model,
@@ -193,6 +200,7 @@ class Ledger:
             after_failure=after_failure,
             failed_model=failed_model,
             tried=tried,
+            input_bytes=size,
         )
         return select(self.catalog, self.policy, snapshot, request)
 

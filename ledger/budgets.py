@@ -15,6 +15,7 @@ from ledger.config import Policy
 from ledger.durations import DAY_MS as DAY_MS  # the windows, re-exported for the store
 from ledger.durations import HOUR_MS as HOUR_MS
 from ledger.kinds import RefusalReason, SourceState
+from ledger.routes import boundary_reason
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,43 @@ class Refusal:
     retry_at_ms: int | None = None
 
 
+@dataclass(frozen=True)
+class DailyWindow:
+    """The rolling 24 h cost under a ceiling (R-RES-2), read in one transaction.
+
+    `leaving` lists, oldest first, when each cost in the window leaves it (created + 24 h) and how
+    much; its costs add up to `spent_micro`.
+    """
+
+    spent_micro: int
+    ceiling_micro: int
+    leaving: tuple[tuple[int, int], ...]
+
+
+def ceiling_micro(policy: Policy) -> int | None:
+    """`dailyEstimatedUsd` in whole micro-USD (rounded down: the ceiling is never exceeded)."""
+    if policy.daily_estimated_usd is None:
+        return None
+    return math.floor(Decimal(str(policy.daily_estimated_usd)) * 1_000_000)
+
+
+def ceiling_frees_at(now_ms: int, window: DailyWindow, estimate: int) -> int | None:
+    """When the rolling 24 h cost leaves room for `estimate` under the ceiling (R-SEL-10).
+
+    `now_ms` if it fits now; None if it never will (the estimate alone exceeds the ceiling).
+    """
+    if estimate > window.ceiling_micro:
+        return None
+    excess = window.spent_micro + estimate - window.ceiling_micro
+    if excess <= 0:
+        return now_ms
+    for leaves_at, cost in window.leaving:
+        excess -= cost
+        if excess <= 0:
+            return max(leaves_at, now_ms)
+    return None
+
+
 def estimate_micro(model: Model, input_bytes: int, reply_tokens: int) -> int | None:
     """Input bytes x highest input tier + reply reservation x highest output tier, in micro-USD.
 
@@ -76,6 +114,8 @@ def actual_micro(model: Model, input_tokens: int, output_tokens: int) -> int | N
     """Cost of reported usage at the tier the input size falls in; None when prices are unknown."""
     if not model.price_known():
         return None
+    if model.unbilled:
+        return 0
     tiers = model.pricing or []
     tier = next(
         (t for t in tiers if t.up_to_input_tokens is None or input_tokens <= t.up_to_input_tokens),
@@ -102,12 +142,16 @@ def check(
     *,
     override: bool = False,
     immediate: bool = False,
+    primary: str | None = None,
 ) -> Grant | Refusal:
     """Run the checks of R-RES-1..9 in the SPEC's order; the first failing one refuses.
 
     `immediate` marks the one follow-up a queue item may make right after a failure (R-POL-4):
     the backoff that very failure set delays the source's *next* queue item, not its permitted
     immediate fallback (otherwise a transport failure's fallback could never run).
+    `primary` is the source's primary model: every other model is a backup, held to the privacy
+    boundary of route rules, crossProviderFallback and fallbackModels (checked after R-RES-3;
+    nothing, override included, skips it).
     """
     now = state.now_ms
     src = state.source
@@ -115,10 +159,10 @@ def check(
     if state.hourly_count >= policy.calls_per_hour:
         return Refusal(RefusalReason.SHARED_HOURLY_BUDGET, state.hourly_next_free_ms)
     # R-RES-2: nothing bypasses the daily ceiling; unknown prices fail closed
-    if policy.daily_estimated_usd is not None:
+    ceiling = ceiling_micro(policy)
+    if ceiling is not None:
         if estimate is None:
             return Refusal(RefusalReason.UNKNOWN_PRICE)
-        ceiling = math.floor(Decimal(str(policy.daily_estimated_usd)) * 1_000_000)
         if state.daily_cost_micro + estimate > ceiling:
             return Refusal(RefusalReason.DAILY_COST_CEILING, state.daily_next_free_ms)
     # R-RES-3: a settled source is never rerun; a paused one waits for resume
@@ -126,6 +170,9 @@ def check(
         return Refusal(RefusalReason.SOURCE_SETTLED)
     if src.state == SourceState.PAUSED:
         return Refusal(RefusalReason.SOURCE_PAUSED)
+    boundary = boundary_reason(policy, model.key, primary or model.key)
+    if boundary is not None:  # the privacy boundary, exactly as selection applies it
+        return Refusal(RefusalReason(boundary.value))
     if override:  # R-RES-9: skips R-RES-4..8, deadline is then timeoutMs
         return Grant(now + policy.timeout_ms, estimate)
     # R-RES-4

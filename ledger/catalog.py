@@ -75,6 +75,8 @@ class Model(BaseModel):
     max_output_tokens: Count | None = Field(None, alias="maxOutputTokens")
     reasoning: bool = False
     pricing: list[PriceTier] | None = Field(None, max_length=16)
+    billed: Literal[False] | None = None
+    """`false` marks a model that is never billed (free under a cost ceiling); absent: billed."""
 
     @model_validator(mode="after")
     def _tiers_ordered(self) -> Model:
@@ -100,10 +102,24 @@ class Model(BaseModel):
         """Accepts and produces text (R-SEL-1)."""
         return "text" in self.input and "text" in self.output
 
+    @property
+    def unbilled(self) -> bool:
+        """The catalog says this model is never billed (`"billed": false`)."""
+        return self.billed is False
+
     def price_known(self) -> bool:
-        """Every tier has both prices (an explicit zero counts as known)."""
+        """Every tier has both prices, none of them zero, or the model is marked unbilled.
+
+        A billed model's explicit 0 price is not assumed free (R-RES-2, R-SEL-6): an imported
+        paid model with 0/0 in a price map must not pass a cost ceiling as free.
+        """
+        if self.unbilled:
+            return True
         return bool(self.pricing) and all(
-            t.input_usd_per_mtok is not None and t.output_usd_per_mtok is not None
+            t.input_usd_per_mtok is not None
+            and t.output_usd_per_mtok is not None
+            and t.input_usd_per_mtok > 0
+            and t.output_usd_per_mtok > 0
             for t in self.pricing or []
         )
 
@@ -111,6 +127,8 @@ class Model(BaseModel):
         """The highest input and output tier prices (USD/MTok), or None when unknown."""
         if not self.price_known():
             return None
+        if self.unbilled:
+            return Decimal(0), Decimal(0)
         tiers = self.pricing or []
         return (
             max(Decimal(str(t.input_usd_per_mtok)) for t in tiers),

@@ -8,6 +8,7 @@ Every function is pure: time comes in as `now_ms`.
 
 from __future__ import annotations
 
+import email.utils
 import json
 import re
 from collections.abc import Iterator, Mapping
@@ -22,7 +23,7 @@ from ledger.kinds import FailureKind
 
 MAX_BODY_BYTES = 8192
 MAX_HINT_MS = 7 * 24 * 3600 * 1000
-"""Retry-After and reset hints beyond this horizon are treated as garbage and ignored."""
+"""Retry-After and reset hints beyond this horizon are capped at it (never dropped, never less)."""
 
 _TOKEN = re.compile(r"[a-z0-9_.-]{1,64}")
 
@@ -139,26 +140,33 @@ def classify_http(
     return Classification(kind, subkind, retry_after_ms=retry_after_ms, reset_at_ms=reset_at_ms)
 
 
+_STATUS_ROWS: Mapping[int, FailureKind] = MappingProxyType(
+    {401: _A, 403: _A, 402: _Q, 429: _R, 408: _T, 400: _X, 404: _X, 413: _X, 422: _X}
+)
+"""The table's HTTP status triggers (every 5xx is transport as well)."""
+
+
 def _kind_for(status: int, codes: tuple[str, ...]) -> tuple[FailureKind, str]:
-    http = f"http_{status}" if isinstance(status, int) and 100 <= status <= 599 else "http_invalid"
-    quota = next((c for c in codes if KNOWN_ERROR_CODES[c] is _Q), None)
+    """Quota/billing codes win on any status; else the status row, else `unknown`.
+
+    A known code of another kind never sets the kind (a 409 carrying `rate_limit_exceeded` is not
+    a rate limit); it only names the subkind when it agrees with the status row.
+    """
+    valid = isinstance(status, int) and not isinstance(status, bool) and 100 <= status <= 599
+    http = f"http_{status}" if valid else "http_invalid"
+    quota = _code_of(codes, _Q)
     if quota is not None:
         return _Q, quota
-    if status in (401, 403):
-        return _A, http
-    if status == 402:
-        return _Q, http
-    if status == 429:
-        return _R, _code_of(codes, _R) or http
-    if any(c in CONTEXT_OVERFLOW_CODES for c in codes):
+    row = _STATUS_ROWS.get(status) if valid else None
+    if row is None and valid and 500 <= status <= 599:
+        row = _T
+    if row is None:
+        return FailureKind.UNKNOWN, http
+    if row is _X and any(c in CONTEXT_OVERFLOW_CODES for c in codes):
         return _X, "context_overflow"
-    if status == 408 or (isinstance(status, int) and 500 <= status <= 599):
-        return _T, _code_of(codes, _T) or http
-    if status in (400, 404, 422):
-        return _X, _code_of(codes, _X) or http
-    if codes:
-        return KNOWN_ERROR_CODES[codes[0]], codes[0]
-    return FailureKind.UNKNOWN, http
+    if row in (_A, _Q):
+        return row, http
+    return row, _code_of(codes, row) or http
 
 
 def _code_of(codes: tuple[str, ...], kind: FailureKind) -> str | None:
@@ -198,12 +206,7 @@ def _values_at(document: dict[str, object]) -> Iterator[str]:
 # --------------------------------------------------------------------------- hint headers
 
 _DELTA_SECONDS = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?")
-_IMF_FIXDATE = re.compile(
-    r"(Mon|Tue|Wed|Thu|Fri|Sat|Sun), ([0-9]{2}) "
-    r"(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) ([0-9]{4}) "
-    r"([0-9]{2}):([0-9]{2}):([0-9]{2}) GMT"
-)
-_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_HTTP_DATE_CHARS = re.compile(r"[A-Za-z0-9 ,:+-]{10,40}")
 _WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _GO_DURATION = re.compile(
     r"(?:(?P<h>[0-9]{1,6})h)?"
@@ -220,14 +223,18 @@ _FAMILIES = ("requests", "tokens", "input-tokens", "output-tokens")
 
 
 def parse_retry_after(value: str, now_ms: int) -> int | None:
-    """Milliseconds from `Retry-After` (delta-seconds or IMF-fixdate); None unless valid."""
+    """Milliseconds from `Retry-After` (delta-seconds or any HTTP-date); None unless valid.
+
+    HTTP-dates are IMF-fixdate, RFC 850 or asctime (RFC 9110 section 5.6.7), parsed by
+    `email.utils`; a date in the past means no delay. Beyond the horizon: the horizon.
+    """
     if not isinstance(value, str) or len(value) > 64:
         return None
     text = value.strip(" \t")
     if _DELTA_SECONDS.fullmatch(text):
         return _bounded(int(Decimal(text) * 1000))
-    date_ms = _parse_imf_fixdate(text)
-    return None if date_ms is None else _bounded(date_ms - now_ms)
+    date_ms = _parse_http_date(text)
+    return None if date_ms is None else _bounded(max(0, date_ms - now_ms))
 
 
 def _parse_retry_after_ms(value: str) -> int | None:
@@ -246,26 +253,21 @@ def _parse_go_duration(value: str) -> int | None:
     return _bounded(int(total))
 
 
-def _parse_imf_fixdate(text: str) -> int | None:
-    match = _IMF_FIXDATE.fullmatch(text)
-    if match is None:
+def _parse_http_date(text: str) -> int | None:
+    if not _HTTP_DATE_CHARS.fullmatch(text):
         return None
-    weekday, day, month, year, hour, minute, second = match.groups()
     try:
-        moment = datetime(
-            int(year),
-            _MONTHS.index(month) + 1,
-            int(day),
-            int(hour),
-            int(minute),
-            int(second),
-            tzinfo=UTC,
-        )
-    except ValueError:
+        moment = email.utils.parsedate_to_datetime(text)
+    except (ValueError, TypeError, IndexError, OverflowError):
         return None
-    if _WEEKDAYS[moment.weekday()] != weekday:
+    if moment.tzinfo is None:  # asctime carries no zone: HTTP-dates are always GMT
+        moment = moment.replace(tzinfo=UTC)
+    if text[:3] in _WEEKDAYS and _WEEKDAYS.index(text[:3]) != moment.weekday():
+        return None  # a date that contradicts its own weekday is garbage, not a hint
+    try:
+        return int(moment.timestamp() * 1000)
+    except (ValueError, OverflowError):
         return None
-    return int(moment.timestamp()) * 1000
 
 
 def _parse_rfc3339(value: str) -> int | None:
@@ -291,7 +293,8 @@ def _parse_rfc3339(value: str) -> int | None:
 
 
 def _bounded(ms: int) -> int | None:
-    return ms if 0 <= ms <= MAX_HINT_MS else None
+    """A delay in 0..horizon: longer asks are capped at the horizon, never dropped."""
+    return min(ms, MAX_HINT_MS) if ms >= 0 else None
 
 
 def _header_view(headers: Mapping[str, str]) -> dict[str, str]:
@@ -312,11 +315,12 @@ def _header_view(headers: Mapping[str, str]) -> dict[str, str]:
 def _hints(headers: Mapping[str, str], now_ms: int) -> tuple[int | None, int | None]:
     """Parse (retry_after_ms, reset_at_ms) from hint headers; garbage is ignored, never guessed."""
     view = _header_view(headers) if isinstance(headers, Mapping) else {}
-    retry_after = (
-        _parse_retry_after_ms(view["retry-after-ms"]) if "retry-after-ms" in view else None
-    )
-    if retry_after is None and "retry-after" in view:
-        retry_after = parse_retry_after(view["retry-after"], now_ms)
+    # Both may be sent; the longer asked delay wins (a cooldown is never shorter than asked).
+    asked = [
+        _parse_retry_after_ms(view["retry-after-ms"]) if "retry-after-ms" in view else None,
+        parse_retry_after(view["retry-after"], now_ms) if "retry-after" in view else None,
+    ]
+    retry_after = max((ms for ms in asked if ms is not None), default=None)
 
     resets: dict[str, int] = {}
     for family in _FAMILIES:
@@ -326,8 +330,8 @@ def _hints(headers: Mapping[str, str], now_ms: int) -> tuple[int | None, int | N
             resets[f"x-ratelimit-remaining-{family}"] = now_ms + delta
         anthropic = view.get(f"anthropic-ratelimit-{family}-reset")
         moment = _parse_rfc3339(anthropic) if anthropic is not None else None
-        if moment is not None and 0 < moment - now_ms <= MAX_HINT_MS:
-            resets[f"anthropic-ratelimit-{family}-remaining"] = moment
+        if moment is not None and moment > now_ms:
+            resets[f"anthropic-ratelimit-{family}-remaining"] = min(moment, now_ms + MAX_HINT_MS)
     # Prefer the limits the provider says are exhausted; otherwise the latest reset (never shorter).
     exhausted = [at for remaining, at in resets.items() if view.get(remaining, "").strip() == "0"]
     chosen = exhausted or list(resets.values())

@@ -13,6 +13,8 @@ class RefusalReason(StrEnum):
     UNKNOWN_PRICE = "unknown_price"
     SOURCE_SETTLED = "source_settled"
     SOURCE_PAUSED = "source_paused"
+    DENIED_BY_ROUTE = "denied_by_route"
+    NOT_IN_FALLBACK_LIST = "not_in_fallback_list"
     SOURCE_BACKOFF = "source_backoff"
     PROVIDER_COOLDOWN = "provider_cooldown"
     MODEL_COOLDOWN = "model_cooldown"
@@ -86,6 +88,13 @@ class CooldownOrigin(StrEnum):
     POLICY = "policy"
     MANUAL = "manual"
     HINT = "hint"
+
+
+class FollowUp(StrEnum):
+    """The one immediate follow-up a failed reservation permits (R-POL-4), stored on it."""
+
+    FALLBACK = "fallback"  # another model
+    CORRECTION = "correction"  # the same model, with a corrective prompt
 
 
 class AttemptRole(StrEnum):

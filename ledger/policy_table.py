@@ -77,9 +77,15 @@ class PolicyRow:
         duration = format_duration_ms(self.cooldown_ms)
         if self.cooldown_from_strike > 1:
             window = format_duration_ms(TRANSPORT_STRIKE_WINDOW_MS)
+            hint = (
+                f"; a supplied `Retry-After` cools the {self.cooldown_scope} at least that long"
+                if self.uses_hints
+                else ""
+            )
             return (
                 f"none on the first; failure no. {self.cooldown_from_strike} on the same "
                 f"{self.cooldown_scope} within {window} cools that {self.cooldown_scope} {duration}"
+                + hint
             )
         text = f"{self.cooldown_scope}, {duration}"
         if self.uses_hints:
@@ -134,13 +140,14 @@ _ROWS = (
         CooldownScope.MODEL,
         15 * MINUTE_MS,
         cooldown_from_strike=2,
+        uses_hints=True,
         sets_backoff=True,
         fallback=FallbackConstraint.OTHER_PROVIDER,
         fallback_needs_cooldown=True,
     ),
     PolicyRow(
         FailureKind.REQUEST_REJECTED,
-        "context overflow (known codes, or a `context_limit` stop), HTTP 400, 404, 422",
+        "context overflow (known codes, or a `context_limit` stop), HTTP 400, 404, 413, 422",
         CooldownScope.MODEL,
         1 * HOUR_MS,
         fallback=FallbackConstraint.COMPATIBLE_WINDOW,
@@ -319,21 +326,25 @@ def decide(ctx: FailureContext, jitter: Callable[[], float]) -> Decision:
 def _cooldowns(
     ctx: FailureContext, row: PolicyRow, actions: list[str]
 ) -> tuple[CooldownAction, ...]:
-    if row.cooldown_scope is None or ctx.recent_transport_strikes + 1 < row.cooldown_from_strike:
-        if row.kind is FailureKind.TRANSPORT:
-            actions.append("no cooldown: first transport failure on this model within 15m")
+    if row.cooldown_scope is None:
+        return ()
+    hint = _hint_until(ctx.classification, ctx.now_ms) if row.uses_hints else None
+    if hint is not None and hint <= ctx.now_ms:
+        hint = None  # "retry now" asks for no cooldown
+    strike_cooldown = ctx.recent_transport_strikes + 1 >= row.cooldown_from_strike
+    if not strike_cooldown and hint is None:
+        actions.append("no cooldown: first transport failure on this model within 15m")
         return ()
     if row.cooldown_scope is CooldownScope.PROVIDER:
         target = split_model_key(ctx.model_key)[0]
     else:
         split_model_key(ctx.model_key)  # validates the key
         target = ctx.model_key
-    base_until = ctx.now_ms + row.cooldown_ms
+    # Before the strike threshold only the provider's own asked delay cools the model (5xx/529).
+    base_until = ctx.now_ms + row.cooldown_ms if strike_cooldown else ctx.now_ms
     until, origin = base_until, CooldownOrigin.POLICY
-    if row.uses_hints:
-        hint = _hint_until(ctx.classification, ctx.now_ms)
-        if hint is not None and hint > base_until:
-            until, origin = hint, CooldownOrigin.HINT
+    if hint is not None and (hint > base_until or not strike_cooldown):
+        until, origin = hint, CooldownOrigin.HINT
     existing = ctx.existing_cooldowns.get((row.cooldown_scope, target))
     text = (
         f"cooldown {row.cooldown_scope} {target} until {iso(until)} "

@@ -2,12 +2,37 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from ledger.classify import Classification
 from ledger.clock import iso
+from ledger.errors import UsageError
 from ledger.kinds import AttemptRole, AttemptStatus
+
+MAX_TOKENS = 10**12
+"""The largest token count accepted in reported usage (CLI and API alike)."""
+MAX_COST_USD = 1e9
+"""The largest provider-reported cost accepted, in USD."""
+
+
+def check_tokens(value: object) -> None:
+    """Reported token counts are absent or integers in 0..MAX_TOKENS (never negative: R-RES-2)."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKENS:
+        raise UsageError(f"token counts must be integers from 0 to {MAX_TOKENS}")
+
+
+def check_cost_usd(value: object) -> None:
+    """A reported cost is absent or a finite amount in 0..MAX_COST_USD."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise UsageError("a cost must be a finite non-negative amount")
+    if not math.isfinite(value) or not 0 <= value <= MAX_COST_USD:
+        raise UsageError("a cost must be a finite non-negative amount")
 
 
 def micro_to_usd(micro: int | None) -> float | None:
@@ -55,6 +80,12 @@ class Success:
     cost_usd: float | None = None
     finish: bool = False
 
+    def __post_init__(self) -> None:
+        """Usage is validated here, so the API refuses what the CLI refuses (never a raw error)."""
+        check_tokens(self.input_tokens)
+        check_tokens(self.output_tokens)
+        check_cost_usd(self.cost_usd)
+
 
 @dataclass(frozen=True)
 class Cancelled:
@@ -69,6 +100,11 @@ class Failed:
     side_effects: bool = False
     input_tokens: int | None = None
     output_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        """Usage is validated as for a success."""
+        check_tokens(self.input_tokens)
+        check_tokens(self.output_tokens)
 
 
 Outcome = Success | Cancelled | Failed

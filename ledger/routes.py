@@ -1,5 +1,6 @@
 """Route rules over model keys (R-SEL-9): anchored globs; deny always wins; a non-empty allow admits
-only what it matches.
+only what it matches. With R-SEL-3 and R-SEL-5 they form the privacy boundary that selection and
+reserve both apply (`boundary_reason`).
 
 Invariant: matching time is polynomial in key and pattern length whatever the pattern (a policy
 file must not be able to hang a worker with catastrophic regex backtracking).
@@ -10,7 +11,8 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from ledger.config import RouteRules
+from ledger.config import Policy, RouteRules
+from ledger.kinds import ExclusionReason
 
 
 def _segment(text: str) -> str:
@@ -42,3 +44,29 @@ def route_allowed(key: str, rules: RouteRules) -> bool:
     if any(matches(key, pattern) for pattern in rules.deny):
         return False
     return not rules.allow or any(matches(key, pattern) for pattern in rules.allow)
+
+
+def confinement_reason(policy: Policy, key: str, primary: str | None) -> ExclusionReason | None:
+    """R-SEL-3, R-SEL-5 for a model that is not the source's primary model.
+
+    With `crossProviderFallback: false` a source is confined to its primary model; a non-empty
+    `fallbackModels` is the complete list of backups. None when `key` may be used.
+    """
+    if key == primary:
+        return None
+    if not policy.cross_provider_fallback:
+        return ExclusionReason.NOT_IN_FALLBACK_LIST
+    if policy.fallback_models and key not in policy.fallback_models:
+        return ExclusionReason.NOT_IN_FALLBACK_LIST
+    return None
+
+
+def boundary_reason(policy: Policy, key: str, primary: str | None) -> ExclusionReason | None:
+    """The privacy boundary for one model (R-SEL-9, then R-SEL-3/R-SEL-5), as selection applies it.
+
+    Reserve applies the same function, so a model that selection excludes for these reasons can
+    never be reserved either, whatever the caller says about its role (override included).
+    """
+    if not route_allowed(key, policy.routes):
+        return ExclusionReason.DENIED_BY_ROUTE
+    return confinement_reason(policy, key, primary)

@@ -15,11 +15,12 @@ from decimal import Decimal
 from operator import attrgetter
 from typing import Protocol
 
+from ledger.budgets import DailyWindow, ceiling_frees_at, estimate_micro
 from ledger.catalog import Catalog, Model
 from ledger.clock import iso
 from ledger.config import Policy
 from ledger.kinds import CooldownOrigin, CooldownScope, ExclusionReason, FailureKind
-from ledger.routes import route_allowed
+from ledger.routes import confinement_reason, route_allowed
 
 # The failure kinds after which a sibling named in fallbackModels may be used (R-SEL-4).
 MODEL_SPECIFIC_KINDS = frozenset(
@@ -88,6 +89,7 @@ class SelectionRequest:
     after_failure: FailureKind | None = None
     failed_model: str | None = None
     tried: frozenset[str] = frozenset()  # models already tried in this queue item
+    input_bytes: int = 0  # the request size reserve estimates its cost from (R-RES-2)
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,7 @@ class Snapshot:
     cooldowns: tuple[ActiveCooldown, ...]  # active ones; filtered against now_ms again anyway
     source_models: frozenset[str] = frozenset()  # distinct models this source already used
     hourly_next_free_ms: int | None = None  # None: a shared hourly slot is free now
+    daily: DailyWindow | None = None  # the rolling 24 h cost, when dailyEstimatedUsd is set
 
 
 @dataclass(frozen=True)
@@ -317,13 +320,7 @@ def _fallback_reason(ctx: _Context, key: str, provider: str) -> ExclusionReason 
             return R.SIBLING_NOT_FOR_KIND
     elif provider == ctx.default_provider and key != default and not listed:
         return R.SAME_PROVIDER  # never chosen automatically as a backup of the default
-    if key == default:
-        return None
-    if not ctx.policy.cross_provider_fallback:
-        return R.NOT_IN_FALLBACK_LIST  # R-SEL-3: confined to the default model
-    if ctx.listed and not listed:
-        return R.NOT_IN_FALLBACK_LIST
-    return None
+    return confinement_reason(ctx.policy, key, default)  # R-SEL-3, R-SEL-5 (shared with reserve)
 
 
 def _active_cooldowns(snapshot: Snapshot) -> tuple[dict[str, int], dict[str, int]]:
@@ -371,7 +368,7 @@ def select(
     first: list[_Entry] = []  # the default model when eligible (R-SEL-2)
     backups: list[_Entry] = []
     excluded: list[Exclusion] = []
-    frees_at: list[int] = []
+    frees_at: list[tuple[int, _Entry]] = []  # (cooldown end, model) of models only cooling
     for entry, limit in zip(index.entries, _input_limits(index, policy.reply_tokens), strict=True):
         key, provider = entry.key, entry.provider
         early: ExclusionReason | None = None
@@ -387,7 +384,7 @@ def select(
             if not fresh or key != default:
                 early = _fallback_reason(ctx, key, provider)
         elif confined or (listed and key not in listed):
-            early = R.NOT_IN_FALLBACK_LIST
+            early = confinement_reason(policy, key, default)
         if early is not None:
             excluded.append(entry.excluded(early))
             continue
@@ -413,7 +410,7 @@ def select(
             continue
         excluded.append(entry.cooling(reason, until))
         if late is None:  # excluded only by cooldowns: it frees when they end
-            frees_at.append(until)
+            frees_at.append((until, entry))
     if listed:
         position = {key: i for i, key in enumerate(policy.fallback_models)}
         unlisted = len(position)
@@ -424,17 +421,40 @@ def select(
     return Selection(
         routes=routes,
         excluded=tuple(excluded),
-        retry_at_ms=_retry_at(routes, frees_at, snapshot.hourly_next_free_ms),
+        retry_at_ms=_retry_at(
+            [(snapshot.now_ms, e) for e in first + backups] if routes else frees_at,
+            snapshot,
+            policy,
+            request,
+        )
+        if snapshot.daily is not None or not routes
+        else snapshot.hourly_next_free_ms,  # a route is reservable now, budget slot permitting
     )
 
 
 def _retry_at(
-    routes: tuple[str, ...], frees_at: list[int], hourly_next_free_ms: int | None
+    ready: list[tuple[int, _Entry]], snapshot: Snapshot, policy: Policy, request: SelectionRequest
 ) -> int | None:
-    """R-SEL-10: when waiting yields a reservable route, or None if waiting does not help."""
-    if routes:
-        return hourly_next_free_ms
-    if not frees_at:
+    """R-SEL-10: when waiting yields a reservable route, or None if waiting does not help.
+
+    `ready` holds the routes (ready now) or, with none, the models excluded only by cooldowns
+    (ready when those end). Under a cost ceiling a model is ready only once the rolling 24 h cost
+    leaves room for its estimate; then the shared hourly budget must also have a slot.
+    """
+    hourly = snapshot.hourly_next_free_ms
+    window = snapshot.daily
+    times: list[int] = []
+    for at, entry in ready:
+        if window is not None:
+            estimate = estimate_micro(entry.model, request.input_bytes, policy.reply_tokens)
+            room = None if estimate is None else ceiling_frees_at(at, window, estimate)
+            if room is None:
+                continue  # its estimate alone exceeds the ceiling: waiting does not help
+            at = max(at, room)
+        times.append(at)
+    if not times:
         return None
-    soonest = min(frees_at)
-    return soonest if hourly_next_free_ms is None else max(soonest, hourly_next_free_ms)
+    soonest = min(times)
+    if soonest <= snapshot.now_ms:
+        return hourly  # a route is reservable now, budget slot permitting
+    return soonest if hourly is None else max(soonest, hourly)

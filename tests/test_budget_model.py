@@ -137,8 +137,15 @@ class BudgetMachine(RuleBasedStateMachine):
         if estimate is None:
             return "unknown_price", None
         day = [r for r in self.rows if r.created > now - DAY]
-        if sum(r.cost or 0 for r in day) + estimate > CEILING:
-            return "daily_cost_ceiling", min(r.created for r in day) + DAY if day else None
+        excess = sum(r.cost or 0 for r in day) + estimate - CEILING
+        if excess > 0:  # retry when enough of the window's cost has left it (issue 12 item 15)
+            when: int | None = None
+            for r in sorted(day, key=lambda r: (r.created, r.id)):
+                excess -= r.cost or 0
+                if estimate <= CEILING and excess <= 0:
+                    when = r.created + DAY
+                    break
+            return "daily_cost_ceiling", when
         src = self.sources.setdefault(source, RefSource())
         if src.done:
             return "source_settled", None
@@ -291,7 +298,8 @@ def priced_models(draw: st.DrawFn) -> Model:
     """A catalog model with 1-3 ordered price tiers and maybe a max output ceiling."""
     count = draw(st.integers(1, 3))
     bounds = sorted(draw(st.sets(st.integers(1, 10**7), min_size=count - 1, max_size=count - 1)))
-    price = st.floats(0, 1000, allow_nan=False).map(lambda p: round(p, 4))
+    # positive: a billed model's zero price is unknown, not free (issue 12 item 11)
+    price = st.floats(0.0001, 1000, allow_nan=False).map(lambda p: max(round(p, 4), 0.0001))
     tiers = [
         PriceTier(up_to_input_tokens=bound, input_usd_per_mtok=draw(price),
                   output_usd_per_mtok=draw(price))

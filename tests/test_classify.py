@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from ledger.classify import (
     KNOWN_ERROR_CODES,
     MAX_BODY_BYTES,
+    MAX_HINT_MS,
     Classification,
     classify_exception,
     classify_http,
@@ -164,14 +165,14 @@ def test_r_http_2_body_beyond_8192_bytes_is_not_read() -> None:
         ({"RETRY-AFTER": "1.5"}, 1_500, None),
         ({"Retry-After": "0"}, 0, None),
         ({"Retry-After": "Tue, 14 Nov 2023 22:15:20 GMT"}, 120_000, None),
-        ({"retry-after-ms": "2500", "Retry-After": "3"}, 2_500, None),
+        ({"retry-after-ms": "2500", "Retry-After": "3"}, 3_000, None),  # issue 12 item 7: longest
         ({"retry-after-ms": "junk", "Retry-After": "3"}, 3_000, None),
         ({"Retry-After": "-5"}, None, None),
-        ({"Retry-After": "604801"}, None, None),  # > 7 days is absurd
+        ({"Retry-After": "604801"}, MAX_HINT_MS, None),  # issue 12 item 7: capped, not dropped
         ({"Retry-After": "1e3"}, None, None),
         ({"Retry-After": "120 seconds"}, None, None),
         ({"Retry-After": "Wed, 14 Nov 2023 22:15:20 GMT"}, None, None),  # wrong weekday
-        ({"Retry-After": "Tue, 14 Nov 2023 22:10:20 GMT"}, None, None),  # in the past
+        ({"Retry-After": "Tue, 14 Nov 2023 22:10:20 GMT"}, 0, None),  # in the past: no delay
         ({"Retry-After": "10", "retry-after": "20"}, None, None),  # ambiguous duplicate
         ({"x-ratelimit-reset-requests": "6m0s"}, None, NOW + 360_000),
         ({"x-ratelimit-reset-tokens": "1.5s"}, None, NOW + 1_500),
@@ -179,7 +180,7 @@ def test_r_http_2_body_beyond_8192_bytes_is_not_read() -> None:
         ({"x-ratelimit-reset-tokens": "1h2m3s"}, None, NOW + 3_723_000),
         ({"x-ratelimit-reset-tokens": "soon"}, None, None),
         ({"x-ratelimit-reset-tokens": "-1s"}, None, None),
-        ({"x-ratelimit-reset-tokens": "999999h"}, None, None),
+        ({"x-ratelimit-reset-tokens": "999999h"}, None, NOW + MAX_HINT_MS),
         # exhausted family preferred; otherwise the latest reset
         (
             {
@@ -203,7 +204,7 @@ def test_r_http_2_body_beyond_8192_bytes_is_not_read() -> None:
             NOW + 60_500,
         ),
         ({"anthropic-ratelimit-tokens-reset": "2023-11-14T22:00:00Z"}, None, None),  # past
-        ({"anthropic-ratelimit-tokens-reset": "2031-01-01T00:00:00Z"}, None, None),  # absurd
+        ({"anthropic-ratelimit-tokens-reset": "2031-01-01T00:00:00Z"}, None, NOW + MAX_HINT_MS),
         ({"anthropic-ratelimit-tokens-reset": "2023-11-14 22:14:20"}, None, None),
         ({"anthropic-ratelimit-tokens-reset": "2023-13-40T22:14:20Z"}, None, None),
     ],
@@ -230,13 +231,13 @@ def test_section_8_httpx_headers_are_accepted() -> None:
         ("Tue, 14 Nov 2023 22:13:21 GMT", 1_000),
         ("", None),
         ("-1", None),
-        ("604801", None),
+        ("604801", 604_800_000),  # issue 12 item 7: the horizon, never dropped
         ("99999999999999999999", None),
         ("NaN", None),
         ("inf", None),
         ("\uff11\uff12", None),  # fullwidth digits
-        ("Tue, 14 Nov 2023 22:13:21 UTC", None),
-        ("Tuesday, 14-Nov-23 22:13:21 GMT", None),
+        ("Tuesday, 14-Nov-23 22:13:21 GMT", 1_000),  # RFC 850
+        ("Tue Nov 14 22:13:21 2023", 1_000),  # asctime
         ("Tue, 31 Feb 2023 22:13:21 GMT", None),
     ],
 )
@@ -455,3 +456,65 @@ _STOP_SUBKINDS = {
 def test_section_8_stop_reason_total(stop: str | None) -> None:
     got = classify_stop_reason(stop)
     assert got is None or got.subkind in _STOP_SUBKINDS
+
+
+# --------------------------------------------------------------------------- issue 12
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "kind", "subkind"),
+    [
+        (409, _body({"error": {"code": "rate_limit_exceeded"}}), K.UNKNOWN, "http_409"),
+        (418, _body({"error": {"code": "invalid_api_key"}}), K.UNKNOWN, "http_418"),
+        (200, _body({"error": {"code": "server_error"}}), K.UNKNOWN, "http_200"),
+        (302, _body({"error": {"type": "overloaded_error"}}), K.UNKNOWN, "http_302"),
+        (413, None, K.REQUEST_REJECTED, "http_413"),
+        (500, _body({"error": {"code": "context_length_exceeded"}}), K.TRANSPORT, "http_500"),
+        (400, _body({"error": {"code": "rate_limit_exceeded"}}), K.REQUEST_REJECTED, "http_400"),
+        # quota/billing codes are the one exception: they apply on any status
+        (409, _body({"error": {"code": "insufficient_quota"}}), K.QUOTA, "insufficient_quota"),
+        (200, _body({"error": {"type": "billing_error"}}), K.QUOTA, "billing_error"),
+    ],
+)
+def test_issue12_item8_only_quota_codes_apply_off_the_status_row(
+    status: int, body: bytes | None, kind: K, subkind: str
+) -> None:
+    got = classify_http(status, {}, body, NOW)
+    assert (got.kind, got.subkind) == (kind, subkind)
+
+
+@pytest.mark.parametrize("value", ["604801", "99999999", "Tue, 14 Nov 2034 22:13:20 GMT"])
+def test_issue12_item7_retry_after_beyond_the_horizon_is_the_horizon(value: str) -> None:
+    assert parse_retry_after(value, NOW) == MAX_HINT_MS
+    assert classify_http(429, {"Retry-After": value}, None, NOW).retry_after_ms == MAX_HINT_MS
+
+
+@pytest.mark.parametrize(
+    ("headers", "ms"),
+    [
+        ({"retry-after-ms": "2500", "retry-after": "30"}, 30_000),
+        ({"retry-after-ms": "45000", "retry-after": "30"}, 45_000),
+        ({"retry-after-ms": "2500"}, 2_500),
+    ],
+)
+def test_issue12_item7_the_longest_asked_delay_wins(headers: dict[str, str], ms: int) -> None:
+    assert classify_http(503, headers, None, NOW).retry_after_ms == ms
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "Tue, 14 Nov 2023 22:15:20 GMT",  # IMF-fixdate
+        "Tuesday, 14-Nov-23 22:15:20 GMT",  # RFC 850
+        "Tue Nov 14 22:15:20 2023",  # asctime
+    ],
+)
+def test_issue12_item7_every_http_date_form_is_parsed(value: str) -> None:
+    assert parse_retry_after(value, NOW) == 120_000
+
+
+@pytest.mark.parametrize(
+    "value", ["Wed Nov 14 22:15:20 2023", "Tuesday, 14-Nov-23 22:15:20", "14 Nov 2023 junk"]
+)
+def test_issue12_item7_garbage_dates_stay_ignored(value: str) -> None:
+    assert parse_retry_after(value, NOW) is None

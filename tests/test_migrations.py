@@ -137,3 +137,52 @@ def test_r_db_5_db_current(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["--home", str(tmp_path), "db", "current"])
     assert result.exit_code == 0
     assert migrate.head_revision() in result.output
+
+
+def test_issue12_item6_0003b_adds_follow_up_columns_and_keeps_data(tmp_path: Path) -> None:
+    from ledger.api import Ledger
+    from ledger.catalog import Catalog
+    from ledger.errors import Refused
+    from tests.conftest import T0, TEST_CATALOG, Clock
+
+    path = tmp_path / "ledger.db"
+    db = _db(path)
+    migrate.upgrade(db, "0002")
+    with sqlite3.connect(path) as raw:
+        raw.execute(
+            "INSERT INTO sources (id, state, created_ms, last_checked_ms, retry_at_ms, failures)"
+            f" VALUES ('src', 'queued', {T0}, {T0}, {T0 + 60_000}, 1)"
+        )
+        raw.execute(
+            "INSERT INTO reservations (source_id, model_key, provider, role, created_ms,"
+            " deadline_ms, input_bytes, estimate_micro, status, kind, cost_micro, policy_fp)"
+            f" VALUES ('src', 'alpha/small', 'alpha', 'primary', {T0}, {T0 + 1000}, 10, 7,"
+            " 'failed', 'transport', 7, 'fp')"
+        )
+    db.dispose()
+    db = _db(path)
+    migrate.upgrade(db)
+    assert migrate.current_revision(db) == "0003b"
+    db.dispose()
+    with sqlite3.connect(path) as raw:
+        query = "SELECT id, follow_up, after_id, cost_micro FROM reservations"
+        rows = raw.execute(query).fetchall()
+    assert rows == [(1, None, None, 7)]  # a failure from before the upgrade permits no follow-up
+    led = Ledger.open(
+        tmp_path, catalog=Catalog.model_validate(TEST_CATALOG), env={}, clock=Clock(T0 + 1)
+    )
+    try:
+        with pytest.raises(Refused) as info:
+            led.reserve("src", "beta/mid", after=1)
+        assert info.value.reason == "source_backoff"
+    finally:
+        led.close()
+    db = _db(path)
+    migrate.downgrade(db, "0002")
+    db.dispose()
+    with sqlite3.connect(path) as raw:
+        columns = {r[1] for r in raw.execute("PRAGMA table_info(reservations)")}
+        kept = raw.execute("SELECT id, status, cost_micro FROM reservations").fetchall()
+    assert "follow_up" not in columns
+    assert "after_id" not in columns
+    assert kept == [(1, "failed", 7)]

@@ -284,3 +284,105 @@ def test_unknown_model_is_bad_input(make_ledger: LedgerFactory) -> None:
     led = make_ledger()
     with pytest.raises(UsageError):
         led.reserve("s1", "alpha/nope")
+
+
+def test_issue12_item13_a_refused_reserve_writes_no_source_and_expires_nothing(
+    make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    import sqlite3
+
+    led = make_ledger(callsPerHour=1, timeoutMs=1000)
+    led.reserve("s1", "alpha/small")
+    clock.advance(5000)  # s1's reservation is past its deadline, still `open` in the table
+    path = led.state.db_path
+    assert path is not None
+    with sqlite3.connect(path) as raw:
+        before = raw.execute("SELECT id, status FROM reservations").fetchall()
+    assert before == [(1, "open")]
+    assert refusal(lambda: led.reserve("new-source", "beta/mid")) == "shared_hourly_budget"
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("SELECT id FROM sources").fetchall() == [("s1",)]
+        assert raw.execute("SELECT id, status FROM reservations").fetchall() == before
+    clock.advance(HOUR)
+    led.reserve("new-source", "beta/mid")  # a grant creates it (and expires the stale one)
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("SELECT id FROM sources ORDER BY id").fetchall() == [
+            ("new-source",),
+            ("s1",),
+        ]
+        expired = raw.execute("SELECT status FROM reservations WHERE id = 1").fetchone()
+    assert expired == ("expired",)
+
+
+def test_issue12_item11_zero_price_is_not_free_under_a_ceiling(home: object, clock: Clock) -> None:
+    raw = {
+        "providers": {"paid": {"available": True}, "own": {"available": True}},
+        "models": [
+            {"provider": "paid", "id": "imported", "pricing": [
+                {"inputUsdPerMTok": 0, "outputUsdPerMTok": 0}]},
+            {"provider": "own", "id": "gpu", "billed": False},
+        ],
+    }  # fmt: skip
+    led = Ledger.open(
+        home,  # type: ignore[arg-type]
+        policy=Policy.model_validate({"dailyEstimatedUsd": 0.000001, "sourceCalls": 10}),
+        catalog=Catalog.model_validate(raw),
+        env={},
+        clock=clock,
+    )
+    for i in range(3):
+        assert refusal(lambda i=i: led.reserve(f"s{i}", "paid/imported")) == "unknown_price"
+    granted = [led.reserve(f"s{i}", "own/gpu") for i in range(3)]  # `"billed": false` is free
+    assert [r.estimate_micro for r in granted] == [0, 0, 0]
+    led.settle(granted[0].id, Success(input_tokens=10**6, output_tokens=10**6))
+    led.reserve("s9", "own/gpu")  # its usage costs nothing either
+    led.close()
+    # without a ceiling the zero-priced paid model may run, but its cost counts as unknown
+    free = Ledger.open(home, catalog=Catalog.model_validate(raw), env={}, clock=clock)  # type: ignore[arg-type]
+    assert free.reserve("t1", "paid/imported").estimate_micro is None
+    free.close()
+
+
+def _spent_ceiling(led: Ledger, clock: Clock) -> None:
+    """$0.001 actual at T0, then $0.049 estimated at T0 + 1 h: the $0.05 ceiling is full."""
+    cheap = led.reserve("old", "alpha/small", input_bytes=0)  # estimate 8192 micro
+    led.settle(cheap.id, Success(cost_usd=0.001))  # actual 1000 micro
+    clock.advance(HOUR)
+    led.reserve("big", "alpha/small", input_bytes=40_808)  # 49_000 micro, left open
+    clock.advance(HOUR)
+
+
+def test_issue12_item15_ceiling_refusal_says_when_enough_cost_leaves(
+    make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    from ledger.clock import iso
+
+    t0 = clock.ms
+    led = make_ledger(dailyEstimatedUsd=0.05, callsPerHour=100)
+    _spent_ceiling(led, clock)
+    with pytest.raises(Refused) as info:
+        led.reserve("s1", "alpha/small", input_bytes=0)  # needs 8192: the cheap one is not enough
+    assert info.value.reason == "daily_cost_ceiling"
+    assert iso(info.value.retry_at_ms) == iso(t0 + HOUR + DAY)
+    clock.ms = t0 + DAY  # the oldest (cheap) reservation left: still no room
+    assert refusal(lambda: led.reserve("s1", "alpha/small")) == "daily_cost_ceiling"
+    clock.ms = t0 + HOUR + DAY
+    led.reserve("s1", "alpha/small")
+
+
+def test_issue12_item15_selection_retry_at_waits_for_the_ceiling(
+    make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    t0 = clock.ms
+    led = make_ledger(dailyEstimatedUsd=0.05, callsPerHour=100, defaultModel="alpha/small")
+    _spent_ceiling(led, clock)
+    selection = led.select("s1", input_bytes=0)
+    assert selection.routes  # listed (selection grants nothing) ...
+    assert selection.retry_at_ms == t0 + HOUR + DAY  # ... but none is reservable before then
+    led.store.set_cooldown(CooldownScope.PROVIDER, "alpha", 2 * HOUR, None)
+    led.store.set_cooldown(CooldownScope.PROVIDER, "beta", 3 * HOUR, None)
+    cooling = led.select("s1", input_bytes=0)
+    assert cooling.routes == ()
+    assert cooling.retry_at_ms == t0 + HOUR + DAY  # not when the cooldowns end
+    roomy = make_ledger(dailyEstimatedUsd=1, callsPerHour=100)
+    assert roomy.select("s2").retry_at_ms == t0 + 4 * HOUR  # room: the cooldowns decide

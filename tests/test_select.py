@@ -344,9 +344,9 @@ SCENARIOS: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
      {"after_failure": FailureKind.REQUEST_REJECTED, "failed_model": "openai/gpt-a",
       "input_tokens": 150_000},
      ("anthropic/claude-h", "anthropic/claude-s")),
-    ("daily ceiling drops unknown price, keeps explicit zero",
+    ("daily ceiling drops unknown and zero prices (issue 12 item 11)",
      {"policy": {"dailyEstimatedUsd": 1}},
-     ("openai/gpt-a", "anthropic/claude-h", "anthropic/claude-s", "local/free")),
+     ("openai/gpt-a", "anthropic/claude-h", "anthropic/claude-s")),
     ("source already used two models",
      {"snapshot": snap(source_models=frozenset({"openai/gpt-a", "anthropic/claude-s"})),
       "after_failure": FailureKind.INVALID_OUTPUT, "failed_model": "openai/gpt-a"},
@@ -531,3 +531,21 @@ def test_r_sel_10_retry_at_only_when_waiting_helps(
         source_models=snapshot.source_models,
     )
     assert select(world[0], world[1], later, world[3]).routes
+
+
+def test_issue12_item11_under_a_ceiling_only_billed_false_makes_a_zero_price_free() -> None:
+    policy = Policy.model_validate({"dailyEstimatedUsd": 1, "defaultModel": "openai/gpt-a"})
+    models: list[dict[str, Any]] = [
+        {"provider": "openai", "id": "gpt-a", "pricing": price(0.4, 1.6)},
+        {"provider": "paid", "id": "zero", "pricing": price(0, 0)},
+        {"provider": "paid", "id": "half", "pricing": price(0, 1)},
+        {"provider": "own", "id": "gpu", "billed": False},
+        {"provider": "own", "id": "gpu-zero", "billed": False, "pricing": price(0, 0)},
+    ]
+    catalog = catalog_of(models)
+    available = frozenset({"openai", "paid", "own"})
+    snapshot = snap(available_providers=available)
+    got = select(catalog, policy, snapshot, SelectionRequest("openai/gpt-a"))
+    assert got.routes == ("openai/gpt-a", "own/gpu", "own/gpu-zero")
+    reasons = {e.model: e.reason for e in got.excluded}
+    assert reasons == {"paid/zero": R.UNKNOWN_PRICE, "paid/half": R.UNKNOWN_PRICE}

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from ledger.api import Ledger
 from ledger.classify import classify_http, classify_kind, classify_stop_reason
-from ledger.errors import Refused
+from ledger.errors import Refused, UsageError
 from ledger.kinds import CooldownScope, FailureKind
 from ledger.records import Cancelled, Failed, Success
 from ledger.store.views import cooldown_list, source_detail
@@ -198,14 +198,12 @@ def test_r_diag_4_one_fallback_notice_per_pair_per_hour(
     from ledger.kinds import AttemptRole
 
     led = make_ledger(callsPerHour=100)
-    for i in range(3):
-        res = led.reserve(
-            f"f{i}", "beta/mid", role=AttemptRole.FALLBACK, fallback_from="alpha/small"
-        )
+    for sid in ("f0", "f1", "f2", "f9"):
+        if sid == "f9":
+            clock.advance(3_600_000)
+        led.settle(led.reserve(sid, "alpha/small").id, Success())  # fallback_from must be used
+        res = led.reserve(sid, "beta/mid", role=AttemptRole.FALLBACK, fallback_from="alpha/small")
         led.settle(res.id, Success())
-    clock.advance(3_600_000)
-    res = led.reserve("f9", "beta/mid", role=AttemptRole.FALLBACK, fallback_from="alpha/small")
-    led.settle(res.id, Success())
     path = led.state.db_path
     assert path is not None
     with sqlite3.connect(path) as raw:
@@ -288,3 +286,92 @@ def test_r_pol_4_transport_fallback_runs_despite_the_backoff_its_failure_set(
     with pytest.raises(Refused) as again:  # only one follow-up: `after` is no longer the newest
         led.reserve("s1", "beta/mid", after=res.id)
     assert again.value.reason == "source_backoff"
+
+
+@pytest.mark.parametrize("status", [503, 529])
+def test_issue12_item7_a_5xx_retry_after_cools_the_model_from_the_first_failure(
+    make_ledger: LedgerFactory, clock: Clock, status: int
+) -> None:
+    led = make_ledger()
+    result = fail_http(led, "s1", "alpha/small", status, clock.ms, **{"retry-after": "120"})
+    assert result.kind == "transport"  # type: ignore[attr-defined]
+    assert cooldowns(led) == {("model", "alpha/small"): clock.ms + 120_000}
+    assert result.fallback is not None  # type: ignore[attr-defined]  # the model is cooling
+    with pytest.raises(Refused) as info:
+        led.reserve("s2", "alpha/small")
+    assert info.value.reason == "model_cooldown"
+
+
+def test_issue12_item7_a_long_retry_after_outlives_the_strike_cooldown(
+    make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    led = make_ledger()
+    fail_http(led, "s0", "alpha/small", 503, clock.ms)  # first strike, no hint: no cooldown
+    assert cooldowns(led) == {}
+    fail_http(led, "s1", "alpha/small", 503, clock.ms, **{"retry-after": "3600"})
+    assert cooldowns(led) == {("model", "alpha/small"): clock.ms + 3_600_000}
+
+
+def test_issue12_item7_retry_after_beyond_the_horizon_cools_for_the_horizon(
+    make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    led = make_ledger()
+    fail_http(led, "s1", "alpha/small", 429, clock.ms, **{"retry-after": "99999999"})
+    assert cooldowns(led) == {("model", "alpha/small"): clock.ms + 7 * 24 * 60 * MIN}
+
+
+@pytest.mark.parametrize(
+    "success",
+    [
+        lambda: Success(cost_usd=-1.0),
+        lambda: Success(cost_usd=float("nan")),
+        lambda: Success(cost_usd=float("inf")),
+        lambda: Success(cost_usd=1e300),
+        lambda: Success(input_tokens=-5, output_tokens=1),
+        lambda: Success(input_tokens=1, output_tokens=10**13),
+        lambda: Success(input_tokens=True, output_tokens=1),
+        lambda: Success(cost_usd="1"),  # type: ignore[arg-type]
+        lambda: Failed(classify_kind("unknown"), input_tokens=-1),
+    ],
+)
+def test_issue12_item12_api_usage_is_validated_like_the_cli(
+    make_ledger: LedgerFactory, success: object
+) -> None:
+    led = make_ledger()
+    with pytest.raises(UsageError):
+        success()  # type: ignore[operator]
+    assert led.reserve("s1", "alpha/small").id == 1  # nothing was written, nothing raised raw
+
+
+def test_issue12_item12_negative_cost_cannot_buy_ceiling_room(
+    make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    led = make_ledger(dailyEstimatedUsd=0.05, callsPerHour=100, sourceCalls=100)
+    res = led.reserve("s1", "alpha/small", input_bytes=1000)
+    with pytest.raises(UsageError):
+        led.settle(res.id, Success(cost_usd=-1.0))
+    led.settle(res.id, Success(cost_usd=0.05))  # the real cost fills the ceiling
+    with pytest.raises(Refused) as info:
+        led.reserve("s2", "alpha/small", input_bytes=1000)
+    assert info.value.reason == "daily_cost_ceiling"
+
+
+def test_issue12_item14_failure_notices_never_misstate_subkind_or_model(
+    make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    led = make_ledger(sourceCalls=10, sourceTimeMs=10_000_000, callsPerHour=100)
+    for model, stop in [("alpha/small", "length"), ("beta/mid", None), ("alpha/small", "length")]:
+        res = led.reserve("s1", model, override=True)
+        cls = classify_stop_reason(stop) if stop else classify_kind("invalid_output", "json")
+        assert cls is not None
+        led.settle(res.id, Failed(cls))
+    path = led.state.db_path
+    assert path is not None
+    with sqlite3.connect(path) as raw:
+        rows = raw.execute(
+            "SELECT message, count FROM notices WHERE category = 'failure' ORDER BY id"
+        ).fetchall()
+    assert rows == [
+        ("invalid_output (length_stop) on alpha/small", 2),
+        ("invalid_output (reported) on beta/mid", 1),
+    ]

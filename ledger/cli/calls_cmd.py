@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from functools import partial
 
 import click
@@ -14,14 +13,24 @@ from ledger.cli.main import AppContext, emit_json, fail, pass_app, run
 from ledger.clock import iso, now_ms
 from ledger.errors import Refused, UsageError
 from ledger.kinds import FailureKind
-from ledger.records import Cancelled, Failed, Outcome, Success, micro_to_usd
+from ledger.records import (
+    MAX_TOKENS,
+    Cancelled,
+    Failed,
+    Outcome,
+    Success,
+    check_cost_usd,
+    micro_to_usd,
+)
 
-NONNEG = click.IntRange(min=0, max=10**12)
+NONNEG = click.IntRange(min=0, max=MAX_TOKENS)
 
 
 def _finite_usd(_ctx: click.Context, _param: click.Parameter, value: float | None) -> float | None:
-    if value is not None and (not math.isfinite(value) or value < 0 or value > 1e9):
-        raise click.BadParameter("must be a finite non-negative amount")
+    try:
+        check_cost_usd(value)
+    except UsageError:
+        raise click.BadParameter("must be a finite non-negative amount") from None
     return value
 
 
@@ -31,6 +40,12 @@ def _finite_usd(_ctx: click.Context, _param: click.Parameter, value: float | Non
 @click.option("--input-bytes", type=NONNEG, default=0, show_default=True)
 @click.option("--request-id", metavar="ID", help="Idempotency key (R-RES-10a).")
 @click.option("--override", is_flag=True, help="One explicit attempt past source caps (R-RES-9).")
+@click.option(
+    "--after",
+    type=click.IntRange(min=1, max=2**62),
+    metavar="ID",
+    help="The failed reservation whose permitted fallback or correction this is (R-POL-4).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_app
 def reserve(
@@ -40,13 +55,21 @@ def reserve(
     input_bytes: int,
     request_id: str | None,
     override: bool,
+    after: int | None,
     as_json: bool,
 ) -> None:
     """Reserve one provider call, or refuse with a reason code (exit 3)."""
+    if after is not None and override:
+        fail(UsageError("--after and --override do not go together"), as_json)
     res = run(
         as_json,
         lambda: app.ledger().reserve(
-            source, model, input_bytes=input_bytes, request_id=request_id, override=override
+            source,
+            model,
+            input_bytes=input_bytes,
+            request_id=request_id,
+            override=override,
+            after=after,
         ),
     )
     if as_json:
@@ -56,6 +79,7 @@ def reserve(
     click.echo(
         f"reservation {res.id}: {res.model} for source until {iso(res.deadline_ms)}, "
         f"estimate {'unknown' if est is None else f'${est:.6f}'}"
+        + (f" ({res.role.value})" if res.role.value != "primary" else "")
         + (" (replayed)" if res.replayed else "")
     )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, bindparam, case, func, select
 
-from ledger.budgets import DAY_MS, HOUR_MS, SourceBudget
+from ledger.budgets import DAY_MS, HOUR_MS, DailyWindow, SourceBudget
 from ledger.kinds import CooldownScope, SourceState
 from ledger.store.schema import cooldowns, cost_hours, reservations, source_models, sources
 
@@ -134,6 +134,23 @@ def daily_cost(conn: Connection, now: int) -> tuple[int, int | None]:
     return int(partial) + int(full), None if oldest is None else int(oldest) + DAY_MS
 
 
+_COST_LEAVING = (
+    select(reservations.c.created_ms, reservations.c.cost_micro)
+    .where(reservations.c.created_ms > bindparam("since"), reservations.c.cost_micro > 0)
+    .order_by(reservations.c.created_ms, reservations.c.id)
+)
+
+
+def daily_window(conn: Connection, now: int, ceiling_micro: int) -> DailyWindow:
+    """The rolling 24 h cost and when each part of it leaves the window (R-RES-2, R-SEL-10)."""
+    spent, _ = daily_cost(conn, now)
+    leaving = tuple(
+        (int(created) + DAY_MS, int(cost))
+        for created, cost in conn.execute(_COST_LEAVING, {"since": now - DAY_MS})
+    )
+    return DailyWindow(spent, ceiling_micro, leaving)
+
+
 def source_budget(conn: Connection, source_id: str) -> SourceBudget | None:
     """A source's state and counters (archived history included), or None if it does not exist."""
     row = conn.execute(_SOURCE_BUDGET, {"source_id": source_id}).one_or_none()
@@ -147,6 +164,17 @@ def source_budget(conn: Connection, source_id: str) -> SourceBudget | None:
         models=frozenset(models),
         time_used_ms=int(row.used) + int(row.archived_time_ms),
     )
+
+
+def first_model(conn: Connection, source_id: str) -> str | None:
+    """The first model a source used (its primary when the policy names no default)."""
+    row = conn.execute(
+        select(source_models.c.model_key)
+        .where(source_models.c.source_id == source_id)
+        .order_by(source_models.c.first_ms, source_models.c.model_key)
+        .limit(1)
+    ).scalar()
+    return None if row is None else str(row)
 
 
 def cooldown_until(conn: Connection, scope: CooldownScope, target: str, now: int) -> int | None:

@@ -18,7 +18,15 @@ from ledger import budgets
 from ledger.catalog import Catalog, Model
 from ledger.config import Policy
 from ledger.errors import NotFoundError, UsageError
-from ledger.kinds import AttemptRole, AttemptStatus, CooldownScope, FailureKind, SourceState
+from ledger.kinds import (
+    AttemptRole,
+    AttemptStatus,
+    CooldownScope,
+    FailureKind,
+    FollowUp,
+    RefusalReason,
+    SourceState,
+)
 from ledger.policy_table import Decision, FailureContext, decide
 from ledger.records import Cancelled, Failed, Outcome, Reservation, SettleResult, Success
 from ledger.store import reads
@@ -139,15 +147,91 @@ def _to_reservation(row: Row[Any], replayed: bool = False) -> Reservation:
     )
 
 
-def _is_latest_failure(conn: Connection, source_id: str, reservation_id: int) -> bool:
-    """True when the named reservation is the source's newest one and it failed."""
-    row = conn.execute(
-        select(reservations.c.id, reservations.c.status)
-        .where(reservations.c.source_id == source_id)
-        .order_by(reservations.c.id.desc())
-        .limit(1)
-    ).first()
-    return row is not None and row.id == reservation_id and row.status == "failed"
+_NEWEST_OF_SOURCE = (
+    select(reservations.c.id)
+    .where(reservations.c.source_id == bindparam("source_id"))
+    .order_by(reservations.c.id.desc())
+    .limit(1)
+)
+
+
+@dataclass(frozen=True)
+class _Role:
+    """The role the ledger records, with what it is based on (never the caller's word alone)."""
+
+    role: AttemptRole
+    fallback_from: str | None = None
+    after_id: int | None = None  # set when this is the permitted immediate follow-up
+
+
+def _permitted_follow_up(
+    conn: Connection, request: ReserveRequest, after_id: int
+) -> _Role | None:
+    """The follow-up `after_id` permits for this request, or None (R-POL-4, issue 12 item 6).
+
+    Granted only when the named reservation is this source's newest one, failed, stored a
+    follow-up permission, was not itself a follow-up, and the request fits that permission: a
+    fallback goes to another model, a correction to the same one.
+    """
+    failed = conn.execute(_BY_ID, {"b_id": after_id}).first()
+    if failed is None or failed.source_id != request.source_id:
+        return None
+    if failed.status != AttemptStatus.FAILED.value or failed.after_id is not None:
+        return None
+    newest = conn.execute(_NEWEST_OF_SOURCE, {"source_id": request.source_id}).scalar()
+    if newest != after_id or failed.follow_up is None:
+        return None
+    same_model = request.model.key == failed.model_key
+    if failed.follow_up == FollowUp.CORRECTION.value and same_model:
+        return _Role(AttemptRole.CORRECTION, after_id=after_id)
+    if failed.follow_up == FollowUp.FALLBACK.value and not same_model:
+        return _Role(AttemptRole.FALLBACK, str(failed.model_key), after_id)
+    return None
+
+
+def _checked_role(
+    conn: Connection, request: ReserveRequest, source: budgets.SourceBudget
+) -> tuple[_Role, bool]:
+    """The role to record and whether this is the permitted immediate follow-up (item 10).
+
+    A caller's role and `fallback_from` are checked against the ledger, never trusted: a
+    fallback names a model this source used, a correction repeats one.
+    """
+    if request.override:
+        return _Role(AttemptRole.OVERRIDE), False
+    follow = None
+    if request.immediate_after is not None:
+        follow = _permitted_follow_up(conn, request, request.immediate_after)
+    if follow is not None:
+        if request.role not in (AttemptRole.PRIMARY, follow.role) or (
+            request.fallback_from not in (None, follow.fallback_from)
+        ):
+            raise UsageError(f"the failed reservation permits a {follow.role}, not this attempt")
+        return follow, True
+    key = request.model.key
+    if request.role is AttemptRole.FALLBACK:
+        origin = request.fallback_from
+        if origin is None or origin == key or origin not in source.models:
+            raise UsageError("a fallback must name another model this source already used")
+        return _Role(AttemptRole.FALLBACK, origin), False
+    if request.role is AttemptRole.CORRECTION and key not in source.models:
+        raise UsageError("a correction must repeat a model this source already used")
+    if request.role is AttemptRole.OVERRIDE:
+        raise UsageError("an override is asked for with override=True")
+    if request.fallback_from is not None:
+        raise UsageError("fallback_from goes with role=fallback")
+    return _Role(request.role), False
+
+
+def _primary(
+    conn: Connection, policy: Policy, request: ReserveRequest, source: budgets.SourceBudget
+) -> str:
+    """The source's primary model: defaultModel, else the first model it used, else this one."""
+    if policy.default_model is not None:
+        return policy.default_model
+    if not source.models or (policy.cross_provider_fallback and not policy.fallback_models):
+        return request.model.key  # nothing confines the source: no need to look it up
+    return reads.first_model(conn, request.source_id) or request.model.key
 
 
 def reserve(
@@ -162,10 +246,9 @@ def reserve(
                 raise UsageError("this request id was already used for another source or model")
             return _to_reservation(row, replayed=True)
     source = reads.source_budget(conn, request.source_id)
-    if source is None:  # first use creates the source (one read, one insert)
-        _insert_source(conn, request.source_id, now)
+    new_source = source is None
+    if source is None:  # created on first use, but only with a grant (a refusal writes nothing)
         source = budgets.SourceBudget(SourceState.QUEUED, None, 0, frozenset(), 0)
-    expire_open(conn, now)
     hourly, hourly_free = reads.hourly_usage(conn, now, policy.calls_per_hour)
     daily, daily_free = (0, None)
     if policy.daily_estimated_usd is not None:
@@ -182,18 +265,32 @@ def reserve(
         model_cooldown_until=model_until,
     )
     estimate = budgets.estimate_micro(model, request.input_bytes, policy.reply_tokens)
-    immediate = request.immediate_after is not None and _is_latest_failure(
-        conn, request.source_id, request.immediate_after
-    )
+    recorded, immediate = _checked_role(conn, request, source)
     verdict = budgets.check(
-        state, policy, model, estimate, override=request.override, immediate=immediate
+        state,
+        policy,
+        model,
+        estimate,
+        override=request.override,
+        immediate=immediate,
+        primary=_primary(conn, policy, request, source),
     )
     if isinstance(verdict, budgets.Refusal):
+        ceiling = budgets.ceiling_micro(policy)
+        if verdict.reason == RefusalReason.DAILY_COST_CEILING and ceiling is not None:
+            # when enough of the 24 h cost has left the window for this estimate (item 15)
+            window = reads.daily_window(conn, now, ceiling)
+            verdict = budgets.Refusal(
+                verdict.reason, budgets.ceiling_frees_at(now, window, estimate or 0)
+            )
         if verdict.reason in {"provider_cooldown", "model_cooldown"}:
             # R-POL-6: temporarily unroutable work moves behind other eligible work
             conn.execute(_TOUCH_SOURCE, {"b_id": request.source_id, "b_now": now})
         return verdict
-    role = AttemptRole.OVERRIDE if request.override else request.role
+    if new_source:
+        _insert_source(conn, request.source_id, now)
+    expire_open(conn, now)
+    role = recorded.role
     new_id = conn.execute(
         _INSERT_RESERVATION,
         {
@@ -202,7 +299,9 @@ def reserve(
             "model_key": model.key,
             "provider": model.provider,
             "role": role.value,
-            "fallback_from": request.fallback_from,
+            "fallback_from": recorded.fallback_from,
+            "after_id": recorded.after_id,
+            "follow_up": None,
             "created_ms": now,
             "deadline_ms": verdict.deadline_ms,
             "input_bytes": request.input_bytes,
@@ -405,10 +504,21 @@ def _settle_failure(
     )
     actual = _usage_cost(model, outcome.input_tokens, outcome.output_tokens, None)
     cost = actual if actual is not None else r["estimate_micro"]
+    fallback = decision.fallback
+    actions = list(decision.actions)
+    if r["after_id"] is not None and (fallback is not None or decision.use_correction):
+        fallback = None  # R-POL-4: never a follow-up after a follow-up
+        actions.append("no immediate follow-up: this attempt was the item's one follow-up")
+    follow_up = None
+    if r["after_id"] is None and decision.use_correction:
+        follow_up = FollowUp.CORRECTION.value
+    elif fallback is not None:
+        follow_up = FollowUp.FALLBACK.value
     conn.execute(
         update(reservations)
         .where(reservations.c.id == r["id"])
         .values(
+            follow_up=follow_up,
             status=AttemptStatus.FAILED.value,
             kind=decision.kind.value,
             subkind=decision.subkind,
@@ -460,7 +570,8 @@ def _settle_failure(
             conn,
             now,
             "failure",
-            f"failure:{source_id}:{decision.kind.value}",
+            # keyed by everything the message says, so a count never misstates it (R-DIAG-4)
+            f"failure:{source_id}:{decision.kind.value}:{decision.subkind}:{r['model_key']}",
             f"{decision.kind.value} ({decision.subkind}) on {r['model_key']}",
             source_id,
         )
@@ -473,7 +584,6 @@ def _settle_failure(
             f"source paused: {pause_reason}",
             source_id,
         )
-    actions = list(decision.actions)
     if pause_reason != decision.pause_reason:
         actions.append("not paused: the source is finished (R-RES-3)")
     if late:
@@ -488,7 +598,7 @@ def _settle_failure(
         subkind=decision.subkind,
         reason=decision.reason,
         actions=tuple(actions),
-        fallback=None if decision.fallback is None else decision.fallback.value,
+        fallback=None if fallback is None else fallback.value,
         use_correction=decision.use_correction,
         paused=pause_reason,
         cost_micro=cost,

@@ -109,6 +109,10 @@ reservations = Table(
     # what the rolling 24 h ceiling counts: actual cost where known, else the estimate
     Column("cost_micro", BigInteger, nullable=True),
     Column("policy_fp", String(16), nullable=False),
+    # on a failed reservation: the one immediate follow-up its decision permitted ('fallback' or
+    # 'correction'; NULL none); on a follow-up: the failed reservation it follows (issue 12 item 6)
+    Column("follow_up", String(16), nullable=True),
+    Column("after_id", Integer, nullable=True),
     CheckConstraint(
         "status IN ('open', 'succeeded', 'failed', 'cancelled', 'expired')", name="status"
     ),

@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, bindparam, func, select
 
-from ledger.budgets import DAY_MS
+from ledger.budgets import DAY_MS, DailyWindow
 from ledger.clock import iso
 from ledger.kinds import CooldownOrigin, CooldownScope
 from ledger.store import reads
@@ -98,10 +98,14 @@ class SelectState:
     cooldowns: tuple[CooldownEnd, ...]  # every active cooldown, in no particular order
     source_models: frozenset[str]
     hourly_next_free_ms: int | None
+    daily: DailyWindow | None = None
 
 
-def select_state(db: Database, source_id: str | None, calls_per_hour: int) -> SelectState:
-    """Cooldowns, the source's models and the shared hourly budget, in one read transaction."""
+def select_state(
+    db: Database, source_id: str | None, calls_per_hour: int, ceiling_micro: int | None = None
+) -> SelectState:
+    """Cooldowns, the source's models, the shared hourly budget and (under a cost ceiling) the
+    rolling 24 h cost, in one read transaction."""
     with db.read() as conn:
         now = db.read_now(conn)
         used = (
@@ -111,6 +115,7 @@ def select_state(db: Database, source_id: str | None, calls_per_hour: int) -> Se
         )
         _, next_free = reads.hourly_usage(conn, now, calls_per_hour)
         rows = conn.execute(_COOLDOWN_ENDS, {"now": now}).all()
+        daily = None if ceiling_micro is None else reads.daily_window(conn, now, ceiling_micro)
     scopes = _SCOPES
     return SelectState(
         now_ms=now,
@@ -122,6 +127,7 @@ def select_state(db: Database, source_id: str | None, calls_per_hour: int) -> Se
         ),
         source_models=used,
         hourly_next_free_ms=next_free,
+        daily=daily,
     )
 
 

@@ -1,0 +1,247 @@
+"""R-POL-4 follow-ups and the privacy boundary at reserve (issue 12 items 6 and 10).
+
+A failed reservation stores which immediate follow-up its decision permitted; `reserve(after=)`
+honours exactly that one, never after a follow-up. Reserve applies the selector's privacy boundary
+(route rules, crossProviderFallback, fallbackModels) to every request, whatever role it claims.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from ledger.api import Ledger
+from ledger.classify import classify_http, classify_kind
+from ledger.cli.main import _register, cli
+from ledger.errors import Refused, UsageError
+from ledger.kinds import AttemptRole, ExclusionReason
+from ledger.records import Failed, Reservation, SettleResult
+from tests.conftest import Clock, LedgerFactory
+
+_register()
+
+
+def refusal(fn: object) -> str:
+    with pytest.raises(Refused) as info:
+        fn()  # type: ignore[operator]
+    return info.value.reason
+
+
+def fail(
+    led: Ledger, res: Reservation, status: int | None = None, kind: str = "unknown"
+) -> SettleResult:
+    cls = classify_http(status, {}, None, 0) if status else classify_kind(kind)
+    return led.settle(res.id, Failed(cls))
+
+
+def stored_follow_up(led: Ledger, reservation_id: int) -> tuple[Any, Any]:
+    path = led.state.db_path
+    assert path is not None
+    with sqlite3.connect(path) as raw:
+        row = raw.execute(
+            "SELECT follow_up, after_id FROM reservations WHERE id = ?", (reservation_id,)
+        ).fetchone()
+    return tuple(row)
+
+
+# --------------------------------------------------------------------------- item 6
+
+
+@pytest.mark.parametrize(("status", "kind"), [(None, "unknown"), (None, "stale"), (503, "")])
+def test_issue12_item6_no_follow_up_after_a_failure_that_permits_none(
+    make_ledger: LedgerFactory, status: int | None, kind: str
+) -> None:
+    led = make_ledger()
+    res = led.reserve("s1", "alpha/small")
+    settled = fail(led, res, status, kind)  # unknown, stale, a 1st transport failure: no fallback
+    assert settled.fallback is None
+    assert not settled.use_correction
+    assert stored_follow_up(led, res.id) == (None, None)
+    for model in ("beta/mid", "alpha/small"):
+        assert refusal(lambda m=model: led.reserve("s1", m, after=res.id)) == "source_backoff"
+
+
+def test_issue12_item6_follow_ups_never_chain(make_ledger: LedgerFactory, clock: Clock) -> None:
+    led = make_ledger(sourceModels=3, sourceCalls=10)
+    fail(led, led.reserve("s0", "alpha/small"), 503)  # first strike on the model
+    first = led.reserve("s1", "alpha/small")
+    settled = fail(led, first, 503)  # second strike: the model cools, a fallback is permitted
+    assert settled.fallback == "other_provider"
+    assert stored_follow_up(led, first.id) == ("fallback", None)
+    backup = led.reserve("s1", "beta/mid", after=first.id)  # the role is the ledger's, not ours
+    assert backup.role is AttemptRole.FALLBACK
+    assert stored_follow_up(led, backup.id) == (None, first.id)
+    second = fail(led, backup, 429)  # a rate limit would permit a fallback, but not after one
+    assert second.fallback is None
+    assert stored_follow_up(led, backup.id) == (None, first.id)
+    for after in (backup.id, first.id):
+        assert refusal(lambda a=after: led.reserve("s1", "alpha/big", after=a)) == (
+            "source_backoff"
+        )
+
+
+def test_issue12_item6_a_correction_goes_to_the_same_model_a_fallback_to_another(
+    make_ledger: LedgerFactory,
+) -> None:
+    led = make_ledger(sourceModels=3, sourceCalls=10)
+    first = led.reserve("s1", "alpha/small")
+    settled = fail(led, first, kind="invalid_output")  # 1st output failure: a correction
+    assert settled.use_correction
+    assert stored_follow_up(led, first.id) == ("correction", None)
+    with pytest.raises(UsageError):  # a correction permit is no fallback
+        led.reserve(
+            "s1", "beta/mid", role=AttemptRole.FALLBACK, fallback_from="beta/mid", after=first.id
+        )
+    correction = led.reserve("s1", "alpha/small", after=first.id)
+    assert correction.role is AttemptRole.CORRECTION
+    # a correction's failure (2nd output failure) permits an alternate model, but not at once
+    assert fail(led, correction, kind="invalid_output").fallback is None
+    third = led.reserve("s1", "alpha/small")  # a fresh item: primary on the same model
+    assert third.role is AttemptRole.PRIMARY
+    assert fail(led, third, kind="stale").fallback is None  # stale: backoff, no fallback
+    assert refusal(lambda: led.reserve("s1", "beta/mid", after=third.id)) == "source_backoff"
+
+
+def test_issue12_item6_a_fallback_permit_is_not_a_same_model_retry(
+    make_ledger: LedgerFactory,
+) -> None:
+    led = make_ledger(sourceModels=3, sourceCalls=10)
+    fail(led, led.reserve("s1", "alpha/small"), kind="invalid_output")  # correction owed
+    # the next queue item runs the persisted correction (no `after`), which fails again:
+    correction = led.reserve("s1", "alpha/small", role=AttemptRole.CORRECTION)
+    assert fail(led, correction, kind="invalid_output").fallback == "alternate_model"
+    assert stored_follow_up(led, correction.id) == ("fallback", None)
+    with pytest.raises(UsageError):  # a same-model "fallback" is no fallback
+        led.reserve(
+            "s1",
+            "alpha/small",
+            role=AttemptRole.FALLBACK,
+            fallback_from="alpha/small",
+            after=correction.id,
+        )
+    other = led.reserve("s2", "alpha/small")
+    fail(led, other, kind="unknown")
+    with pytest.raises(Refused):  # another source's permit lifts nothing
+        led.reserve("s2", "beta/mid", after=correction.id)
+    alternate = led.reserve("s1", "beta/mid", after=correction.id)
+    assert alternate.role is AttemptRole.FALLBACK
+    assert stored_follow_up(led, alternate.id) == (None, correction.id)
+
+
+def test_issue12_item6_cli_reserve_after(home: Path) -> None:
+    def run(*args: str) -> Any:
+        return CliRunner().invoke(cli, ["--home", str(home), *args])
+
+    assert run("reserve", "s0", "--model", "alpha/small").exit_code == 0  # reservation 1
+    assert run("settle", "1", "--http-status", "503").exit_code == 0  # first strike
+    assert run("reserve", "s1", "--model", "alpha/small").exit_code == 0  # reservation 2
+    assert run("settle", "2", "--http-status", "503").exit_code == 0  # cools: fallback permitted
+    plain = run("reserve", "s1", "--model", "beta/mid")
+    assert plain.exit_code == 3
+    assert "source_backoff" in plain.output
+    follow = run("reserve", "s1", "--model", "beta/mid", "--after", "2")
+    assert follow.exit_code == 0, follow.output
+    assert "(fallback)" in follow.output
+    again = run("reserve", "s1", "--model", "gamma/g1", "--after", "2", "--json")
+    assert again.exit_code != 0
+    bad = run("reserve", "s1", "--model", "beta/mid", "--after", "0")
+    assert bad.exit_code == 2
+
+
+# --------------------------------------------------------------------------- item 10
+
+
+def test_issue12_item10_route_deny_and_allow_hold_at_reserve(make_ledger: LedgerFactory) -> None:
+    led = make_ledger(routes={"deny": ["beta/*"], "allow": ["alpha/*", "beta/*"]})
+    assert refusal(lambda: led.reserve("s1", "beta/mid")) == "denied_by_route"
+    assert refusal(lambda: led.reserve("s1", "beta/mid", override=True)) == "denied_by_route"
+    led.reserve("s1", "alpha/small")
+    assert refusal(lambda: led.reserve("s2", "gamma/g1")) == "denied_by_route"  # not allowed
+    path = led.state.db_path
+    assert path is not None
+    with sqlite3.connect(path) as raw:  # the refusals wrote nothing
+        assert raw.execute("SELECT id FROM sources").fetchall() == [("s1",)]
+
+
+def test_issue12_item10_fallback_models_is_the_complete_backup_list(
+    make_ledger: LedgerFactory,
+) -> None:
+    led = make_ledger(defaultModel="alpha/small", fallbackModels=["beta/mid"], sourceModels=3)
+    assert refusal(lambda: led.reserve("s1", "alpha/big")) == "not_in_fallback_list"
+    assert refusal(lambda: led.reserve("s1", "alpha/big", override=True)) == (
+        "not_in_fallback_list"
+    )
+    first = led.reserve("s1", "alpha/small")
+    fail(led, first, 400)  # request_rejected: a compatible backup is permitted
+    assert refusal(lambda: led.reserve("s1", "beta/free/unknown", after=first.id)) == (
+        "not_in_fallback_list"
+    )
+    assert led.reserve("s1", "beta/mid", after=first.id).role is AttemptRole.FALLBACK
+
+
+def test_issue12_item10_cross_provider_false_confines_to_the_primary(
+    make_ledger: LedgerFactory,
+) -> None:
+    led = make_ledger(crossProviderFallback=False, sourceCalls=10)
+    led.reserve("s1", "beta/mid")  # no defaultModel: the source's first model is its primary
+    for model in ("alpha/small", "beta/free/unknown"):
+        for override in (False, True):
+            assert refusal(lambda m=model, o=override: led.reserve("s1", m, override=o)) == (
+                "not_in_fallback_list"
+            )
+    led.reserve("s1", "beta/mid")
+    pinned = make_ledger(crossProviderFallback=False, defaultModel="alpha/small")
+    assert refusal(lambda: pinned.reserve("s9", "beta/mid")) == "not_in_fallback_list"
+    pinned.reserve("s9", "alpha/small")
+
+
+def test_issue12_item10_role_and_fallback_from_are_checked(make_ledger: LedgerFactory) -> None:
+    led = make_ledger(sourceModels=3)
+    with pytest.raises(UsageError):  # a fallback from a model the source never used
+        led.reserve("s1", "beta/mid", role=AttemptRole.FALLBACK, fallback_from="alpha/small")
+    with pytest.raises(UsageError):
+        led.reserve("s1", "beta/mid", role=AttemptRole.FALLBACK)
+    with pytest.raises(UsageError):  # a correction repeats a model
+        led.reserve("s1", "beta/mid", role=AttemptRole.CORRECTION)
+    with pytest.raises(UsageError):
+        led.reserve("s1", "beta/mid", fallback_from="alpha/small")
+    with pytest.raises(UsageError):
+        led.reserve("s1", "beta/mid", role=AttemptRole.OVERRIDE)
+    led.reserve("s1", "alpha/small")
+    res = led.reserve("s1", "beta/mid", role=AttemptRole.FALLBACK, fallback_from="alpha/small")
+    assert res.role is AttemptRole.FALLBACK
+
+
+POLICIES: list[dict[str, Any]] = [
+    {"routes": {"deny": ["alpha/b*"]}},
+    {"routes": {"allow": ["beta/*"]}, "defaultModel": "beta/mid"},
+    {"defaultModel": "alpha/small", "fallbackModels": ["beta/mid"]},
+    {"defaultModel": "alpha/small", "crossProviderFallback": False},
+    {"defaultModel": "beta/mid", "fallbackModels": ["alpha/big"], "routes": {"deny": ["*big"]}},
+]
+BOUNDARY = {ExclusionReason.DENIED_BY_ROUTE, ExclusionReason.NOT_IN_FALLBACK_LIST}
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_issue12_item10_reserve_refuses_exactly_what_select_keeps_out(
+    make_ledger: LedgerFactory, policy: dict[str, Any]
+) -> None:
+    led = make_ledger(**policy, callsPerHour=100, sourceModels=5)
+    selection = led.select("fresh", after_failure=None)
+    out = {e.model: e.reason for e in selection.excluded if e.reason in BOUNDARY}
+    other = {e.model for e in selection.excluded if e.reason not in BOUNDARY}
+    assert out, "every policy keeps a model out"
+    assert selection.routes, "every policy admits a model"
+    for i, model in enumerate(["alpha/small", "alpha/big", "beta/mid", "beta/free/unknown"]):
+        if model in other:  # e.g. same_provider: a rule before the boundary, not reserve's
+            continue
+        if model in out:
+            assert refusal(lambda m=model, i=i: led.reserve(f"p{i}", m, override=True)) == (
+                out[model].value
+            )
+        else:
+            led.reserve(f"p{i}", model, override=True)
