@@ -178,7 +178,7 @@ def select_cmd(
     """Ordered eligible routes and why every other model was excluded (reserves nothing)."""
     if (after_failure is None) != (failed_model is None):
         fail(UsageError("--after-failure and --failed-model go together"), as_json)
-    led: Ledger = run(as_json, app.ledger)
+    led: Ledger = run(as_json, lambda: app.ledger(create=False))
     tried_set = frozenset(tried) | (frozenset([failed_model]) if failed_model else frozenset())
     for key in sorted(tried_set):
         run(as_json, partial(led.model, key))

@@ -43,7 +43,7 @@ def add(
 @pass_app
 def list_sources(app: AppContext, as_json: bool) -> None:
     """List sources with state and counters."""
-    rows = run(as_json, lambda: source_rows(app.ledger().db))
+    rows = run(as_json, lambda: source_rows(app.ledger(create=False).db))
     docs = [_source_json(r) for r in rows]
     if as_json:
         emit_json({"sources": docs})
@@ -107,7 +107,7 @@ def show(app: AppContext, source_id: str, as_json: bool) -> None:
     """The source's counters and whole failover history (R-DIAG-5)."""
 
     def load() -> dict[str, Any]:
-        detail = source_detail(app.ledger().db, source_id)
+        detail = source_detail(app.ledger(create=False).db, source_id)
         if detail is None:
             raise NotFoundError("unknown source")
         return detail

@@ -19,7 +19,7 @@ def status(app: AppContext, as_json: bool, prometheus: bool) -> None:
     """Routes, cooldowns, budgets, sources and recent outcomes."""
     if as_json and prometheus:
         fail(UsageError("choose one of --json and --prometheus"), as_json)
-    doc = run(as_json, lambda: build_status(app.ledger()))
+    doc = run(as_json, lambda: build_status(app.ledger(create=False)))
     if as_json:
         emit_json(doc)
     elif prometheus:
