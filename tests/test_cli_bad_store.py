@@ -57,7 +57,8 @@ def test_issue15_item5_bad_db_url_exit_2_never_echoed(
     assert result.exit_code == 2
     line = one_line(result)
     assert rule in line
-    assert SECRET not in line and "host" not in line
+    assert SECRET not in line
+    assert "host" not in line
     assert tree(tmp_path) == []
 
 
@@ -101,9 +102,11 @@ def test_issue15_item5_fifo_db_never_hangs(tmp_path: Path) -> None:
 
 
 def test_issue15_item5_home_of_unknown_user_exit_2(tmp_path: Path) -> None:
-    for args in (("--home", "~nosuchuser-ledger-test"), ("--db", "~nosuchuser-ledger-test/x.db")):
-        result = invoke(*args, "--home" if args[0] == "--db" else "--db",
-                        str(tmp_path / ("h" if args[0] == "--db" else "x.db")), "status")
+    for args in (
+        ("--home", "~nosuchuser-ledger-test", "--db", str(tmp_path / "x.db")),
+        ("--home", str(tmp_path / "h"), "--db", "~nosuchuser-ledger-test/x.db"),
+    ):
+        result = invoke(*args, "status")
         assert result.exit_code == 2, result.output
         assert "`~` names a user without a home directory" in one_line(result)
     assert tree(tmp_path) == []
@@ -137,7 +140,8 @@ def test_issue15_item6_closed_stdout_ends_quietly(tmp_path: Path, args: tuple[st
         [sys.executable, "-m", "ledger", "--home", str(tmp_path), *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
-    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout is not None
+    assert proc.stderr is not None
     proc.stdout.close()  # long before the interpreter has started and written anything
     err = proc.stderr.read()
     proc.stderr.close()
