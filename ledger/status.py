@@ -16,6 +16,7 @@ from ledger.api import Ledger
 from ledger.catalog import split_model_key
 from ledger.clock import iso
 from ledger.config import Policy
+from ledger.inert import ConfigFindings, config_findings
 from ledger.records import micro_to_usd
 from ledger.status_text import render_text
 from ledger.store.engine import network_filesystem
@@ -46,7 +47,10 @@ def build_status(ledger: Ledger) -> dict[str, Any]:
     data = status_data(ledger.db, ledger.policy.calls_per_hour)
     path = ledger.state.db_path
     fs = network_filesystem(path) if path is not None else None
-    return status_document(data, ledger.policy, ledger.fingerprint, fresh_routes(ledger), fs)
+    config = config_findings(ledger.policy, ledger.catalog, ledger.env)
+    return status_document(
+        data, ledger.policy, ledger.fingerprint, fresh_routes(ledger), fs, config
+    )
 
 
 def fresh_routes(ledger: Ledger) -> RouteView:
@@ -70,10 +74,12 @@ def status_document(
     fingerprint: str,
     routes: RouteView,
     network_fs: str | None,
+    config: ConfigFindings | None = None,
 ) -> dict[str, Any]:
     """The stable JSON shape of `ledger status --json` (documented in the README)."""
     now = data.now_ms
     ceiling = policy.daily_estimated_usd
+    config = config or ConfigFindings()
     ordered = sorted(data.writers, key=lambda w: (-w.last_seen_ms, w.fingerprint))
     writers: list[dict[str, Any]] = [
         {
@@ -197,7 +203,8 @@ def status_document(
             "network_filesystem": fs_warning,
         },
         "policy": {"fingerprint": fingerprint, "writers": writers, "warning": policy_warning},
-        "warnings": [w for w in (policy_warning, fs_warning) if w],
+        "inert": [entry.to_json() for entry in config.inert],
+        "warnings": [w for w in (policy_warning, fs_warning) if w] + config.warnings(),
     }
 
 

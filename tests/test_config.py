@@ -165,12 +165,16 @@ def test_r_cfg_4_inert_entries_are_warned_by_position(home: Path) -> None:
     )
     result = CliRunner().invoke(cli, ["--home", str(home), "config", "validate", "--json"])
     assert result.exit_code == 0, result.output
-    warnings = json.loads(result.output)["warnings"]
-    assert warnings == [
-        "fallbackModels[1]: matches no available catalog model (inert)",
-        "fallbackModels[2]: matches no available catalog model (inert)",  # gamma unavailable
-        "routes.deny[0]: matches no available catalog model (inert)",
+    doc = json.loads(result.output)
+    assert [(e["field"], e["reason"]) for e in doc["inert"]] == [
+        ("fallbackModels[1]", "not_in_catalog"),
+        ("fallbackModels[2]", "provider_unavailable"),  # gamma's credential is unset
+        ("routes.deny[0]", "matches_nothing"),
     ]
+    assert doc["warnings"] == [e["message"] for e in doc["inert"]]
+    assert doc["warnings"][0] == (
+        "fallbackModels[1]: not_in_catalog (no catalog model has this id); inert"
+    )
     text = CliRunner().invoke(cli, ["--home", str(home), "config", "validate"])
     assert text.exit_code == 0
     assert "warning: fallbackModels[1]" in text.output

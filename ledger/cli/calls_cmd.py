@@ -9,6 +9,7 @@ from functools import partial
 import click
 
 from ledger.api import Ledger
+from ledger.catalog import NO_CATALOG
 from ledger.classify import classify_http, classify_kind
 from ledger.cli.main import AppContext, emit_json, fail, pass_app, run
 from ledger.clock import iso, now_ms
@@ -202,6 +203,8 @@ def select_cmd(
                 click.echo(f"  {i}. {route}")
         else:
             click.echo("no eligible route")
+            if not led.catalog.models:
+                click.echo(f"hint: {NO_CATALOG}")
         if selection.excluded:
             click.echo("excluded:")
             width = max(len(e.model) for e in selection.excluded)

@@ -8,6 +8,7 @@ import sys
 import click
 
 from ledger.cli.main import AppContext, emit_json, pass_app, run
+from ledger.inert import config_findings
 from ledger.queue import DrainSummary, ItemReport
 from ledger.worker import MAX_SLEEP_MS, Stopper, drain, load_handler
 
@@ -74,6 +75,8 @@ def run_cmd(
         raise click.BadParameter("must be 1 to 200 printable characters", param_hint="--worker-id")
     handler = run(as_json, lambda: load_handler(handler_spec))
     ledger = app.ledger()
+    for warning in config_findings(ledger.policy, ledger.catalog, ledger.env).warnings():
+        click.echo(f"warning: {warning}", err=True)  # issue 15 item 8: inert entries at start
     stopper = Stopper()
     progress = Progress(sys.stderr.isatty() and not as_json)
     with stopper.installed():
