@@ -55,7 +55,8 @@ def test_r_cfg_5_example_validates_against_the_printed_schema() -> None:
 
 
 BAD: list[tuple[str, dict[str, Any], str, str]] = [
-    ("R-CFG-2 unknown key", {"callsPerHourr": 3}, "<key>", "unknown key"),
+    ("R-CFG-2 unknown key", {"callsPerHourr": 3}, "callsPerHourr", "unknown key"),
+    ("R-CFG-2 unknown key, not an identifier", {"calls-per-hour": 3}, "<key>", "unknown key"),
     ("R-CFG-2 wrong type", {"callsPerHour": "20"}, "callsPerHour", "must be an integer"),
     ("R-CFG-2 bool is not int", {"sourceCalls": True}, "sourceCalls", "must be an integer"),
     ("R-CFG-2 float is not int", {"timeoutMs": 1.5}, "timeoutMs", "must be an integer"),
@@ -89,7 +90,7 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
         "true or false",
     ),
     ("R-CFG-2 route rule type", {"routes": {"allow": [3]}}, "routes.allow[0]", "string"),
-    ("R-CFG-2 route unknown key", {"routes": {"block": []}}, "routes.<key>", "unknown key"),
+    ("R-CFG-2 route unknown key", {"routes": {"block": []}}, "routes.block", "unknown key"),
 ]
 
 

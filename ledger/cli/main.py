@@ -97,6 +97,18 @@ class LedgerGroup(click.Group):
             self.add_command(command, cmd_name)
         return command
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """As click's, but a misspelt name is matched against every command, loaded or not."""
+        name = args[0] if args else ""
+        missing = args and not name.startswith("-") and self.get_command(ctx, name) is None
+        if missing and not ctx.resilient_parsing:
+            raise click.exceptions.NoSuchCommand(
+                name, possibilities=self.list_commands(ctx), ctx=ctx
+            )
+        return super().resolve_command(ctx, args)
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The command list as click writes it, from the table's short help (nothing imported)."""
         rows: list[tuple[str, click.Command]] = []
