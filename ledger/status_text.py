@@ -50,7 +50,7 @@ def _wrap(text: str, width: int, indent: int = LABEL) -> list[str]:
     ) or [""]
 
 
-def _table(
+def table(
     columns: Sequence[Column],
     rows: Sequence[Sequence[object]],
     width: int,
@@ -145,7 +145,7 @@ def _routes_lines(doc: dict[str, Any], width: int) -> list[str]:
             width,
         )
     shown = doc["excluded"][:12]
-    lines += _table(
+    lines += table(
         (Column(""), Column("model", cut=True, min_width=16), Column("reason")),
         [
             (
@@ -178,7 +178,7 @@ def _budget_lines(doc: dict[str, Any], width: int) -> list[str]:
         lines += _wrap(text, width)
     if doc["history"]:
         lines.append("  compacted history (per day)")
-        lines += _table(
+        lines += table(
             [Column("day")]
             + [
                 Column(h, right=True)
@@ -207,7 +207,7 @@ def _cooldown_lines(doc: dict[str, Any], width: int) -> list[str]:
     lines = [_heading("cooldowns", width)]
     if not doc["cooldowns"]:
         return [*lines, "  none active"]
-    return lines + _table(
+    return lines + table(
         (
             Column("scope"),
             Column("target", cut=True, min_width=16),
@@ -231,7 +231,7 @@ def _source_lines(doc: dict[str, Any], width: int) -> list[str]:
     lines = [_heading("sources", width), f"  {counts}"]
     if not src["list"]:
         return lines
-    lines += _table(
+    lines += table(
         (
             Column("source", cut=True, min_width=12),
             Column("state"),
@@ -286,7 +286,7 @@ def _recent_lines(doc: dict[str, Any], width: int) -> list[str]:
         rows.append(
             (_time(a["time"]), a["source"], a["model"], a["role"], outcome, took(a["duration_ms"]))
         )
-    return lines + _table(
+    return lines + table(
         (
             Column("time"),
             Column("source", cut=True, min_width=8),
