@@ -13,6 +13,7 @@ from ledger.budgets import ceiling_micro
 from ledger.catalog import Catalog, Model, load_catalog
 from ledger.clock import now_ms
 from ledger.config import Policy, load_policy
+from ledger.db_target import check_db_target
 from ledger.errors import NotFoundError, UsageError
 from ledger.home import StateDir, ensure_home, state_dir
 from ledger.kinds import AttemptRole, CooldownScope, FailureKind
@@ -77,10 +78,17 @@ class Ledger:
         env: Mapping[str, str] | None = None,
         clock: Callable[[], int] = now_ms,
         jitter: Callable[[], float] = random.random,
+        create: bool = True,
     ) -> Ledger:
-        """Resolve the state dir, read policy and catalog once (R-HOME-3), check the schema."""
+        """Resolve the state dir, read policy and catalog once (R-HOME-3), check the schema.
+
+        With `create=False` (read-only commands) nothing is created: a missing state directory or
+        database file is a `NoLedgerError` (exit 4).
+        """
         state = state_dir(None if home is None else str(home), db)
-        ensure_home(state.path)
+        check_db_target(state.db_url, create=create, home=state.path.absolute())
+        if create:
+            ensure_home(state.path)
         policy = policy if policy is not None else load_policy(state.path)
         catalog = catalog if catalog is not None else load_catalog(state.path)
         database = Database(state.db_url, busy_timeout_ms=policy.busy_timeout_ms, clock_fn=clock)

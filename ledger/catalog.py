@@ -20,6 +20,10 @@ from ledger.errors import UsageError
 from ledger.validation import load_document, parse_document
 
 CATALOG_FILE = "catalog.json"
+NO_CATALOG = (
+    "the catalog has no models: run `ledger catalog init` (an example to edit) or "
+    "`ledger catalog import-litellm FILE`"
+)
 
 Price = Annotated[float, Field(ge=0, le=1_000_000, allow_inf_nan=False)]
 Count = Annotated[int, Field(gt=0, le=10**10)]
@@ -177,6 +181,8 @@ class Catalog(BaseModel):
     def require_model(self, key: str) -> Model:
         """The model with this key or a usage error (the key itself is not echoed)."""
         model = self.model(key)
+        if model is None and not self.models:
+            raise UsageError(f"unknown model: {NO_CATALOG}")
         if model is None:
             raise UsageError("unknown model: not in the catalog (see `ledger status` for routes)")
         return model

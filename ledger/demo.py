@@ -1,10 +1,11 @@
 """`ledger demo` (SPEC section 14): the main job on an embedded default; no setup, no network.
 
-A throw-away state directory (or an empty `--home`), a catalog pointing at a StandIn on 127.0.0.1
-(three providers: two OpenAI-compatible, one Anthropic-format), a recovery.json, a fresh migrated
-SQLite ledger, a batch of sources, and the REAL drain loop (`ledger worker run --once` with the
-echo handler) over real HTTP while the stand-in fails on a script: 401, 429 with Retry-After, 503
-twice, context overflow, truncated and invalid JSON, success.
+A new temporary state directory (kept afterwards unless `--discard`; or an empty `--home`), a
+catalog pointing at a StandIn on 127.0.0.1 (three providers: two OpenAI-compatible, one
+Anthropic-format), a recovery.json, a fresh migrated SQLite ledger, a batch of sources, and the REAL
+drain loop (`ledger worker run --once` with the echo handler) over real HTTP while the stand-in
+fails on a script: 401, 429 with Retry-After, 503 twice, context overflow, truncated and invalid
+JSON, success.
 
 Invariant: every step is the production code path; the demo only prepares files and the stand-in.
 """
@@ -12,6 +13,7 @@ Invariant: every step is the production code path; the demo only prepares files 
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -106,7 +108,8 @@ def demo_catalog(standin: StandIn) -> dict[str, Any]:
 class DemoResult:
     """What the demo did and the final ledger status."""
 
-    home: str | None
+    home: str
+    kept: bool
     wall_ms: int
     summary: DrainSummary
     totals: QueueTotals
@@ -121,6 +124,7 @@ class DemoResult:
         t = self.totals
         return {
             "home": self.home,
+            "kept": self.kept,
             "wall_ms": self.wall_ms,
             "worker": self.summary.to_json(),
             "http_requests": self.http_requests,
@@ -141,16 +145,22 @@ class DemoResult:
 
 
 @contextmanager
-def _state_dir(home: str | Path | None) -> Iterator[tuple[Path, str | None]]:
+def _state_dir(home: str | Path | None, discard: bool) -> Iterator[Path]:
+    """A new temporary directory (kept unless `discard`), or an empty or new `--home`."""
     if home is None:
-        with tempfile.TemporaryDirectory(prefix="ledger-demo-") as tmp:
-            yield Path(tmp), None
-        return
-    path = Path(home).expanduser()
-    if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        raise UsageError("the demo needs an empty or new state directory for --home")
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    yield path, str(path)
+        path = Path(tempfile.mkdtemp(prefix="ledger-demo-"))  # created 0700
+    else:
+        if discard:
+            raise UsageError("--discard applies only to the demo's own temporary directory")
+        path = Path(home).expanduser()
+        if path.exists() and (not path.is_dir() or any(path.iterdir())):
+            raise UsageError("the demo needs an empty or new state directory for --home")
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        yield path
+    finally:
+        if discard:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def run_demo(
@@ -159,14 +169,19 @@ def run_demo(
     sources: int = DEFAULT_SOURCES,
     stopper: Stopper | None = None,
     on_item: Callable[[ItemReport, DrainSummary], Any] | None = None,
+    discard: bool = False,
 ) -> DemoResult:
-    """Run the whole demo and return its facts and the final `ledger status`."""
+    """Run the whole demo and return its facts and the final `ledger status`.
+
+    The state directory is kept (so `ledger --home DIR status` shows the same ledger afterwards)
+    unless `discard` removes the demo's own temporary directory at the end.
+    """
     if not 1 <= sources <= MAX_SOURCES:
         raise UsageError(f"--sources must be between 1 and {MAX_SOURCES}")
     from ledger.status import build_status, render_text
 
     started = time.monotonic()
-    with _state_dir(home) as (path, shown), StandIn(demo_script(), default=_OK) as standin:
+    with _state_dir(home, discard) as path, StandIn(demo_script(), default=_OK) as standin:
         (path / "catalog.json").write_text(json.dumps(demo_catalog(standin), indent=2))
         (path / "recovery.json").write_text(json.dumps(DEMO_POLICY, indent=2))
         ledger = Ledger.open(path, str(path / "ledger.db"), env={})
@@ -191,7 +206,8 @@ def run_demo(
             ledger.close()
         requests = len(standin.requests)
     return DemoResult(
-        home=shown,
+        home=str(path),
+        kept=not discard,
         wall_ms=int((time.monotonic() - started) * 1000),
         summary=summary,
         totals=facts,

@@ -43,12 +43,20 @@ def resolve_home(home: str | None, env: Mapping[str, str] | None = None) -> Path
     """--home, else $LEDGER_HOME, else $XDG_STATE_HOME/ledger, else ~/.local/state/ledger."""
     env = os.environ if env is None else env
     if home:
-        return Path(home).expanduser()
+        return _expand(home, "--home")
     if env.get("LEDGER_HOME"):
-        return Path(env["LEDGER_HOME"]).expanduser()
+        return _expand(env["LEDGER_HOME"], "$LEDGER_HOME")
     if env.get("XDG_STATE_HOME"):
-        return Path(env["XDG_STATE_HOME"]).expanduser() / "ledger"
-    return Path("~/.local/state/ledger").expanduser()
+        return _expand(env["XDG_STATE_HOME"], "$XDG_STATE_HOME") / "ledger"
+    return _expand("~/.local/state/ledger", "the default state directory")
+
+
+def _expand(value: str, what: str) -> Path:
+    """`~` and `~user` expanded; an unknown user is bad input (the value is never echoed)."""
+    try:
+        return Path(value).expanduser()
+    except RuntimeError as exc:  # `~nosuchuser`, or no home directory at all
+        raise UsageError(f"{what}: `~` names a user without a home directory") from exc
 
 
 def resolve_db_url(home: Path, db: str | None, env: Mapping[str, str] | None = None) -> str:
@@ -59,7 +67,7 @@ def resolve_db_url(home: Path, db: str | None, env: Mapping[str, str] | None = N
         return f"sqlite:///{(home / DB_FILE).absolute()}"
     if "://" in value:
         return value
-    return f"sqlite:///{Path(value).expanduser().absolute()}"
+    return f"sqlite:///{_expand(value, '--db').absolute()}"
 
 
 def ensure_home(path: Path) -> Path:

@@ -1,4 +1,5 @@
-"""Inert configuration entries (R-CFG-4): fallbackModels entries and route rules that match nothing.
+"""Inert configuration entries (R-CFG-4) and a missing catalog: what would make a policy entry
+do nothing, each with a reason code, for `config validate`, `worker run` and `status`.
 
 Warnings name the field and the entry's position, never the entry's text.
 """
@@ -7,27 +8,105 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
 
-from ledger.catalog import Catalog
+from ledger.catalog import NO_CATALOG, Catalog, split_model_key
 from ledger.config import Policy
 from ledger.routes import glob_to_regex
 
 
+class InertReason(StrEnum):
+    """Why a policy entry matches no usable model."""
+
+    UNKNOWN_PROVIDER = "unknown_provider"  # the key's provider is not in the catalog
+    NOT_IN_CATALOG = "not_in_catalog"  # the provider is, this model id is not
+    PROVIDER_UNAVAILABLE = "provider_unavailable"  # listed, but its provider is unavailable now
+    NO_TEXT = "no_text"  # listed and available, but it does not take and give text
+    MATCHES_NOTHING = "matches_nothing"  # a route rule that matches no catalog model at all
+
+
+_EXPLAINED = {
+    InertReason.UNKNOWN_PROVIDER: "its provider is not in the catalog",
+    InertReason.NOT_IN_CATALOG: "no catalog model has this id",
+    InertReason.PROVIDER_UNAVAILABLE: "its provider is not available (credential variable unset)",
+    InertReason.NO_TEXT: "the model does not take and produce text",
+    InertReason.MATCHES_NOTHING: "the rule matches no catalog model",
+}
+
+
+@dataclass(frozen=True)
+class InertEntry:
+    """One policy entry that does nothing, by position (`fallbackModels[2]`), with its reason."""
+
+    field: str
+    reason: InertReason
+
+    @property
+    def message(self) -> str:
+        """`fallbackModels[2]: not_in_catalog (no catalog model has this id); inert`."""
+        return f"{self.field}: {self.reason} ({_EXPLAINED[self.reason]}); inert"
+
+    def to_json(self) -> dict[str, str]:
+        """JSON shape used by `config validate --json` and `status --json`."""
+        return {"field": self.field, "reason": str(self.reason), "message": self.message}
+
+
 def inert_entries(
     policy: Policy, catalog: Catalog, env: Mapping[str, str] | None = None
-) -> list[str]:
-    """Warnings for entries that match no available, text-capable catalog model."""
+) -> list[InertEntry]:
+    """Entries that match no available, text-capable catalog model, each with its reason."""
     available = catalog.available_providers(os.environ if env is None else env)
-    keys = [m.key for m in catalog.models if m.provider in available and m.text_capable]
-    warnings: list[str] = []
-    if policy.default_model is not None and policy.default_model not in keys:
-        warnings.append("defaultModel: matches no available catalog model")
-    for i, entry in enumerate(policy.fallback_models):
-        if entry not in keys:
-            warnings.append(f"fallbackModels[{i}]: matches no available catalog model (inert)")
-    for field, rules in (("allow", policy.routes.allow), ("deny", policy.routes.deny)):
+    found: list[InertEntry] = []
+    keys = ([("defaultModel", policy.default_model)] if policy.default_model else []) + [
+        (f"fallbackModels[{i}]", entry) for i, entry in enumerate(policy.fallback_models)
+    ]
+    for field, key in keys:
+        reason = _key_reason(key, catalog, available)
+        if reason is not None:
+            found.append(InertEntry(field, reason))
+    for name, rules in (("allow", policy.routes.allow), ("deny", policy.routes.deny)):
         for i, rule in enumerate(rules):
             pattern = glob_to_regex(rule)
-            if not any(pattern.fullmatch(k) for k in keys):
-                warnings.append(f"routes.{field}[{i}]: matches no available catalog model (inert)")
-    return warnings
+            matched = [m for m in catalog.models if pattern.fullmatch(m.key)]
+            if not matched:
+                found.append(InertEntry(f"routes.{name}[{i}]", InertReason.MATCHES_NOTHING))
+            elif not any(m.provider in available for m in matched):
+                found.append(InertEntry(f"routes.{name}[{i}]", InertReason.PROVIDER_UNAVAILABLE))
+            elif not any(m.provider in available and m.text_capable for m in matched):
+                found.append(InertEntry(f"routes.{name}[{i}]", InertReason.NO_TEXT))
+    return found
+
+
+def _key_reason(key: str, catalog: Catalog, available: frozenset[str]) -> InertReason | None:
+    model = catalog.model(key)
+    if model is None:
+        provider = split_model_key(key)[0]
+        known = provider in catalog.providers
+        return InertReason.NOT_IN_CATALOG if known else InertReason.UNKNOWN_PROVIDER
+    if model.provider not in available:
+        return InertReason.PROVIDER_UNAVAILABLE
+    if not model.text_capable:
+        return InertReason.NO_TEXT
+    return None
+
+
+@dataclass(frozen=True)
+class ConfigFindings:
+    """What `config validate` warns about: no catalog models, inert policy entries."""
+
+    no_catalog: bool = False
+    inert: tuple[InertEntry, ...] = ()
+
+    def warnings(self) -> list[str]:
+        """One line each, the missing catalog first."""
+        return ([NO_CATALOG] if self.no_catalog else []) + [e.message for e in self.inert]
+
+
+def config_findings(
+    policy: Policy, catalog: Catalog, env: Mapping[str, str] | None = None
+) -> ConfigFindings:
+    """The configuration warnings of this policy and catalog (env decides availability)."""
+    return ConfigFindings(
+        no_catalog=not catalog.models, inert=tuple(inert_entries(policy, catalog, env))
+    )

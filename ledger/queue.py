@@ -232,10 +232,28 @@ class DrainSummary:
         return 3 if self.refused + self.unroutable == self.items else 0
 
     def progress_line(self) -> str:
-        """One short line for a terminal."""
+        """One short line for a terminal whose outcome counts add up to the items."""
+        if self.items == 0:
+            return "[worker] nothing due"
+        outcomes = [
+            f"{self.done} done",
+            *(
+                f"{n} {label}"
+                for n, label in (
+                    (self.failed, "failed (retry later)"),
+                    (self.paused, "paused"),
+                    (self.refused, "refused"),
+                    (self.unroutable, "unroutable (every route cooling)"),
+                    (self.late, "late"),
+                    (self.cancelled, "cancelled"),
+                    (self.lost_lease, "lost lease"),
+                )
+                if n
+            ),
+        ]
         return (
-            f"[worker] {self.items} items, {self.done} ok, {self.fallbacks} fallbacks, "
-            f"{self.corrections} corrections, {self.paused} paused, {self.refused} refused"
+            f"[worker] {plural(self.items, 'item')}: {', '.join(outcomes)}; "
+            f"{plural(self.fallbacks, 'fallback')}, {plural(self.corrections, 'correction')}"
         )
 
     def to_json(self) -> dict[str, object]:
@@ -258,3 +276,8 @@ class DrainSummary:
             "stopped_by_signal": self.stopped_by_signal,
             "exit_code": self.exit_code(),
         }
+
+
+def plural(n: int, noun: str) -> str:
+    """`1 item`, `2 items`."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

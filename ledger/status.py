@@ -8,8 +8,7 @@ times, money) and never configuration values, credentials, provider error bodies
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,13 +16,21 @@ from ledger.api import Ledger
 from ledger.catalog import split_model_key
 from ledger.clock import iso
 from ledger.config import Policy
-from ledger.durations import format_duration_ms
+from ledger.inert import ConfigFindings, config_findings
 from ledger.records import micro_to_usd
+from ledger.status_text import render_text
 from ledger.store.engine import network_filesystem
 from ledger.store.status_views import StatusData, status_data
 
-WIDTH = 100
 SCHEMA_VERSION = 1
+__all__ = [
+    "RouteView",
+    "build_status",
+    "fresh_routes",
+    "render_prometheus",
+    "render_text",
+    "status_document",
+]
 
 
 @dataclass(frozen=True)
@@ -40,7 +47,10 @@ def build_status(ledger: Ledger) -> dict[str, Any]:
     data = status_data(ledger.db, ledger.policy.calls_per_hour)
     path = ledger.state.db_path
     fs = network_filesystem(path) if path is not None else None
-    return status_document(data, ledger.policy, ledger.fingerprint, fresh_routes(ledger), fs)
+    config = config_findings(ledger.policy, ledger.catalog, ledger.env)
+    return status_document(
+        data, ledger.policy, ledger.fingerprint, fresh_routes(ledger), fs, config
+    )
 
 
 def fresh_routes(ledger: Ledger) -> RouteView:
@@ -64,10 +74,12 @@ def status_document(
     fingerprint: str,
     routes: RouteView,
     network_fs: str | None,
+    config: ConfigFindings | None = None,
 ) -> dict[str, Any]:
     """The stable JSON shape of `ledger status --json` (documented in the README)."""
     now = data.now_ms
     ceiling = policy.daily_estimated_usd
+    config = config or ConfigFindings()
     ordered = sorted(data.writers, key=lambda w: (-w.last_seen_ms, w.fingerprint))
     writers: list[dict[str, Any]] = [
         {
@@ -191,218 +203,9 @@ def status_document(
             "network_filesystem": fs_warning,
         },
         "policy": {"fingerprint": fingerprint, "writers": writers, "warning": policy_warning},
-        "warnings": [w for w in (policy_warning, fs_warning) if w],
+        "inert": [entry.to_json() for entry in config.inert],
+        "warnings": [w for w in (policy_warning, fs_warning) if w] + config.warnings(),
     }
-
-
-# --------------------------------------------------------------------------- text dashboard
-
-
-def _cut(value: object, width: int) -> str:
-    """Text of at most `width` characters (an ellipsis marks a cut)."""
-    text = "-" if value is None else str(value)
-    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
-
-
-def _left(ms: float) -> str:
-    """Whole seconds left, compact (`1h30m`, `45s`)."""
-    return format_duration_ms(max(0, math.ceil(ms / 1000)) * 1000)
-
-
-def _time(value: str | None) -> str:
-    """`2027-01-15T08:00:00.000Z` shown as `01-15 08:00:00`."""
-    return "-" if value is None else f"{value[5:10]} {value[11:19]}"
-
-
-def _money(value: float | None) -> str:
-    return "none" if value is None else f"${value:,.4f}"
-
-
-def _heading(title: str) -> str:
-    return f"── {title} " + "─" * max(0, WIDTH - len(title) - 4)
-
-
-def _table(widths: Sequence[int], rows: Iterable[Sequence[object]], indent: int = 2) -> list[str]:
-    """Rows as aligned columns (negative width = right-aligned), each line cut to WIDTH."""
-    lines = []
-    for row in rows:
-        cells = []
-        for w, value in zip(widths, row, strict=True):
-            text = _cut(value, abs(w))
-            cells.append(text.rjust(-w) if w < 0 else text.ljust(w))
-        lines.append(_cut((" " * indent + "  ".join(cells)).rstrip(), WIDTH))
-    return lines
-
-
-def render_text(doc: dict[str, Any]) -> str:
-    """A dashboard for a 100-column terminal: sections with aligned columns, no dumps."""
-    lines: list[str] = []
-    pol = doc["policy"]
-    lines.append(_cut(f"ledger status at {doc['now']}   policy {pol['fingerprint']}", WIDTH))
-    for warning in doc["warnings"]:
-        lines.append(_cut(f"WARNING: {warning}", WIDTH))
-    lines += _routes_lines(doc)
-    lines += _budget_lines(doc)
-    lines += _cooldown_lines(doc)
-    lines += _source_lines(doc)
-    lines += _recent_lines(doc)
-    if doc["notices"]:
-        lines.append(_heading("notices"))
-        lines += _table(
-            (14, 9, -5, 66),
-            [
-                (_time(n["last"]), n["category"], f"x{n['count']}", n["message"])
-                for n in doc["notices"]
-            ],
-        )
-    lines += _store_lines(doc)
-    return "\n".join(lines)
-
-
-def _routes_lines(doc: dict[str, Any]) -> list[str]:
-    lines = [_heading("routes")]
-    lines.append(_cut(f"  default model  {doc['default_model'] or '(none set)'}", WIDTH))
-    if doc["routes"]:
-        lines.append(_cut("  fresh source   " + " → ".join(doc["routes"]), WIDTH))
-    else:
-        nxt = doc["routes_retry_at"]
-        lines.append(
-            "  fresh source   no eligible route" + (f"; the first frees at {nxt}" if nxt else "")
-        )
-    shown = doc["excluded"][:12]
-    lines += _table(
-        (13, 44, 36),
-        [
-            (
-                "excluded" if i == 0 else "",
-                e["model"],
-                e["reason"] + (f" until {_time(e['until'])}" if e["until"] else ""),
-            )
-            for i, e in enumerate(shown)
-        ],
-    )
-    if len(doc["excluded"]) > len(shown):
-        lines.append(f"  {'':13}  … and {len(doc['excluded']) - len(shown)} more (see --json)")
-    return lines
-
-
-def _budget_lines(doc: dict[str, Any]) -> list[str]:
-    h, d = doc["hourly"], doc["daily"]
-    nxt = "a slot is free now" if h["next_free_at"] is None else f"next slot {h['next_free_at']}"
-    ceiling = "no ceiling" if d["ceiling_usd"] is None else f"ceiling {_money(d['ceiling_usd'])}"
-    lines = [
-        _heading("budgets"),
-        _cut(f"  hourly calls   {h['used']} / {h['limit']} used in the last hour; {nxt}", WIDTH),
-        _cut(
-            f"  daily cost     {_money(d['spent_usd'])} estimated in 24 h; {ceiling}; "
-            f"{d['unknown_cost_attempts']} attempt(s) of unknown cost",
-            WIDTH,
-        ),
-        _cut(
-            f"  tokens (24 h)  in {d['input_tokens']:,}  out {d['output_tokens']:,}  "
-            f"over {d['attempts']} attempt(s)",
-            WIDTH,
-        ),
-    ]
-    if doc["history"]:
-        lines.append("  compacted history (per day)")
-        lines += _table(
-            (10, -9, -9, -7, -14, -14, -12, -8),
-            [("day", "attempts", "ok", "failed", "input tok", "output tok", "spent", "unknown")]
-            + [
-                (
-                    x["day"],
-                    x["attempts"],
-                    x["succeeded"],
-                    x["failed"],
-                    f"{x['input_tokens']:,}",
-                    f"{x['output_tokens']:,}",
-                    _money(x["spent_usd"]),
-                    x["unknown_cost_attempts"],
-                )
-                for x in doc["history"][:7]
-            ],
-            indent=4,
-        )
-    return lines
-
-
-def _cooldown_lines(doc: dict[str, Any]) -> list[str]:
-    lines = [_heading("cooldowns")]
-    if not doc["cooldowns"]:
-        return [*lines, "  none active"]
-    return lines + _table(
-        (8, 44, -9, 16, 7),
-        [("scope", "target", "left", "kind", "origin")]
-        + [
-            (c["scope"], c["target"], _left(c["remaining_s"] * 1000), c["kind"], c["origin"])
-            for c in doc["cooldowns"]
-        ],
-    )
-
-
-def _source_lines(doc: dict[str, Any]) -> list[str]:
-    src = doc["sources"]
-    counts = "  ".join(f"{state} {n}" for state, n in src["counts"].items())
-    lines = [_heading("sources"), f"  {counts}"]
-    if not src["list"]:
-        return lines
-    lines += _table(
-        (26, 6, -5, -6, -6, -4, -7, 26),
-        [("source", "state", "calls", "models", "outerr", "fail", "time", "paused / retry")]
-        + [
-            (
-                s["id"],
-                s["state"],
-                s["calls"],
-                len(s["models"]),
-                s["output_failures"],
-                s["failures"],
-                _left(s["time_used_ms"]),
-                s["pause_reason"] or (f"retry {_time(s['retry_at'])}" if s["retry_at"] else ""),
-            )
-            for s in src["list"]
-        ],
-    )
-    shown, total = len(src["list"]), sum(src["counts"].values())
-    if total > shown:
-        lines.append(f"  ({shown} of {total} shown: leased, paused and queued first)")
-    return lines
-
-
-def _recent_lines(doc: dict[str, Any]) -> list[str]:
-    lines = [_heading("recent attempts")]
-    if not doc["recent"]:
-        return [*lines, "  none"]
-    rows: list[Sequence[object]] = [("time", "source", "model", "role", "outcome", "took")]
-    for a in doc["recent"]:
-        outcome = a["status"] if not a["kind"] else f"{a['kind']}/{a['subkind'] or '-'}"
-        if a["late"]:
-            outcome += " LATE"
-        took = "-" if a["duration_ms"] is None else f"{a['duration_ms'] / 1000:.1f}s"
-        rows.append((_time(a["time"]), a["source"], a["model"], a["role"], outcome, took))
-    return lines + _table((14, 14, 20, 10, 24, -6), rows)
-
-
-def _store_lines(doc: dict[str, Any]) -> list[str]:
-    st = doc["store"]
-    mode = st["journal_mode"] or "n/a"
-    chosen = st["journal_mode_chosen"]
-    if chosen and chosen != mode:
-        mode += f" (chosen {chosen})"
-    writers = ", ".join(
-        f"{w['fingerprint']}{'' if w['current'] else ' (other)'} last {_time(w['last_seen'])}"
-        for w in doc["policy"]["writers"][:3]
-    )
-    return [
-        _heading("store"),
-        _cut(
-            f"  SQLite {st['sqlite_version'] or 'n/a'}   journal {mode}   "
-            f"revision {st['revision'] or 'none'}",
-            WIDTH,
-        ),
-        _cut(f"  policy writers (24 h)  {writers or 'none'}", WIDTH),
-    ]
 
 
 # --------------------------------------------------------------------------- Prometheus

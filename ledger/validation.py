@@ -1,12 +1,16 @@
 """Turn a pydantic ValidationError into one fixed ConfigError line that never echoes a value.
 
 Only schema field names and list indices are printed; dictionary keys chosen by the user (which
-could be a pasted secret) are shown by position, never by name.
+could be a pasted secret) are shown as `<key>`, never by name — except an unknown key that is a
+plausible identifier (short, `[A-Za-z0-9_]`): that is a typo the user must find, and the nearest
+known key is suggested. Invalid JSON is placed by line and column, never quoted.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,17 +50,64 @@ _RULES = {
 }
 
 
-def render_path(loc: Iterable[int | str], known_fields: frozenset[str]) -> str:
-    """Render a pydantic location with only schema names and indices."""
+_IDENTIFIER = re.compile(r"[A-Za-z0-9_]{1,32}")
+
+
+def render_path(
+    loc: Iterable[int | str], known_fields: frozenset[str], shown_last: str | None = None
+) -> str:
+    """Render a pydantic location with only schema names, indices and, as its last item,
+    `shown_last` (a plausible identifier) when given."""
+    items = list(loc)
     parts: list[str] = []
-    for item in loc:
+    for i, item in enumerate(items):
         if isinstance(item, int):
             parts.append(f"[{item}]")
-        elif item in known_fields:
+        elif item in known_fields or (i == len(items) - 1 and item == shown_last):
             parts.append(("." if parts else "") + item)
         else:
             parts.append(("." if parts else "") + "<key>")
     return "".join(parts) or "(top level)"
+
+
+def plausible_key(key: object) -> str | None:
+    """The key when it looks like a field name someone mistyped (short, [A-Za-z0-9_]), else None."""
+    return key if isinstance(key, str) and _IDENTIFIER.fullmatch(key) else None
+
+
+def _level_fields(model: type[BaseModel], loc: list[int | str]) -> set[str]:
+    """The field names of the object at `loc` (the parent of the last item), for suggestions."""
+    current: type[BaseModel] | None = model
+    for item in loc[:-1]:
+        if current is None:
+            return set()
+        if isinstance(item, int):
+            continue
+        field = next(
+            (f for n, f in current.model_fields.items() if item in (n, f.alias)), None
+        )
+        if field is None:
+            continue  # a user-chosen dictionary key: the value's model follows
+        current = next(
+            (
+                t
+                for t in _walk_types(field.annotation)
+                if isinstance(t, type) and issubclass(t, BaseModel)
+            ),
+            None,
+        )
+    if current is None:
+        return set()
+    return {f.alias or n for n, f in current.model_fields.items()}
+
+
+def _unknown_key_rule(model: type[BaseModel], loc: list[int | str]) -> str:
+    rule = _RULES["extra_forbidden"]
+    key = loc[-1] if loc else None
+    if not isinstance(key, str):
+        return rule
+    near = difflib.get_close_matches(key, sorted(_level_fields(model, loc)), n=1, cutoff=0.6)
+    return f"{rule}; did you mean `{near[0]}`?" if near else rule
 
 
 def _fields(model: type[BaseModel], seen: set[type[BaseModel]] | None = None) -> set[str]:
@@ -87,6 +138,10 @@ def parse_document(model: type[M], text: str | bytes, file: str) -> M:
     """Validate a JSON document against a strict model, or raise one ConfigError."""
     try:
         raw = json.loads(text)
+    except json.JSONDecodeError as exc:  # the parser's fixed text, never the document's
+        where = f"line {exc.lineno}, column {exc.colno}"
+        why = exc.msg.removesuffix(" at").lower()  # "Invalid control character at"
+        raise ConfigError(file, where, f"is not valid JSON ({why})") from exc
     except (ValueError, RecursionError) as exc:
         raise ConfigError(file, "(top level)", "is not valid JSON") from exc
     if not isinstance(raw, dict):
@@ -98,12 +153,16 @@ def parse_document(model: type[M], text: str | bytes, file: str) -> M:
         known = frozenset(_fields(model))
         loc = [x for x in err["loc"] if not (isinstance(x, str) and x.startswith("function-"))]
         rule = _RULES.get(err["type"])
+        shown = None
+        if err["type"] == "extra_forbidden":
+            shown = plausible_key(loc[-1]) if loc else None
+            rule = _unknown_key_rule(model, loc)
         if rule is None and err["type"] == "value_error":
             # our own validators raise ValueError with fixed text prefixed "rule: "
             msg = str(err.get("msg", ""))
             rule = msg.split("rule: ", 1)[1] if "rule: " in msg else "is invalid"
         raise ConfigError(
-            file, render_path(loc, known), rule or f"is invalid ({err['type']})"
+            file, render_path(loc, known, shown), rule or f"is invalid ({err['type']})"
         ) from None
     except RecursionError as exc:
         raise ConfigError(file, "(top level)", "is nested too deeply") from exc

@@ -192,6 +192,7 @@ def test_cooldown_clear_policy_needs_force(home: Path) -> None:
 
 
 def test_select_json_and_exit_3_when_nothing_eligible(home: Path) -> None:
+    assert invoke(home, "db", "upgrade").exit_code == 0  # select reads; it never creates one
     result = invoke(home, "select", "s1", "--model", "alpha/small", "--json")
     assert result.exit_code == 0, result.output
     doc = as_json(result)

@@ -55,7 +55,8 @@ def test_r_cfg_5_example_validates_against_the_printed_schema() -> None:
 
 
 BAD: list[tuple[str, dict[str, Any], str, str]] = [
-    ("R-CFG-2 unknown key", {"callsPerHourr": 3}, "<key>", "unknown key"),
+    ("R-CFG-2 unknown key", {"callsPerHourr": 3}, "callsPerHourr", "unknown key"),
+    ("R-CFG-2 unknown key, not an identifier", {"calls-per-hour": 3}, "<key>", "unknown key"),
     ("R-CFG-2 wrong type", {"callsPerHour": "20"}, "callsPerHour", "must be an integer"),
     ("R-CFG-2 bool is not int", {"sourceCalls": True}, "sourceCalls", "must be an integer"),
     ("R-CFG-2 float is not int", {"timeoutMs": 1.5}, "timeoutMs", "must be an integer"),
@@ -89,7 +90,7 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
         "true or false",
     ),
     ("R-CFG-2 route rule type", {"routes": {"allow": [3]}}, "routes.allow[0]", "string"),
-    ("R-CFG-2 route unknown key", {"routes": {"block": []}}, "routes.<key>", "unknown key"),
+    ("R-CFG-2 route unknown key", {"routes": {"block": []}}, "routes.block", "unknown key"),
 ]
 
 
@@ -165,12 +166,16 @@ def test_r_cfg_4_inert_entries_are_warned_by_position(home: Path) -> None:
     )
     result = CliRunner().invoke(cli, ["--home", str(home), "config", "validate", "--json"])
     assert result.exit_code == 0, result.output
-    warnings = json.loads(result.output)["warnings"]
-    assert warnings == [
-        "fallbackModels[1]: matches no available catalog model (inert)",
-        "fallbackModels[2]: matches no available catalog model (inert)",  # gamma unavailable
-        "routes.deny[0]: matches no available catalog model (inert)",
+    doc = json.loads(result.output)
+    assert [(e["field"], e["reason"]) for e in doc["inert"]] == [
+        ("fallbackModels[1]", "not_in_catalog"),
+        ("fallbackModels[2]", "provider_unavailable"),  # gamma's credential is unset
+        ("routes.deny[0]", "matches_nothing"),
     ]
+    assert doc["warnings"] == [e["message"] for e in doc["inert"]]
+    assert doc["warnings"][0] == (
+        "fallbackModels[1]: not_in_catalog (no catalog model has this id); inert"
+    )
     text = CliRunner().invoke(cli, ["--home", str(home), "config", "validate"])
     assert text.exit_code == 0
     assert "warning: fallbackModels[1]" in text.output

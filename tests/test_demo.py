@@ -4,6 +4,11 @@ and ends with a status that shows fallback, cooldowns, a paused source and budge
 from __future__ import annotations
 
 import json
+import os
+import stat
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -12,17 +17,19 @@ from click.testing import CliRunner
 
 from ledger.cli.main import _register, cli
 from ledger.demo import DEMO_POLICY, run_demo
+from ledger.queue import DrainSummary
 
 
 @pytest.fixture(scope="module")
 def demo_doc() -> dict[str, Any]:
-    """One in-process demo run (throw-away state directory), as its JSON document."""
-    return run_demo().to_json()
+    """One in-process demo run (its temporary state directory discarded), as its JSON document."""
+    return run_demo(discard=True).to_json()
 
 
 def test_spec_14_demo_is_fast_and_uses_real_http(demo_doc: dict[str, Any]) -> None:
     assert demo_doc["wall_ms"] < 30_000
-    assert demo_doc["home"] is None
+    assert demo_doc["kept"] is False
+    assert not Path(demo_doc["home"]).exists()
     assert demo_doc["http_requests"] == demo_doc["facts"]["attempts"] >= 12
     assert demo_doc["worker"]["exit_code"] == 0
 
@@ -64,5 +71,93 @@ def test_spec_14_cli_demo_text_ends_with_status(tmp_path: Path) -> None:
     _register()
     result = CliRunner().invoke(cli, ["demo", "--home", str(tmp_path / "d")])
     assert result.exit_code == 0, result.output
-    assert result.output.startswith("[worker] 13 items")
-    assert "$ ledger status" in result.output
+    home = tmp_path / "d"
+    assert result.output.startswith(
+        "[worker] 13 items: 10 done, 2 failed (retry later), 1 paused; 5 fallbacks, 1 correction\n"
+    )
+    assert f"$ ledger --home {home} status" in result.output
+
+
+def test_issue15_item1_demo_keeps_its_state_and_prints_the_follow_up_commands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    tempfile.tempdir = None  # re-read TMPDIR
+    try:
+        result = CliRunner().invoke(cli, ["demo", "--sources", "3"])
+    finally:
+        tempfile.tempdir = None
+    assert result.exit_code == 0, result.output
+    (home,) = tmp_path.glob("ledger-demo-*")
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+    tail = result.output.splitlines()[-5:]
+    assert tail == [
+        f"[demo] state kept in {home}; look around with:",
+        f"  ledger --home {home} status",
+        f"  ledger --home {home} source show demo-02",
+        f"  ledger --home {home} cooldown list",
+        f"  rm -r {home}    # when done",
+    ]
+    # the printed follow-up shows the demo's ledger, not an empty one
+    after = CliRunner().invoke(cli, ["--home", str(home), "status", "--json"])
+    assert after.exit_code == 0, after.output
+    assert sum(json.loads(after.output)["sources"]["counts"].values()) == 3
+    shown = CliRunner().invoke(cli, ["--home", str(home), "source", "show", "demo-02"])
+    assert shown.exit_code == 0, shown.output
+
+
+def test_issue15_item1_demo_discard_removes_its_directory(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["demo", "--sources", "2", "--discard", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert doc["kept"] is False
+    assert not Path(doc["home"]).exists()
+    both = CliRunner().invoke(cli, ["demo", "--discard", "--home", str(tmp_path / "x")])
+    assert both.exit_code == 2
+    assert not (tmp_path / "x").exists()
+
+
+def test_issue15_item2_summary_adds_up_with_plurals() -> None:
+    summary = DrainSummary(items=1, done=1, corrections=1, fallbacks=1)
+    assert summary.progress_line() == "[worker] 1 item: 1 done; 1 fallback, 1 correction"
+    summary = DrainSummary(
+        items=9, done=2, failed=2, paused=1, refused=1, unroutable=1, late=1, cancelled=1
+    )
+    line = summary.progress_line()
+    counted = sum(int(part.split()[0]) for part in line.split(": ", 1)[1].split(";")[0].split(", "))
+    assert counted == summary.items
+    assert line.startswith("[worker] 9 items: 2 done, 2 failed (retry later), 1 paused, 1 refused")
+    assert DrainSummary().progress_line() == "[worker] nothing due"
+
+
+def test_issue15_item2_summary_printed_once_on_a_terminal(tmp_path: Path) -> None:
+    """A real pseudo-terminal on stderr: the progress line is erased, the summary printed once."""
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "ledger", "demo", "--home", str(tmp_path / "d"),
+             "--sources", "3"],
+            stdout=subprocess.PIPE, stderr=follower, timeout=120, check=False,
+        )
+        os.close(follower)
+        follower = -1
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        os.close(leader)
+        if follower >= 0:
+            os.close(follower)
+    assert proc.returncode == 0
+    out = proc.stdout.decode()
+    assert out.count("[worker] ") == 1
+    assert b"[worker] " in seen  # the progress line was drawn on the terminal ...
+    assert seen.rstrip(b" ").endswith(b"\r")  # ... and erased at the end

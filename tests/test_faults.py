@@ -327,7 +327,7 @@ def test_r_db_3a_cli_warns_on_network_filesystem(
     mounts.write_text(f"/dev/vda / ext4 rw 0 0\nserver:/x {home} nfs rw 0 0\n")
     monkeypatch.setattr(cli_main, "network_filesystem",
                         lambda path: network_filesystem(path, mounts))
-    result = invoke(home, "source", "list")
+    result = invoke(home, "source", "add", "s")
     assert result.exit_code == 0
     assert result.stderr.splitlines() == [
         "warning: the database is on a network filesystem (nfs); SQLite locking is not reliable "

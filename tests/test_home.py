@@ -42,7 +42,7 @@ def test_r_home_2_db_override(tmp_path: Path) -> None:
 
 def test_r_home_1_directory_0700_and_database_0600(tmp_path: Path) -> None:
     home = tmp_path / "deep" / "state"
-    result = CliRunner().invoke(cli, ["--home", str(home), "status"])
+    result = CliRunner().invoke(cli, ["--home", str(home), "db", "upgrade"])
     assert result.exit_code == 0, result.output
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
     assert stat.S_IMODE((home / "ledger.db").stat().st_mode) == 0o600
@@ -57,7 +57,9 @@ def test_r_home_1_env_var_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 def test_r_home_2_db_option_puts_database_elsewhere(tmp_path: Path) -> None:
     other = tmp_path / "elsewhere.db"
-    result = CliRunner().invoke(cli, ["--home", str(tmp_path / "h"), "--db", str(other), "status"])
+    result = CliRunner().invoke(
+        cli, ["--home", str(tmp_path / "h"), "--db", str(other), "source", "add", "s"]
+    )
     assert result.exit_code == 0, result.output
     assert other.exists()
     assert not (tmp_path / "h" / "ledger.db").exists()

@@ -52,7 +52,7 @@ def test_r_home_1_new_state_directory_0700_and_database_0600(tmp_path: Path) -> 
     assert mode(home) == 0o700
     assert mode(home / "ledger.db") == 0o600
     cli_home = tmp_path / "cli-state"
-    assert invoke(cli_home, "source", "list").exit_code == 0
+    assert invoke(cli_home, "source", "add", "s1").exit_code == 0
     assert mode(cli_home) == 0o700
     assert mode(cli_home / "ledger.db") == 0o600
 
@@ -124,6 +124,6 @@ def test_r_home_1_symlink_into_own_directory_is_quiet(tmp_path: Path) -> None:
     link = tmp_path / "link"
     link.symlink_to(mine)
     assert symlink_warning(link) is None
-    result = invoke(link, "source", "list")
+    result = invoke(link, "source", "add", "s1")
     assert result.exit_code == 0
     assert result.stderr == ""

@@ -285,6 +285,7 @@ def test_status_json_and_prometheus_are_exclusive(home: Path) -> None:
 
 
 def test_status_on_empty_ledger(home: Path) -> None:
+    cli_ok(home, "db", "upgrade")  # a read never creates the database (issue 15 item 5)
     doc = status_json(home)
     assert doc["recent"] == []
     assert doc["sources"]["list"] == []

@@ -8,6 +8,7 @@ from functools import partial
 import click
 
 from ledger.api import Ledger
+from ledger.catalog import NO_CATALOG
 from ledger.classify import classify_http, classify_kind
 from ledger.cli.main import AppContext, emit_json, fail, pass_app, run
 from ledger.clock import iso, now_ms
@@ -202,7 +203,7 @@ def select_cmd(
     """Ordered eligible routes and why every other model was excluded (reserves nothing)."""
     if (after_failure is None) != (failed_model is None):
         fail(UsageError("--after-failure and --failed-model go together"), as_json)
-    led: Ledger = run(as_json, app.ledger)
+    led: Ledger = run(as_json, lambda: app.ledger(create=False))
     tried_set = frozenset(tried) | (frozenset([failed_model]) if failed_model else frozenset())
     for key in sorted(tried_set):
         run(as_json, partial(led.model, key))
@@ -226,6 +227,8 @@ def select_cmd(
                 click.echo(f"  {i}. {route}")
         else:
             click.echo("no eligible route")
+            if not led.catalog.models:
+                click.echo(f"hint: {NO_CATALOG}")
         if selection.excluded:
             click.echo("excluded:")
             width = max(len(e.model) for e in selection.excluded)

@@ -9,7 +9,7 @@ import click
 from ledger.catalog import load_catalog
 from ledger.cli.main import AppContext, emit_json, pass_app
 from ledger.config import load_policy, policy_schema
-from ledger.inert import inert_entries
+from ledger.inert import config_findings
 
 
 @click.group("config")
@@ -24,7 +24,8 @@ def validate(app: AppContext, as_json: bool) -> None:
     """Check recovery.json and catalog.json; list inert entries as warnings."""
     policy = load_policy(app.state.path)
     catalog = load_catalog(app.state.path)
-    warnings = inert_entries(policy, catalog)
+    findings = config_findings(policy, catalog)
+    warnings = findings.warnings()
     if as_json:
         emit_json(
             {
@@ -33,6 +34,7 @@ def validate(app: AppContext, as_json: bool) -> None:
                 "models": len(catalog.models),
                 "providers": len(catalog.providers),
                 "warnings": warnings,
+                "inert": [entry.to_json() for entry in findings.inert],
             }
         )
         return

@@ -21,7 +21,7 @@ def cooldown_group() -> None:
 @pass_app
 def list_cooldowns(app: AppContext, as_json: bool) -> None:
     """Active cooldowns with time left, kind and origin."""
-    now, rows = run(as_json, lambda: cooldown_list(app.ledger().db))
+    now, rows = run(as_json, lambda: cooldown_list(app.ledger(create=False).db))
     docs = [c.to_json(now) for c in rows]
     if as_json:
         emit_json({"cooldowns": docs})

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import click
 
 from ledger.cli.main import AppContext, emit_json, pass_app
 from ledger.config import load_policy
+from ledger.db_target import NoLedgerError, check_db_target
 from ledger.home import ensure_home
 from ledger.store import Database, migrate
 
 
-def _database(app: AppContext) -> Database:
-    ensure_home(app.state.path)
+def _database(app: AppContext, create: bool = True) -> Database:
+    """The database handle; `create=False` (a read) creates neither directory nor file."""
+    # `db current` reports a missing database as empty; nothing is opened for it below
+    with contextlib.suppress(NoLedgerError):
+        check_db_target(app.state.db_url, create=create, home=app.state.path.absolute())
+    if create:
+        ensure_home(app.state.path)
     policy = load_policy(app.state.path)
     return Database(app.state.db_url, busy_timeout_ms=policy.busy_timeout_ms)
 
@@ -43,7 +51,7 @@ def upgrade(app: AppContext, as_json: bool) -> None:
 @pass_app
 def current(app: AppContext, as_json: bool) -> None:
     """Show the database's schema revision and the newest this ledger knows."""
-    db = _database(app)
+    db = _database(app, create=False)
     path = migrate.db_file(db)
     revision = None
     if path is None or path.exists():
@@ -73,11 +81,10 @@ def compact_cmd(app: AppContext, older_than: str | None, as_json: bool) -> None:
     from ledger.durations import DAY_MS, parse_duration_ms
     from ledger.store.compact import check_older_than, compact
 
-    ensure_home(app.state.path)
     policy = load_policy(app.state.path)
     age = parse_duration_ms(older_than) if older_than else policy.retention_days * DAY_MS
     check_older_than(age)
-    db = Database(app.state.db_url, busy_timeout_ms=policy.busy_timeout_ms)
+    db = _database(app)
     try:
         migrate.open_checked(db)
         summary = compact(db, now_ms(), age)

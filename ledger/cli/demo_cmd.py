@@ -3,38 +3,44 @@ ledger.demo.run_demo."""
 
 from __future__ import annotations
 
+import shlex
 import sys
+from typing import Any
 
 import click
 
 from ledger.cli.main import AppContext, emit_json, pass_app, run
-from ledger.cli.worker_cmd import progress_printer
-from ledger.demo import DEFAULT_SOURCES, MAX_SOURCES, run_demo
+from ledger.cli.worker_cmd import Progress
+from ledger.demo import DEFAULT_SOURCES, MAX_SOURCES, DemoResult, run_demo
+from ledger.queue import plural
 from ledger.worker import Stopper
 
 
 @click.command("demo")
 @click.option("--home", "demo_home", metavar="DIR", default=None,
-              help="Keep the demo's state here (an empty or new directory); "
-              "default: a throw-away temporary directory.")
+              help="Put the demo's state here (an empty or new directory); "
+              "default: a new temporary directory, kept afterwards.")
+@click.option("--discard", is_flag=True,
+              help="Remove the demo's temporary directory at the end.")
 @click.option("--sources", type=click.IntRange(1, MAX_SOURCES), default=DEFAULT_SOURCES,
               show_default=True, help="How many sources to enqueue.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON document.")
 @pass_app
-def demo(app: AppContext, demo_home: str | None, sources: int, as_json: bool) -> None:
+def demo(
+    app: AppContext, demo_home: str | None, discard: bool, sources: int, as_json: bool
+) -> None:
     """Run the real worker against a local provider stand-in; no setup, no network."""
     home = demo_home or app.home
-    tty = sys.stderr.isatty() and not as_json
+    progress = Progress(sys.stderr.isatty() and not as_json)
     stopper = Stopper()
     with stopper.installed():
-        result = run(
+        result: DemoResult = run(
             as_json,
             lambda: run_demo(
-                home, sources=sources, stopper=stopper, on_item=progress_printer(tty)
+                home, sources=sources, stopper=stopper, on_item=progress, discard=discard
             ),
         )
-    if tty:
-        sys.stderr.write("\n")
+    progress.finish()
     if as_json:
         emit_json(result.to_json())
         return
@@ -42,12 +48,39 @@ def demo(app: AppContext, demo_home: str | None, sources: int, as_json: bool) ->
     click.echo(result.summary.progress_line())
     click.echo(
         f"[demo] {result.http_requests} HTTP requests to the local stand-in in "
-        f"{result.wall_ms / 1000:.1f} s; {facts['cross_provider_fallbacks']} cross-provider "
-        f"fallbacks, {facts['active_cooldowns']} cooldowns active; sources "
+        f"{result.wall_ms / 1000:.1f} s; "
+        f"{plural(facts['cross_provider_fallbacks'], 'cross-provider fallback')}, "
+        f"{plural(facts['active_cooldowns'], 'cooldown')} active; sources "
         + ", ".join(f"{n} {state}" for state, n in facts["sources"].items())
     )
-    if result.home:
-        click.echo(f"[demo] state kept in {result.home}")
     click.echo("")
-    click.echo("$ ledger status")
+    click.echo(f"$ {follow_up(result, 'status')}" if result.kept else "$ ledger status")
     click.echo(result.status_text)
+    click.echo("")
+    for line in next_steps(result):
+        click.echo(line)
+
+
+def follow_up(result: DemoResult, command: str) -> str:
+    """The exact command line that looks at the demo's ledger."""
+    return f"ledger --home {shlex.quote(result.home)} {command}"
+
+
+def next_steps(result: DemoResult) -> list[str]:
+    """Where the state is and what to run next (or that it is gone)."""
+    if not result.kept:
+        return [f"[demo] state directory {result.home} removed (--discard)"]
+    sources: list[dict[str, Any]] = result.status["sources"]["list"]
+    paused = [s["id"] for s in sources if s["state"] == "paused"]
+    shown = paused[0] if paused else (sources[0]["id"] if sources else None)
+    lines = [
+        f"[demo] state kept in {result.home}; look around with:",
+        f"  {follow_up(result, 'status')}",
+    ]
+    if shown is not None:
+        lines.append(f"  {follow_up(result, 'source show ' + shlex.quote(shown))}")
+    lines += [
+        f"  {follow_up(result, 'cooldown list')}",
+        f"  rm -r {shlex.quote(result.home)}    # when done",
+    ]
+    return lines

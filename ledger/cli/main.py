@@ -7,7 +7,10 @@ imported only when that command is resolved, and every error it raises still pas
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import sys
 from collections.abc import Callable
 from gettext import gettext as _
@@ -32,13 +35,16 @@ class AppContext:
         self.debug = debug
         self._ledger: Ledger | None = None
 
-    def ledger(self) -> Ledger:
-        """Open the ledger once per command (policy and catalog read at start, R-HOME-3)."""
+    def ledger(self, create: bool = True) -> Ledger:
+        """Open the ledger once per command (policy and catalog read at start, R-HOME-3).
+
+        Read-only commands pass `create=False`: they create no directory and no database.
+        """
         if self._ledger is None:
             warning = symlink_warning(self.state.path)
             if warning:
                 click.echo(warning, err=True)
-            self._ledger = Ledger.open(self.home, self.db)
+            self._ledger = Ledger.open(self.home, self.db, create=create)
             path = self._ledger.state.db_path
             fs = network_filesystem(path) if path is not None else None
             if fs:
@@ -91,6 +97,18 @@ class LedgerGroup(click.Group):
             self.add_command(command, cmd_name)
         return command
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """As click's, but a misspelt name is matched against every command, loaded or not."""
+        name = args[0] if args else ""
+        missing = args and not name.startswith("-") and self.get_command(ctx, name) is None
+        if missing and not ctx.resilient_parsing:
+            raise click.exceptions.NoSuchCommand(
+                name, possibilities=self.list_commands(ctx), ctx=ctx
+            )
+        return super().resolve_command(ctx, args)
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The command list as click writes it, from the table's short help (nothing imported)."""
         rows: list[tuple[str, click.Command]] = []
@@ -121,6 +139,8 @@ class LedgerGroup(click.Group):
             sys.exit(error.exit_code)
         except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
             raise
+        except BrokenPipeError:  # `ledger … | head`: the reader left; stop quietly
+            quiet_broken_pipe()
         except KeyboardInterrupt:
             click.echo("ledger: interrupted", err=True)
             sys.exit(130)
@@ -155,6 +175,17 @@ def _register() -> None:
     """Kept for callers from before lazy loading: every command is already reachable via `cli`."""
 
 
+def quiet_broken_pipe() -> NoReturn:
+    """Exit as Unix tools do when the reader of stdout went away: no message, status 128+SIGPIPE.
+
+    stdout is pointed at /dev/null first, so the interpreter's final flush cannot fail again.
+    """
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(128 + signal.SIGPIPE)
+
+
 def main() -> None:
     """Console entry point."""
-    cli(prog_name="ledger")
+    cli(prog_name="ledger")  # click itself exits quietly (status 1) on EPIPE in help and usage

@@ -10,6 +10,7 @@ from ledger.cli.main import AppContext, emit_json, pass_app, run
 from ledger.clock import iso
 from ledger.errors import NotFoundError
 from ledger.records import micro_to_usd
+from ledger.status_text import WIDTH, Column, table, took
 from ledger.store.views import source_detail, source_rows
 
 
@@ -43,7 +44,7 @@ def add(
 @pass_app
 def list_sources(app: AppContext, as_json: bool) -> None:
     """List sources with state and counters."""
-    rows = run(as_json, lambda: source_rows(app.ledger().db))
+    rows = run(as_json, lambda: source_rows(app.ledger(create=False).db))
     docs = [_source_json(r) for r in rows]
     if as_json:
         emit_json({"sources": docs})
@@ -107,7 +108,7 @@ def show(app: AppContext, source_id: str, as_json: bool) -> None:
     """The source's counters and whole failover history (R-DIAG-5)."""
 
     def load() -> dict[str, Any]:
-        detail = source_detail(app.ledger().db, source_id)
+        detail = source_detail(app.ledger(create=False).db, source_id)
         if detail is None:
             raise NotFoundError("unknown source")
         return detail
@@ -128,7 +129,7 @@ def show(app: AppContext, source_id: str, as_json: bool) -> None:
 
 
 def _show_lines(doc: dict[str, Any]) -> list[str]:
-    """The text of `source show`: a header, counters, then one line per attempt (<= 100 cols)."""
+    """The text of `source show`: a header, counters, then a table of attempts (<= 100 cols)."""
     state = doc["state"] + (f" (paused: {doc['pause_reason']})" if doc["pause_reason"] else "")
     correction = (
         f"used ({doc['correction_reason']})"
@@ -148,19 +149,28 @@ def _show_lines(doc: dict[str, Any]) -> list[str]:
         lines.append(f"  finished {doc['finished']}")
     if doc["lease_owner"]:
         lines.append(f"  leased until {doc['lease_expires']}")
+    lines = [_cut(line, WIDTH) for line in lines]
     if not doc["attempts"]:
-        lines.append("  no attempts")
+        return [*lines, "  no attempts"]
+    rows = []
     for a in doc["attempts"]:
         role = next((t for t in ("fallback", "correction", "override") if a[t]), "")
         outcome = f"{a['kind']}/{a['subkind'] or '-'}" if a["kind"] else a["status"]
-        took = "-" if a["duration_ms"] is None else f"{a['duration_ms'] / 1000:.1f}s"
         when = f"{a['created'][5:10]} {a['created'][11:19]}"
-        line = (
-            f"  #{a['id']:<5} {when}  {_cut(a['model'], 24):24} {_cut(outcome, 26):26}"
-            f" {took:>7} {role}" + (" LATE" if a["late"] else "")
-        ).rstrip()
-        lines.append(line)
-    return [_cut(line, 100) for line in lines]
+        role += " LATE" if a["late"] else ""
+        rows.append((f"#{a['id']}", when, a["model"], outcome, took(a["duration_ms"]), role))
+    return lines + table(  # never cuts a time or a kind (issue 15 item 3)
+        (
+            Column("attempt"),
+            Column("time"),
+            Column("model", cut=True, min_width=16),
+            Column("outcome"),
+            Column("took", right=True),
+            Column("role"),
+        ),
+        rows,
+        WIDTH,
+    )
 
 
 def _cut(text: str, width: int) -> str:

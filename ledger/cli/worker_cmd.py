@@ -4,11 +4,11 @@ ledger.worker.drain."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 
 import click
 
 from ledger.cli.main import AppContext, emit_json, pass_app, run
+from ledger.inert import config_findings
 from ledger.queue import DrainSummary, ItemReport
 from ledger.worker import MAX_SLEEP_MS, Stopper, drain, load_handler
 
@@ -18,15 +18,27 @@ def worker_group() -> None:
     """Queue workers for cron and services."""
 
 
-def progress_printer(enabled: bool) -> Callable[[ItemReport, DrainSummary], None]:
-    """An on_item callback that redraws one progress line on stderr (terminals only)."""
+class Progress:
+    """Redraws one progress line on stderr while draining (terminals only) and erases it at the
+    end, so the final summary is printed once, on stdout."""
 
-    def on_item(_item: ItemReport, summary: DrainSummary) -> None:
-        if enabled:
-            sys.stderr.write("\r" + summary.progress_line())
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._shown = 0
+
+    def __call__(self, _item: ItemReport, summary: DrainSummary) -> None:
+        if self.enabled:
+            line = summary.progress_line()
+            sys.stderr.write("\r" + line.ljust(self._shown))
             sys.stderr.flush()
+            self._shown = max(self._shown, len(line))
 
-    return on_item
+    def finish(self) -> None:
+        """Erase the progress line."""
+        if self.enabled and self._shown:
+            sys.stderr.write("\r" + " " * self._shown + "\r")
+            sys.stderr.flush()
+            self._shown = 0
 
 
 @worker_group.command("run")
@@ -63,9 +75,10 @@ def run_cmd(
         raise click.BadParameter("must be 1 to 200 printable characters", param_hint="--worker-id")
     handler = run(as_json, lambda: load_handler(handler_spec))
     ledger = app.ledger()
+    for warning in config_findings(ledger.policy, ledger.catalog, ledger.env).warnings():
+        click.echo(f"warning: {warning}", err=True)  # issue 15 item 8: inert entries at start
     stopper = Stopper()
-    tty = sys.stderr.isatty() and not as_json
-    callback = progress_printer(tty)
+    progress = Progress(sys.stderr.isatty() and not as_json)
     with stopper.installed():
         summary = run(
             as_json,
@@ -76,12 +89,11 @@ def run_cmd(
                 loop=mode == "loop",
                 max_items=max_items,
                 stopper=stopper,
-                on_item=callback,
+                on_item=progress,
                 max_sleep_ms=int(max_sleep * 1000),
             ),
         )
-    if tty:
-        sys.stderr.write("\n")
+    progress.finish()
     if as_json:
         emit_json(summary.to_json())
     else:

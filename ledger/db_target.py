@@ -1,0 +1,73 @@
+"""Where the database lives (R-HOME-2), checked before an engine is built.
+
+Invariant: a bad `--db` / `$LEDGER_DB` ends as one fixed line and exit 2 (bad input) or 4 (the
+store cannot be read), never a hang and never the URL's text (it may hold a password); a command
+that only reads (`create=False`) creates nothing: no directory, no database file.
+"""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+from ledger.errors import StoreError, UsageError
+from ledger.home import sqlite_file
+
+
+class NoLedgerError(StoreError):
+    """no ledger database here yet (nothing recorded); `ledger db upgrade` creates an empty one"""
+
+
+class NotAFileError(StoreError):
+    """the database path is not a regular file (a FIFO, a device or a directory); not opened"""
+
+
+def check_db_url(url: str) -> None:
+    """Refuse a URL whose backend is unknown or whose driver is not installed (exit 2)."""
+    try:
+        dialect = make_url(url).get_dialect()
+    except NoSuchModuleError as exc:  # a subclass of ArgumentError: caught first
+        raise UsageError("--db: unknown database backend") from exc
+    except ArgumentError as exc:
+        raise UsageError("--db: not a file path or an SQLAlchemy URL") from exc
+    try:
+        dialect.import_dbapi()
+    except ImportError as exc:
+        raise UsageError("--db: the driver for this database backend is not installed") from exc
+
+
+def check_db_target(url: str, *, create: bool, home: Path | None = None) -> None:
+    """Check the URL and, for an SQLite file, that it can be opened without blocking or creating
+    anything a read must not create. `home` is the state directory a write is about to create."""
+    check_db_url(url)
+    path = sqlite_file(url)
+    if path is not None:
+        check_sqlite_path(path, create=create, home=home)
+
+
+def check_sqlite_path(path: Path, *, create: bool, home: Path | None = None) -> None:
+    """An existing regular file, or (when creating) a new one in an existing directory (or in
+    the state directory `home`, which the caller creates next)."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        info = None
+    except OSError as exc:
+        raise NotAFileError() from exc
+    if info is not None:
+        if not stat.S_ISREG(info.st_mode):  # a FIFO would block the first read forever
+            raise NotAFileError()
+        return
+    if path.is_symlink():
+        raise UsageError("the database path is a symlink to nothing (dangling); fix or remove it")
+    if not create:
+        shown = "".join(c if c.isprintable() else "?" for c in str(path))
+        raise NoLedgerError(
+            f"no ledger database at {shown} yet (nothing recorded); "
+            "`ledger db upgrade` creates an empty one"
+        )
+    if not path.parent.is_dir() and path.parent != home:
+        raise UsageError("the database's directory does not exist; create it first")

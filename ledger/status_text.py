@@ -1,0 +1,335 @@
+"""The `ledger status` text dashboard: the status document laid out for a terminal of any width
+from 80 columns up.
+
+Invariant: no line is longer than the width unless a single word is; times, kinds and reason codes
+are never cut — a table drops its least useful columns first, then narrows the columns that hold
+ids and model keys (which alone may be cut, with `…`), and prose wraps at spaces. Pure: the
+document in, text out.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ledger.durations import format_duration_ms
+
+WIDTH = 100
+MIN_WIDTH = 80
+LABEL = 17  # "  default model  " — where the value of a labelled line starts
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column: `cut` columns (ids, keys) share what is left and may be cut; the others
+    are as wide as their widest cell; `drop` > 0 columns go first (highest first) when narrow."""
+
+    header: str
+    right: bool = False
+    cut: bool = False
+    drop: int = 0
+    min_width: int = 10
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+def _wrap(text: str, width: int, indent: int = LABEL) -> list[str]:
+    """Prose wrapped at spaces; continuation lines start under the value of a labelled line."""
+    return textwrap.wrap(
+        text,
+        width,
+        subsequent_indent=" " * indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+        drop_whitespace=True,
+    ) or [""]
+
+
+def table(
+    columns: Sequence[Column],
+    rows: Sequence[Sequence[object]],
+    width: int,
+    indent: int = 2,
+    header: bool = True,
+) -> list[str]:
+    """Aligned rows that fit `width`: drop optional columns, then narrow the `cut` columns."""
+    cells = [["" if v is None else str(v) for v in row] for row in rows]
+    head = [c.header for c in columns]
+    shown = list(range(len(columns)))
+    while True:
+        widths = {i: max(len(r[i]) for r in [head, *cells]) for i in shown}
+        cut = [i for i in shown if columns[i].cut]
+        spare = width - indent - 2 * (len(shown) - 1)
+        spare -= sum(widths[i] for i in shown if i not in cut)
+        droppable = [i for i in shown if columns[i].drop > 0]
+        if sum(min(widths[i], columns[i].min_width) for i in cut) <= spare or not droppable:
+            break
+        shown.remove(max(droppable, key=lambda i: columns[i].drop))
+    # share the spare width among the cut columns, narrowest first (they keep their own width)
+    for n, i in enumerate(sorted(cut, key=lambda i: widths[i])):
+        widths[i] = min(widths[i], max(columns[i].min_width, spare // (len(cut) - n)))
+        spare -= widths[i]
+    lines = []
+    for row in [head, *cells] if header else cells:
+        parts = []
+        for i in shown:
+            text = _cut(row[i], widths[i]) if columns[i].cut else row[i]
+            parts.append(text.rjust(widths[i]) if columns[i].right else text.ljust(widths[i]))
+        lines.append((" " * indent + "  ".join(parts)).rstrip())
+    return lines
+
+
+def _time(value: str | None) -> str:
+    """`2027-01-15T08:00:00.000Z` shown as `01-15 08:00:00`."""
+    return "-" if value is None else f"{value[5:10]} {value[11:19]}"
+
+
+def _left(seconds: float) -> str:
+    """Whole seconds left, compact (`1h30m`, `45s`)."""
+    return format_duration_ms(max(0, math.ceil(seconds)) * 1000)
+
+
+def took(ms: int | None) -> str:
+    """A duration as measured: `25ms`, `1.2s`, `2m05s`, never rounded up to a second."""
+    if ms is None:
+        return "-"
+    if ms < 1000:
+        return f"{ms}ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f}s"
+    minutes, seconds = divmod(ms // 1000, 60)
+    return f"{minutes}m{seconds:02d}s" if minutes < 60 else format_duration_ms(ms // 1000 * 1000)
+
+
+def _money(value: float | None) -> str:
+    return "none" if value is None else f"${value:,.4f}"
+
+
+def _heading(title: str, width: int) -> str:
+    return f"── {title} " + "─" * max(0, width - len(title) - 4)
+
+
+def render_text(doc: dict[str, Any], width: int = WIDTH) -> str:
+    """The dashboard for a terminal `width` columns wide (at least 80 are used)."""
+    width = max(MIN_WIDTH, width)
+    pol = doc["policy"]
+    lines = _wrap(f"ledger status at {doc['now']}   policy {pol['fingerprint']}", width, 2)
+    for warning in doc["warnings"]:
+        lines += _wrap(f"WARNING: {warning}", width, 9)
+    lines += _routes_lines(doc, width)
+    lines += _budget_lines(doc, width)
+    lines += _cooldown_lines(doc, width)
+    lines += _source_lines(doc, width)
+    lines += _recent_lines(doc, width)
+    if doc["notices"]:
+        lines.append(_heading("notices", width))
+        lines += _notice_lines(doc, width)
+    lines += _store_lines(doc, width)
+    return "\n".join(lines)
+
+
+def _routes_lines(doc: dict[str, Any], width: int) -> list[str]:
+    lines = [_heading("routes", width)]
+    lines += _wrap(f"  default model  {doc['default_model'] or '(none set)'}", width)
+    if doc["routes"]:
+        lines += _wrap("  fresh source   " + " → ".join(doc["routes"]), width)
+    else:
+        nxt = doc["routes_retry_at"]
+        lines += _wrap(
+            "  fresh source   no eligible route" + (f"; the first frees at {nxt}" if nxt else ""),
+            width,
+        )
+    shown = doc["excluded"][:12]
+    lines += table(
+        (Column(""), Column("model", cut=True, min_width=16), Column("reason")),
+        [
+            (
+                "" if i else "excluded",
+                e["model"],
+                e["reason"] + (f" until {_time(e['until'])}" if e["until"] else ""),
+            )
+            for i, e in enumerate(shown)
+        ],
+        width,
+        header=False,
+    )
+    if len(doc["excluded"]) > len(shown):
+        lines.append(f"  {'':13}  … and {len(doc['excluded']) - len(shown)} more (see --json)")
+    return lines
+
+
+def _budget_lines(doc: dict[str, Any], width: int) -> list[str]:
+    h, d = doc["hourly"], doc["daily"]
+    nxt = "a slot is free now" if h["next_free_at"] is None else f"next slot {h['next_free_at']}"
+    ceiling = "no ceiling" if d["ceiling_usd"] is None else f"ceiling {_money(d['ceiling_usd'])}"
+    lines = [_heading("budgets", width)]
+    for text in (
+        f"  hourly calls   {h['used']} / {h['limit']} used in the last hour; {nxt}",
+        f"  daily cost     {_money(d['spent_usd'])} estimated in 24 h; {ceiling}; "
+        f"{d['unknown_cost_attempts']} attempt(s) of unknown cost",
+        f"  tokens (24 h)  in {d['input_tokens']:,}  out {d['output_tokens']:,}  "
+        f"over {d['attempts']} attempt(s)",
+    ):
+        lines += _wrap(text, width)
+    if doc["history"]:
+        lines.append("  compacted history (per day)")
+        lines += table(
+            [Column("day")]
+            + [
+                Column(h, right=True)
+                for h in ("attempts", "ok", "failed", "input tok", "output tok", "spent", "unknown")
+            ],
+            [
+                (
+                    x["day"],
+                    x["attempts"],
+                    x["succeeded"],
+                    x["failed"],
+                    f"{x['input_tokens']:,}",
+                    f"{x['output_tokens']:,}",
+                    _money(x["spent_usd"]),
+                    x["unknown_cost_attempts"],
+                )
+                for x in doc["history"][:7]
+            ],
+            width,
+            indent=4,
+        )
+    return lines
+
+
+def _cooldown_lines(doc: dict[str, Any], width: int) -> list[str]:
+    lines = [_heading("cooldowns", width)]
+    if not doc["cooldowns"]:
+        return [*lines, "  none active"]
+    return lines + table(
+        (
+            Column("scope"),
+            Column("target", cut=True, min_width=16),
+            Column("left", right=True),
+            Column("until"),
+            Column("kind"),
+            Column("origin"),
+        ),
+        [
+            (c["scope"], c["target"], _left(c["remaining_s"]), _time(c["until"]), c["kind"],
+             c["origin"])
+            for c in doc["cooldowns"]
+        ],
+        width,
+    )
+
+
+def _source_lines(doc: dict[str, Any], width: int) -> list[str]:
+    src = doc["sources"]
+    counts = "  ".join(f"{state} {n}" for state, n in src["counts"].items())
+    lines = [_heading("sources", width), f"  {counts}"]
+    if not src["list"]:
+        return lines
+    lines += table(
+        (
+            Column("source", cut=True, min_width=12),
+            Column("state"),
+            Column("calls", right=True, drop=1),
+            Column("models", right=True, drop=2),
+            Column("failures", right=True),
+            Column("bad output", right=True),
+            Column("time used", right=True, drop=3),
+            Column("paused / next retry"),
+        ),
+        [
+            (
+                s["id"],
+                s["state"],
+                s["calls"],
+                len(s["models"]),
+                s["failures"],
+                s["output_failures"],
+                took(s["time_used_ms"]),
+                _next(s),
+            )
+            for s in src["list"]
+        ],
+        width,
+    )
+    shown, total = len(src["list"]), sum(src["counts"].values())
+    if total > shown:
+        lines.append(f"  ({shown} of {total} shown: leased, paused and queued first)")
+    return lines
+
+
+def _next(source: dict[str, Any]) -> str:
+    """Why a source waits: its pause reason, or its retry time while it is still queued."""
+    if source["state"] == "paused":
+        return str(source["pause_reason"] or "paused")
+    if source["state"] == "queued" and source["retry_at"]:
+        return f"retry {_time(source['retry_at'])}"
+    if source["state"] == "leased" and source["lease_expires"]:
+        return f"lease until {_time(source['lease_expires'])}"
+    return ""
+
+
+def _recent_lines(doc: dict[str, Any], width: int) -> list[str]:
+    lines = [_heading("recent attempts", width)]
+    if not doc["recent"]:
+        return [*lines, "  none"]
+    rows: list[Sequence[object]] = []
+    for a in doc["recent"]:
+        outcome = a["status"] if not a["kind"] else f"{a['kind']}/{a['subkind'] or '-'}"
+        if a["late"]:
+            outcome += " LATE"
+        rows.append(
+            (_time(a["time"]), a["source"], a["model"], a["role"], outcome, took(a["duration_ms"]))
+        )
+    return lines + table(
+        (
+            Column("time"),
+            Column("source", cut=True, min_width=8),
+            Column("model", cut=True, min_width=12),
+            Column("role", drop=1),
+            Column("outcome"),
+            Column("took", right=True, drop=2),
+        ),
+        rows,
+        width,
+    )
+
+
+def _notice_lines(doc: dict[str, Any], width: int) -> list[str]:
+    lines = []
+    for n in doc["notices"]:
+        head = f"  {_time(n['last'])}  {n['category']:<9} {'x' + str(n['count']):>5}  "
+        lines += textwrap.wrap(
+            head + n["message"],
+            width,
+            subsequent_indent=" " * len(head),
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+    return lines
+
+
+def _store_lines(doc: dict[str, Any], width: int) -> list[str]:
+    st = doc["store"]
+    mode = st["journal_mode"] or "n/a"
+    chosen = st["journal_mode_chosen"]
+    if chosen and chosen != mode:
+        mode += f" (chosen {chosen})"
+    writers = ", ".join(
+        f"{w['fingerprint']}{'' if w['current'] else ' (other)'} last {_time(w['last_seen'])}"
+        for w in doc["policy"]["writers"][:3]
+    )
+    return [
+        _heading("store", width),
+        *_wrap(
+            f"  SQLite {st['sqlite_version'] or 'n/a'}   journal {mode}   "
+            f"revision {st['revision'] or 'none'}",
+            width,
+        ),
+        *_wrap(f"  policy writers (24 h)  {writers or 'none'}", width, 24),
+    ]

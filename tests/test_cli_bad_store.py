@@ -1,0 +1,150 @@
+"""Issue 15 items 5 and 6: a bad `--db` / `--home` is one line and exit 2 or 4, never a hang or
+"internal error"; reads create nothing; a closed stdout (`| head`) ends quietly."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from ledger.cli.main import cli
+
+SECRET = "s3cretPW"
+READS = (
+    ("status",),
+    ("status", "--json"),
+    ("select", "s1"),
+    ("source", "list"),
+    ("source", "show", "s1"),
+    ("cooldown", "list"),
+    ("db", "current"),
+    ("config", "validate"),
+    ("catalog", "show"),
+)
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args))
+
+
+def one_line(result: Result) -> str:
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    assert "internal error" not in lines[0]
+    return lines[0]
+
+
+def tree(path: Path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
+
+@pytest.mark.parametrize(
+    ("url", "rule"),
+    [
+        (f"nosuchdialect://user:{SECRET}@host/db", "unknown database backend"),
+        (f"mysql://user:{SECRET}@host/db", "driver for this database backend is not installed"),
+    ],
+)
+@pytest.mark.parametrize("args", [("status",), ("source", "add", "s1"), ("db", "upgrade")])
+def test_issue15_item5_bad_db_url_exit_2_never_echoed(
+    tmp_path: Path, url: str, rule: str, args: tuple[str, ...]
+) -> None:
+    result = invoke("--home", str(tmp_path / "h"), "--db", url, *args)
+    assert result.exit_code == 2
+    line = one_line(result)
+    assert rule in line
+    assert SECRET not in line
+    assert "host" not in line
+    assert tree(tmp_path) == []
+
+
+def test_issue15_item5_db_in_missing_directory(tmp_path: Path) -> None:
+    db = str(tmp_path / "nodir" / "ledger.db")
+    write = invoke("--home", str(tmp_path / "h"), "--db", db, "source", "add", "s1")
+    assert write.exit_code == 2
+    assert "directory does not exist" in one_line(write)
+    read = invoke("--home", str(tmp_path / "h"), "--db", db, "status")
+    assert read.exit_code == 4
+    assert "no ledger database" in one_line(read)
+    assert tree(tmp_path) == []
+
+
+def test_issue15_item5_dangling_symlink_db(tmp_path: Path) -> None:
+    link = tmp_path / "ledger.db"
+    link.symlink_to(tmp_path / "gone.db")
+    for args in (("source", "add", "s1"), ("status",)):
+        result = invoke("--home", str(tmp_path / "h"), "--db", str(link), *args)
+        assert result.exit_code == 2, args
+        assert "dangling" in one_line(result)
+    assert tree(tmp_path) == ["ledger.db"]
+    assert not (tmp_path / "gone.db").exists()
+
+
+def test_issue15_item5_fifo_db_never_hangs(tmp_path: Path) -> None:
+    fifo = tmp_path / "ledger.db"
+    os.mkfifo(fifo)
+    for args in (("status",), ("source", "add", "s1"), ("db", "current"), ("db", "upgrade")):
+        proc = subprocess.run(
+            [sys.executable, "-m", "ledger", "--home", str(tmp_path / "h"), "--db", str(fifo),
+             *args],
+            capture_output=True, text=True, timeout=60, check=False,
+        )
+        assert proc.returncode == 4, (args, proc.stderr)
+        assert proc.stdout == ""
+        assert proc.stderr.splitlines() == [
+            "ledger: the database path is not a regular file (a FIFO, a device or a directory); "
+            "not opened"
+        ]
+
+
+def test_issue15_item5_home_of_unknown_user_exit_2(tmp_path: Path) -> None:
+    for args in (
+        ("--home", "~nosuchuser-ledger-test", "--db", str(tmp_path / "x.db")),
+        ("--home", str(tmp_path / "h"), "--db", "~nosuchuser-ledger-test/x.db"),
+    ):
+        result = invoke(*args, "status")
+        assert result.exit_code == 2, result.output
+        assert "`~` names a user without a home directory" in one_line(result)
+    assert tree(tmp_path) == []
+
+
+@pytest.mark.parametrize("args", READS)
+def test_issue15_item5_reads_create_nothing(tmp_path: Path, args: tuple[str, ...]) -> None:
+    home = tmp_path / "deep" / "state"
+    result = invoke("--home", str(home), *args)
+    assert result.exit_code in (0, 2, 4), result.output
+    if result.exit_code and "--json" not in args:
+        one_line(result)
+    assert tree(tmp_path) == []
+    elsewhere = invoke("--home", str(home), "--db", str(tmp_path / "a" / "b.db"), *args)
+    assert elsewhere.exit_code in (0, 2, 4), elsewhere.output
+    assert tree(tmp_path) == []
+
+
+def test_issue15_item5_status_names_the_missing_database(tmp_path: Path) -> None:
+    result = invoke("--home", str(tmp_path / "h"), "status")
+    assert result.exit_code == 4
+    line = one_line(result)
+    assert str(tmp_path / "h" / "ledger.db") in line
+    assert "ledger db upgrade" in line
+
+
+@pytest.mark.parametrize("args", [("catalog", "show"), ("config", "schema"), ("--help",)])
+def test_issue15_item6_closed_stdout_ends_quietly(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """`ledger catalog show | head`: the reader goes away before ledger writes (a real pipe)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ledger", "--home", str(tmp_path), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    proc.stdout.close()  # long before the interpreter has started and written anything
+    err = proc.stderr.read()
+    proc.stderr.close()
+    code = proc.wait(timeout=60)
+    assert err == b""
+    assert code in (1, 141)  # 128 + SIGPIPE like `cat`; click's own help path exits 1

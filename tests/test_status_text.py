@@ -1,0 +1,128 @@
+"""Issue 15 item 3: the status dashboard at 80 and 100 columns never cuts a time or a kind, keeps
+within the width, names its columns plainly and shows measured durations as measured."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from ledger.cli.main import cli
+from ledger.demo import run_demo
+from ledger.status_text import render_text, took
+
+
+@pytest.fixture(scope="module")
+def demo_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    home = tmp_path_factory.mktemp("status-text") / "demo"
+    run_demo(home)
+    return home
+
+
+@pytest.fixture(scope="module")
+def doc(demo_home: Path) -> dict[str, Any]:
+    result = CliRunner().invoke(cli, ["--home", str(demo_home), "status", "--json"])
+    assert result.exit_code == 0, result.output
+    parsed: dict[str, Any] = json.loads(result.output)
+    return parsed
+
+
+def short_time(iso: str) -> str:
+    return f"{iso[5:10]} {iso[11:19]}"
+
+
+def long_keys(doc: dict[str, Any]) -> dict[str, Any]:
+    """The same document with 200-character source ids and long model keys everywhere."""
+    wide = copy.deepcopy(doc)
+    for a in wide["recent"]:
+        a["source"] = a["source"] + "-" + "x" * 190
+        a["model"] = a["model"] + "-" + "m" * 120
+    for s in wide["sources"]["list"]:
+        s["id"] = s["id"] + "-" + "x" * 190
+    for e in wide["excluded"]:
+        e["model"] = e["model"] + "-" + "m" * 120
+    for c in wide["cooldowns"]:
+        c["target"] = c["target"] + "-" + "m" * 120
+    return wide
+
+
+@pytest.mark.parametrize("width", [80, 100])
+@pytest.mark.parametrize("widen", [False, True])
+def test_issue15_item3_never_cuts_a_time_or_a_kind(
+    doc: dict[str, Any], width: int, widen: bool
+) -> None:
+    shown = long_keys(doc) if widen else doc
+    text = render_text(shown, width)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= width
+    kinds = {f"{a['kind']}/{a['subkind']}" for a in shown["recent"] if a["kind"]}
+    assert "request_rejected/context_overflow" in kinds
+    for kind in kinds:
+        assert re.search(rf"\s{re.escape(kind)}(\s|$)", text, re.MULTILINE), kind
+    for e in shown["excluded"]:
+        reason = e["reason"] + (f" until {short_time(e['until'])}" if e["until"] else "")
+        assert reason in text
+    for c in shown["cooldowns"]:
+        row = [line for line in lines if f"  {short_time(c['until'])}  {c['kind']} " in line]
+        assert len(row) == 1, c
+    for s in shown["sources"]["list"]:
+        if s["retry_at"] and s["state"] == "queued":
+            assert f"retry {short_time(s['retry_at'])}" in text
+    for line in lines:  # only an id or a model key is ever cut: a whole cell, ending in `…`
+        assert re.fullmatch(r"[^…]*(…(  |$)[^…]*)*", line), line
+
+
+def test_issue15_item3_plain_headers_and_no_retry_for_a_done_source(doc: dict[str, Any]) -> None:
+    text = render_text(doc, 100)
+    assert "outerr" not in text
+    header = next(line for line in text.splitlines() if line.startswith("  source "))
+    assert re.split(r"\s{2,}", header.strip()) == [
+        "source", "state", "calls", "models", "failures", "bad output", "time used",
+        "paused / next retry",
+    ]
+    done = [s for s in doc["sources"]["list"] if s["state"] == "done" and s["retry_at"]]
+    assert done, "the demo leaves a finished source that had a retry time set"
+    for s in done:
+        row = next(line for line in text.splitlines() if line.startswith(f"  {s['id']} "))
+        assert "retry" not in row
+        assert row.rstrip().endswith(took(s["time_used_ms"]))
+
+
+@pytest.mark.parametrize(
+    ("ms", "text"),
+    [(None, "-"), (0, "0ms"), (25, "25ms"), (999, "999ms"), (1000, "1.0s"), (1250, "1.2s"),
+     (59_999, "60.0s"), (60_000, "1m00s"), (125_000, "2m05s"), (3_600_000, "1h")],
+)
+def test_issue15_item3_durations_shown_as_measured(ms: int | None, text: str) -> None:
+    assert took(ms) == text
+
+
+def test_issue15_item3_cli_uses_the_terminal_width(demo_home: Path) -> None:
+    for columns, width in (("80", 80), ("100", 100), ("60", 80), ("300", 160)):
+        result = CliRunner().invoke(
+            cli, ["--home", str(demo_home), "status"], env={"COLUMNS": columns}
+        )
+        assert result.exit_code == 0, result.output
+        lines = result.output.splitlines()
+        assert max(len(line) for line in lines) <= width
+        heading = next(line for line in lines if line.startswith("── routes "))
+        assert len(heading) == width
+    piped = CliRunner().invoke(cli, ["--home", str(demo_home), "status"], env={"COLUMNS": None})
+    heading = next(line for line in piped.output.splitlines() if line.startswith("── routes "))
+    assert len(heading) == 100
+
+
+def test_issue15_item3_source_show_never_cuts_a_kind(demo_home: Path) -> None:
+    result = CliRunner().invoke(cli, ["--home", str(demo_home), "source", "show", "demo-07"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    row = next(line for line in lines if line.startswith("  #") and "bolt/opus-3" in line)
+    assert "  request_rejected/context_overflow  " in row
+    assert re.search(r"  \d+ms$", row), row  # the primary attempt: no role
+    assert re.search(r"  \d{2}-\d{2} \d{2}:\d{2}:\d{2}  ", row), row
