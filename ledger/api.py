@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ledger.catalog import Catalog, Model, load_catalog
-from ledger.clock import now_ms
 from ledger.config import Policy, load_policy
 from ledger.errors import NotFoundError, UsageError
 from ledger.home import StateDir, ensure_home, state_dir
@@ -74,7 +73,7 @@ class Ledger:
         policy: Policy | None = None,
         catalog: Catalog | None = None,
         env: Mapping[str, str] | None = None,
-        clock: Callable[[], int] = now_ms,
+        clock: Callable[[], int] | None = None,
         jitter: Callable[[], float] = random.random,
     ) -> Ledger:
         """Resolve the state dir, read policy and catalog once (R-HOME-3), check the schema."""

@@ -184,6 +184,7 @@ def status_document(
             for n in data.notices
         ],
         "store": {
+            "backend": data.backend,
             "sqlite_version": data.sqlite_version,
             "journal_mode": data.journal_mode,
             "journal_mode_chosen": data.journal_mode_chosen,
@@ -398,7 +399,9 @@ def _store_lines(doc: dict[str, Any]) -> list[str]:
         _heading("store"),
         _cut(
             f"  SQLite {st['sqlite_version'] or 'n/a'}   journal {mode}   "
-            f"revision {st['revision'] or 'none'}",
+            f"revision {st['revision'] or 'none'}"
+            if st["backend"] == "sqlite"
+            else f"  {st['backend']}   revision {st['revision'] or 'none'}",
             WIDTH,
         ),
         _cut(f"  policy writers (24 h)  {writers or 'none'}", WIDTH),
