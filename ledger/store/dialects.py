@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, exc
-from sqlalchemy.engine import URL, make_url
 
 from ledger.errors import (
     BusyError,
@@ -24,8 +23,8 @@ from ledger.errors import (
     StoreError,
     UsageError,
 )
+from ledger.home import BadDatabaseUrlError, parse_db_url
 
-SUPPORTED_BACKENDS = frozenset({"sqlite", "postgresql"})
 # One key for every writer of one ledger database (advisory locks are scoped to a database).
 LEDGER_LOCK_KEY = 0x6C6564676572  # "ledger"
 _LOCK = f"SELECT pg_advisory_xact_lock({LEDGER_LOCK_KEY})"
@@ -37,30 +36,13 @@ class DatabaseUnreachableError(StoreError):
     """the database server cannot be reached or refused the connection; nothing was written"""
 
 
-class BadDatabaseUrlError(UsageError):
-    """the database URL is not a supported SQLite path or postgresql+psycopg:// URL"""
-
-
 class MissingDriverError(UsageError):
     """PostgreSQL needs the psycopg driver: pip install 'ledger[postgres]'"""
 
 
-def parse_url(url: str) -> URL:
-    """The URL of a supported backend, or a usage error that never repeats the URL."""
-    try:
-        parsed = make_url(url)
-    except exc.ArgumentError as error:
-        raise BadDatabaseUrlError() from error
-    if parsed.get_backend_name() not in SUPPORTED_BACKENDS:
-        raise BadDatabaseUrlError()
-    if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() != "psycopg":
-        raise BadDatabaseUrlError()
-    return parsed
-
-
 def make_engine(url: str, busy_timeout_ms: int) -> Engine:
     """An engine for a supported URL; PostgreSQL writers wait at most the busy timeout."""
-    parsed = parse_url(url)
+    parsed = parse_db_url(url)
     kwargs: dict[str, Any] = {}
     if parsed.get_backend_name() == "postgresql":
         # `options` is a libpq startup parameter: no statement, no transaction on connect.
