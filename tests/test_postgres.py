@@ -174,3 +174,19 @@ def test_issue16_item2_missing_database_is_exit_4_without_the_password(
     assert result.exit_code == 4, result.output
     assert SECRET not in result.output
     assert result.output.count("\n") == 1
+
+
+@pytestmark_pg
+def test_issue16_item1_worker_clock_follows_the_server_on_a_skewed_host(
+    home: Path, pg: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ledger.store.engine as engine
+
+    day = 86_400_000
+    real = engine.now_ms
+    monkeypatch.setattr(engine, "now_ms", lambda: real() + day)  # this host runs a day fast
+    led = _open(home, pg)
+    res = led.reserve("s1", "alpha/small", input_bytes=10)
+    # the clock the worker times calls with is on the server's line: the deadline is ahead of it
+    assert res.created_ms - 5_000 <= led.db.clock_fn() <= res.deadline_ms
+    led.close()

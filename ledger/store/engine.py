@@ -144,7 +144,8 @@ class Database:
         self.busy_timeout_ms = busy_timeout_ms
         # PostgreSQL: the server's clock unless a clock is handed in (tests); SQLite: this host's.
         self.server_clock = clock_fn is None and not self.is_sqlite
-        self.clock_fn = clock_fn or now_ms
+        self.server_offset_ms = 0  # server clock - this host's, as last seen in a transaction
+        self.clock_fn = clock_fn or (self._server_aligned_now if self.server_clock else now_ms)
         self.journal_mode = journal_mode or chosen_journal_mode()
         # Pooled connections: PRAGMAs and SQLite's schema parse happen once per connection, not
         # once per transaction. A connection never crosses a fork (see _on_checkout).
@@ -236,7 +237,16 @@ class Database:
         return max(self._wall(conn), int(newest or 0))
 
     def _wall(self, conn: Connection) -> int:
-        return dialects.server_now_ms(conn) if self.server_clock else int(self.clock_fn())
+        if not self.server_clock:
+            return int(self.clock_fn())
+        server = dialects.server_now_ms(conn)
+        self.server_offset_ms = server - now_ms()
+        return server
+
+    def _server_aligned_now(self) -> int:
+        """This host's clock moved onto the server's time line (workers time calls against
+        deadlines the server stamped, so a skewed host neither cuts nor stretches them)."""
+        return now_ms() + self.server_offset_ms
 
     def dispose(self) -> None:
         """Close pooled connections."""
