@@ -181,10 +181,10 @@ def test_issue16_item1_worker_clock_follows_the_server_on_a_skewed_host(
     home: Path, pg: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import ledger.store.engine as engine
+    from ledger.clock import now_ms
 
     day = 86_400_000
-    real = engine.now_ms
-    monkeypatch.setattr(engine, "now_ms", lambda: real() + day)  # this host runs a day fast
+    monkeypatch.setattr(engine, "now_ms", lambda: now_ms() + day)  # this host runs a day fast
     led = _open(home, pg)
     res = led.reserve("s1", "alpha/small", input_bytes=10)
     # the clock the worker times calls with is on the server's line: the deadline is ahead of it
