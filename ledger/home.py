@@ -11,14 +11,10 @@ from pathlib import Path
 from sqlalchemy import exc
 from sqlalchemy.engine import URL, make_url
 
-from ledger.errors import UsageError
+from ledger.errors import BadDatabaseUrlError, UsageError
 
 DB_FILE = "ledger.db"
 SUPPORTED_BACKENDS = frozenset({"sqlite", "postgresql"})
-
-
-class BadDatabaseUrlError(UsageError):
-    """the database URL is not a supported SQLite path or postgresql+psycopg:// URL"""
 
 
 def parse_db_url(url: str) -> URL:

@@ -16,28 +16,22 @@ from typing import Any
 from sqlalchemy import Connection, Engine, create_engine, exc
 
 from ledger.errors import (
+    BadDatabaseUrlError,
     BusyError,
+    DatabaseUnreachableError,
     LedgerError,
+    MissingDriverError,
     ReadOnlyError,
     StorageFullError,
     StoreError,
-    UsageError,
 )
-from ledger.home import BadDatabaseUrlError, parse_db_url
+from ledger.home import parse_db_url
 
 # One key for every writer of one ledger database (advisory locks are scoped to a database).
 LEDGER_LOCK_KEY = 0x6C6564676572  # "ledger"
 _LOCK = f"SELECT pg_advisory_xact_lock({LEDGER_LOCK_KEY})"
 _SERVER_NOW = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 _READ_SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"
-
-
-class DatabaseUnreachableError(StoreError):
-    """the database server cannot be reached or refused the connection; nothing was written"""
-
-
-class MissingDriverError(UsageError):
-    """PostgreSQL needs the psycopg driver: pip install 'ledger[postgres]'"""
 
 
 def make_engine(url: str, busy_timeout_ms: int) -> Engine:
