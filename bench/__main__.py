@@ -13,7 +13,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from bench import contention, cycle, growth, report, selection, worker_overhead
+from bench import contention, cycle, fleet, growth, report, selection, worker_overhead
 from bench.common import Row, Settings
 
 FIGURES: dict[str, Callable[[Path, Settings], list[Row]]] = {
@@ -22,6 +22,7 @@ FIGURES: dict[str, Callable[[Path, Settings], list[Row]]] = {
     "selection": selection.run,
     "growth": growth.run,
     "worker": worker_overhead.run,
+    "fleet": fleet.run,
 }
 
 

@@ -155,10 +155,16 @@ def make_home(root: Path, name: str) -> Path:
     return home
 
 
-def open_ledger(home: Path, policy: Policy | None = None, catalog: Catalog | None = None) -> Ledger:
-    """Open (and on first use create) a ledger in `home` with bench policy and catalog."""
+def open_ledger(
+    home: Path,
+    policy: Policy | None = None,
+    catalog: Catalog | None = None,
+    db: str | None = None,
+) -> Ledger:
+    """Open (and on first use create) a ledger in `home` with bench policy and catalog; `db` is
+    a database URL (PostgreSQL for the fleet figure), else ledger.db in `home`."""
     return Ledger.open(
-        home, policy=policy or bench_policy(), catalog=catalog or bench_catalog(), env={}
+        home, db, policy=policy or bench_policy(), catalog=catalog or bench_catalog(), env={}
     )
 
 

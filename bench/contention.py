@@ -20,9 +20,11 @@ QUICK_COUNTS = (1, 2)
 TARGET = 0.8
 
 
-def _child(home: str, tag: str, barrier: Barrier, seconds: float, out: Queue[Any]) -> None:
+def _child(
+    home: str, tag: str, barrier: Barrier, seconds: float, out: Queue[Any], db: str | None = None
+) -> None:
     """Run cycles for `seconds` after everyone is ready; report cycles and reserve latencies."""
-    ledger = open_ledger(Path(home))
+    ledger = open_ledger(Path(home), db=db)
     latencies: list[float] = []
     from ledger.records import Success
 
@@ -43,12 +45,18 @@ def _child(home: str, tag: str, barrier: Barrier, seconds: float, out: Queue[Any
     out.put((i, latencies))
 
 
-def _round(home: Path, procs: int, seconds: float, tag: str) -> tuple[float, list[float]]:
+def run_round(
+    home: Path, procs: int, seconds: float, tag: str, db: str | None = None
+) -> tuple[float, list[float]]:
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(procs)
     out: Queue[Any] = ctx.Queue()
     children = [
-        ctx.Process(target=_child, args=(str(home), f"{tag}-p{n}", barrier, seconds, out))
+        ctx.Process(
+            target=_child,
+            args=(str(home), f"{tag}-p{n}", barrier, seconds, out),
+            kwargs={"db": db},
+        )
         for n in range(procs)
     ]
     for child in children:
@@ -61,7 +69,7 @@ def _round(home: Path, procs: int, seconds: float, tag: str) -> tuple[float, lis
     return cycles / seconds, latencies
 
 
-def _percentile(values: list[float], q: float) -> float:
+def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
@@ -76,12 +84,12 @@ def run(root: Path, settings: Settings) -> list[Row]:
     runs = 1 if settings.quick else max(1, settings.runs // 2)
     for r in range(runs):
         for n in counts:
-            rate, latencies = _round(home, n, settings.contention_s, f"r{r}n{n}")
+            rate, latencies = run_round(home, n, settings.contention_s, f"r{r}n{n}")
             rates[n].append(rate)
             lats[n].extend(latencies)
     rows: list[Row] = []
     for n in counts:
-        p50, p99 = _percentile(lats[n], 0.5), _percentile(lats[n], 0.99)
+        p50, p99 = percentile(lats[n], 0.5), percentile(lats[n], 0.99)
         rstats = Stats.of(rates[n])
         if n == 1:
             rows.append(

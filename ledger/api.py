@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 
 from ledger.budgets import ceiling_micro
 from ledger.catalog import Catalog, Model, load_catalog
-from ledger.clock import now_ms
 from ledger.config import Policy, load_policy
 from ledger.db_target import check_db_target
 from ledger.errors import NotFoundError, UsageError
@@ -76,7 +75,7 @@ class Ledger:
         policy: Policy | None = None,
         catalog: Catalog | None = None,
         env: Mapping[str, str] | None = None,
-        clock: Callable[[], int] = now_ms,
+        clock: Callable[[], int] | None = None,
         jitter: Callable[[], float] = random.random,
         create: bool = True,
     ) -> Ledger:

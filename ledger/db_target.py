@@ -10,11 +10,8 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError
-
-from ledger.errors import StoreError, UsageError
-from ledger.home import sqlite_file
+from ledger.errors import MissingDriverError, StoreError, UsageError
+from ledger.home import parse_db_url, sqlite_file
 
 
 class NoLedgerError(StoreError):
@@ -26,17 +23,12 @@ class NotAFileError(StoreError):
 
 
 def check_db_url(url: str) -> None:
-    """Refuse a URL whose backend is unknown or whose driver is not installed (exit 2)."""
+    """Refuse a URL whose backend is unsupported or whose driver is not installed (exit 2)."""
+    parsed = parse_db_url(url)  # BadDatabaseUrlError: unsupported, malformed (never echoed)
     try:
-        dialect = make_url(url).get_dialect()
-    except NoSuchModuleError as exc:  # a subclass of ArgumentError: caught first
-        raise UsageError("--db: unknown database backend") from exc
-    except ArgumentError as exc:
-        raise UsageError("--db: not a file path or an SQLAlchemy URL") from exc
-    try:
-        dialect.import_dbapi()
+        parsed.get_dialect().import_dbapi()
     except ImportError as exc:
-        raise UsageError("--db: the driver for this database backend is not installed") from exc
+        raise MissingDriverError() from exc
 
 
 def check_db_target(url: str, *, create: bool, home: Path | None = None) -> None:

@@ -80,3 +80,15 @@ class StorageFullError(StoreError):
 
 class ReadOnlyError(StoreError):
     """the database or its directory is read-only; nothing was written"""
+
+
+class BadDatabaseUrlError(UsageError):
+    """the database URL is not a supported SQLite path or postgresql+psycopg:// URL"""
+
+
+class MissingDriverError(UsageError):
+    """PostgreSQL needs the psycopg driver: pip install 'ledger[postgres]'"""
+
+
+class DatabaseUnreachableError(StoreError):
+    """the database server cannot be reached or refused the connection; nothing was written"""

@@ -8,11 +8,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy.engine import make_url
+from sqlalchemy import exc
+from sqlalchemy.engine import URL, make_url
 
-from ledger.errors import UsageError
+from ledger.errors import BadDatabaseUrlError, UsageError
 
 DB_FILE = "ledger.db"
+SUPPORTED_BACKENDS = frozenset({"sqlite", "postgresql"})
+
+
+def parse_db_url(url: str) -> URL:
+    """The URL of a supported backend (R-HOME-2), or a usage error that never repeats the URL."""
+    try:
+        parsed = make_url(url)
+        backend, driver = parsed.get_backend_name(), parsed.get_driver_name()
+    except (exc.ArgumentError, ValueError) as error:
+        raise BadDatabaseUrlError() from error
+    if backend not in SUPPORTED_BACKENDS or (backend == "postgresql" and driver != "psycopg"):
+        raise BadDatabaseUrlError()
+    return parsed
 
 
 @dataclass(frozen=True)
@@ -30,7 +44,7 @@ class StateDir:
 
 def sqlite_file(url: str) -> Path | None:
     """The file behind a SQLite URL; None for other backends, memory and `file:` URIs."""
-    parsed = make_url(url)
+    parsed = parse_db_url(url)
     name = parsed.database
     if parsed.get_backend_name() != "sqlite" or not name or ":memory:" in name:
         return None
@@ -106,4 +120,6 @@ def secure_file(path: Path) -> None:
 def state_dir(home: str | None, db: str | None) -> StateDir:
     """Resolve the state directory and database URL for this process."""
     path = resolve_home(home)
-    return StateDir(path=path, db_url=resolve_db_url(path, db))
+    url = resolve_db_url(path, db)
+    parse_db_url(url)  # a bad --db / $LEDGER_DB is one line and exit 2 before anything opens
+    return StateDir(path=path, db_url=url)

@@ -196,6 +196,7 @@ def status_document(
             for n in data.notices
         ],
         "store": {
+            "backend": data.backend,
             "sqlite_version": data.sqlite_version,
             "journal_mode": data.journal_mode,
             "journal_mode_chosen": data.journal_mode_chosen,

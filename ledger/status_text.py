@@ -328,7 +328,9 @@ def _store_lines(doc: dict[str, Any], width: int) -> list[str]:
         _heading("store", width),
         *_wrap(
             f"  SQLite {st['sqlite_version'] or 'n/a'}   journal {mode}   "
-            f"revision {st['revision'] or 'none'}",
+            f"revision {st['revision'] or 'none'}"
+            if st["backend"] == "sqlite"
+            else f"  {st['backend']}   revision {st['revision'] or 'none'}",
             width,
         ),
         *_wrap(f"  policy writers (24 h)  {writers or 'none'}", width, 24),

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, settings
 from ledger.api import Ledger
 from ledger.catalog import Catalog
 from ledger.config import Policy
+from tests.backends import fresh_pg_database
 
 # CI machines are shared and noisy: hypothesis must judge behaviour, never speed. No per-example
 # deadline and no "too slow" health check; example counts are set per test.
@@ -89,7 +90,8 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def home(tmp_path: Path) -> Path:
+def home(tmp_path: Path, ledger_db: str | None) -> Path:
+    """A state directory with the test catalog (its database: the `ledger_db` backend)."""
     path = tmp_path / "state"
     path.mkdir(mode=0o700)
     (path / "catalog.json").write_text(json.dumps(TEST_CATALOG))
@@ -102,6 +104,22 @@ def write_policy(home: Path, **keys: Any) -> None:
 
 
 LedgerFactory = Callable[..., Ledger]
+
+
+@pytest.fixture
+def ledger_db(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str | None]:
+    """The backend under test: None for SQLite (the default), else a fresh PostgreSQL database's
+    URL, exported as $LEDGER_DB so the library and the CLI in this process both use it.
+    Parametrize with `pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)`."""
+    if getattr(request, "param", "sqlite") == "sqlite":
+        monkeypatch.delenv("LEDGER_DB", raising=False)
+        yield None
+        return
+    with fresh_pg_database() as url:
+        monkeypatch.setenv("LEDGER_DB", url)
+        yield url
 
 
 @pytest.fixture

@@ -52,9 +52,10 @@ def write_home(home: Path, catalog: dict[str, Any], **policy: Any) -> None:
     (home / "recovery.json").write_text(json.dumps(policy))
 
 
-def open_ledger(home: str) -> Ledger:
-    """Open the ledger as a worker would: policy and catalog from the state directory."""
-    return Ledger.open(home, env={})
+def open_ledger(home: str, db: str | None = None) -> Ledger:
+    """Open the ledger as a worker would: policy and catalog from the state directory, the
+    database from `--db` when given (the PostgreSQL contract cases), else ledger.db."""
+    return Ledger.open(home, db, env={})
 
 
 def break_transaction_scope(delay_s: float) -> None:
@@ -77,7 +78,13 @@ def break_transaction_scope(delay_s: float) -> None:
 
 
 def race_worker(
-    home: str, barrier: BarrierLike, tag: int, attempts: int, broken: bool, out: QueueLike
+    home: str,
+    barrier: BarrierLike,
+    tag: int,
+    attempts: int,
+    broken: bool,
+    out: QueueLike,
+    db: str | None = None,
 ) -> None:
     """Reserve `attempts` times on distinct sources once every racer is ready; report the result."""
     granted: list[int] = []
@@ -86,7 +93,7 @@ def race_worker(
     try:
         if broken:
             break_transaction_scope(0.02)
-        led = open_ledger(home)
+        led = open_ledger(home, db)
         barrier.wait(timeout=120)
         for i in range(attempts):
             try:
@@ -125,6 +132,7 @@ def contention_worker(
     sources: list[str],
     models: list[str],
     out: QueueLike,
+    db: str | None = None,
 ) -> None:
     """Mix reserves and settles (some immediate, some later) over shared sources and models."""
     rng = random.Random(seed)
@@ -133,7 +141,7 @@ def contention_worker(
     errors: list[str] = []
     settled = 0
     try:
-        led = open_ledger(home)
+        led = open_ledger(home, db)
         reply = led.policy.reply_tokens
         open_ids: list[tuple[int, int]] = []
         barrier.wait(timeout=120)
@@ -165,13 +173,13 @@ def contention_worker(
              "settled": settled})
 
 
-def crash_child(home: str, round_no: int, acks: Connection) -> None:
+def crash_child(home: str, round_no: int, acks: Connection, db: str | None = None) -> None:
     """Reserve and settle forever with request ids, acknowledging each commit; killed by the parent.
 
     Messages: ("intent", request_id, source, model) before a reserve, ("reserved", request_id,
     id) after its commit, ("settled", id) after a settle commits; each is one small pipe write.
     """
-    led = open_ledger(home)
+    led = open_ledger(home, db)
     rng = random.Random(round_no)
     models = ("alpha/small", "beta/mid")
     i = 0

@@ -5,6 +5,7 @@ No timing assertions: speed targets live in the benchmark, never in tests.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -23,4 +24,7 @@ def test_bench_quick_mode_runs_and_writes_a_table(tmp_path: Path) -> None:
     assert "SQLite" in text
     assert "journal mode" in text
     assert "failed" not in text
+    if os.environ.get("LEDGER_TEST_PG_URL"):  # issue 16: PostgreSQL beside SQLite
+        assert "fleet cycle: PostgreSQL / SQLite" in text
+        assert "fleet contention: PostgreSQL / SQLite (2 processes)" in text
     assert not list(tmp_path.glob("ledger-bench-*")), "scratch databases are removed"

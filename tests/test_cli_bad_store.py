@@ -45,8 +45,9 @@ def tree(path: Path) -> list[str]:
 @pytest.mark.parametrize(
     ("url", "rule"),
     [
-        (f"nosuchdialect://user:{SECRET}@host/db", "unknown database backend"),
-        (f"mysql://user:{SECRET}@host/db", "driver for this database backend is not installed"),
+        (f"nosuchdialect://user:{SECRET}@host/db", "not a supported SQLite path"),
+        (f"mysql://user:{SECRET}@host/db", "not a supported SQLite path"),
+        (f"postgresql+asyncpg://user:{SECRET}@host/db", "not a supported SQLite path"),
     ],
 )
 @pytest.mark.parametrize("args", [("status",), ("source", "add", "s1"), ("db", "upgrade")])

@@ -18,11 +18,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ledger.api import Ledger
+from tests.backends import BACKENDS, db_url, rows
 from tests.conftest import TEST_CATALOG
 from tests.procs import crash_child, write_home
 
 ROUNDS = 120
+
+# The contract suite (R-DB-7): the kill loop runs on SQLite and on PostgreSQL.
+pytestmark = pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
 
 
 def _messages(reader: Any) -> list[tuple[Any, ...]]:
@@ -49,10 +55,24 @@ def _kill_at_random(proc: Any, reader: Any, rng: random.Random) -> list[tuple[An
     return seen + _messages(reader)
 
 
-def test_spec_15_kill_9_never_loses_a_committed_reservation(tmp_path: Path) -> None:
+def _stored(url: str) -> tuple[dict[str, int], set[int]]:
+    """Request id -> reservation id, and the ids still open or expired, read from the database."""
+    if url.startswith("sqlite"):  # a hot journal is rolled back here; the file must be sound
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+            assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    by_request = {r[0]: r[1] for r in rows(url, "SELECT request_id, id FROM reservations")}
+    open_ids = {r[0] for r in rows(
+        url, "SELECT id FROM reservations WHERE status IN ('open', 'expired')")}
+    return by_request, open_ids
+
+
+def test_spec_15_kill_9_never_loses_a_committed_reservation(
+    tmp_path: Path, ledger_db: str | None
+) -> None:
     home = tmp_path / "state"
     write_home(home, TEST_CATALOG, callsPerHour=1_000_000, sourceCalls=1_000)
-    parent = Ledger.open(home, env={})
+    parent = Ledger.open(home, ledger_db, env={})
+    url = db_url(home, ledger_db)
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["tests.procs"])
     rng = random.Random(20270115)
@@ -62,17 +82,15 @@ def test_spec_15_kill_9_never_loses_a_committed_reservation(tmp_path: Path) -> N
     started = time.monotonic()
     for round_no in range(ROUNDS):
         reader, writer = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=crash_child, args=(str(home), round_no, writer))
+        proc = ctx.Process(
+            target=crash_child, args=(str(home), round_no, writer), kwargs={"db": ledger_db}
+        )
         proc.start()
         writer.close()
         messages = _kill_at_random(proc, reader, rng)
         reader.close()
 
-        with sqlite3.connect(home / "ledger.db") as conn:  # a hot journal is rolled back here
-            assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
-            rows = dict(conn.execute("SELECT request_id, id FROM reservations").fetchall())
-            open_ids = {r[0] for r in conn.execute(
-                "SELECT id FROM reservations WHERE status IN ('open', 'expired')")}
+        stored, open_ids = _stored(url)
         pending: tuple[str, str, str] | None = None
         for message in messages:
             if message[0] == "intent":
@@ -84,23 +102,22 @@ def test_spec_15_kill_9_never_loses_a_committed_reservation(tmp_path: Path) -> N
             else:
                 assert message[1] not in open_ids  # an acknowledged settle stuck
         # every acknowledged reservation is present once, under its own request id
-        assert {rid: rows.get(rid) for rid in acked} == acked
+        assert {rid: stored.get(rid) for rid in acked} == acked
         # no row appears that no caller asked for
-        assert set(rows) <= intents
+        assert set(stored) <= intents
         if pending is not None:
             request_id, source, model = pending
             again = parent.reserve(source, model, request_id=request_id)
-            if request_id in rows:  # committed, never acknowledged: R-RES-10a recovers it
+            if request_id in stored:  # committed, never acknowledged: R-RES-10a recovers it
                 assert again.replayed
-                assert again.id == rows[request_id]
+                assert again.id == stored[request_id]
                 recovered += 1
             else:
                 assert not again.replayed
                 replayed_new += 1
             acked[request_id] = again.id
     elapsed = time.monotonic() - started
-    with sqlite3.connect(home / "ledger.db") as conn:
-        total = conn.execute("SELECT count(*) FROM reservations").fetchone()[0]
+    total = rows(url, "SELECT count(*) FROM reservations")[0][0]
     parent.close()
     assert total == len(acked)  # nothing lost, nothing counted twice
     assert recovered >= 1, "no kill landed between a commit and its acknowledgement"

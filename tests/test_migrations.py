@@ -15,6 +15,7 @@ from ledger.cli.main import _register, cli
 from ledger.errors import SchemaTooOldError, UnreadableDatabaseError
 from ledger.store import Database, migrate
 from ledger.store.schema import metadata
+from tests.backends import BACKENDS
 
 _register()
 
@@ -27,16 +28,21 @@ def test_r_db_1_single_head() -> None:
     assert len(migrate.script().get_heads()) == 1
 
 
-def test_r_db_1_base_to_head_then_no_autogenerate_drift(tmp_path: Path) -> None:
-    db = _db(tmp_path / "l.db")
+@pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
+def test_r_db_1_base_to_head_then_no_autogenerate_drift(
+    tmp_path: Path, ledger_db: str | None
+) -> None:
+    db = Database(ledger_db) if ledger_db else _db(tmp_path / "l.db")
     assert migrate.open_checked(db) == migrate.head_revision()
     with db.engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), metadata)
+    db.dispose()
     assert diff == []
 
 
-def test_r_db_1_down_and_up_through_every_revision(tmp_path: Path) -> None:
-    db = _db(tmp_path / "l.db")
+@pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
+def test_r_db_1_down_and_up_through_every_revision(tmp_path: Path, ledger_db: str | None) -> None:
+    db = Database(ledger_db) if ledger_db else _db(tmp_path / "l.db")
     migrate.open_checked(db)
     revisions = [r.revision for r in migrate.script().walk_revisions()]  # head first
     for rev in revisions[1:]:
@@ -47,7 +53,9 @@ def test_r_db_1_down_and_up_through_every_revision(tmp_path: Path) -> None:
     migrate.upgrade(db)
     assert migrate.current_revision(db) == migrate.head_revision()
     with db.engine.connect() as conn:
-        assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+        diff = compare_metadata(MigrationContext.configure(conn), metadata)
+    db.dispose()
+    assert diff == []
 
 
 def test_r_db_4_new_database_created_at_head_with_0600(tmp_path: Path) -> None:
@@ -186,3 +194,24 @@ def test_issue12_item6_0003b_adds_follow_up_columns_and_keeps_data(tmp_path: Pat
     assert "follow_up" not in columns
     assert "after_id" not in columns
     assert kept == [(1, "failed", 7)]
+SQLITE_SCHEMA_0002 = Path(__file__).with_name("sqlite_schema_0002.sql")
+
+
+def _sqlite_schema(path: Path) -> str:
+    with sqlite3.connect(path) as raw:
+        found = raw.execute(
+            "SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY type, name"
+        ).fetchall()
+    return "\n".join(f"-- {kind} {name}\n{sql};\n" for kind, name, sql in found)
+
+
+def test_issue16_item1_portable_revisions_leave_the_sqlite_schema_byte_identical(
+    tmp_path: Path,
+) -> None:
+    # Revisions 0001/0002 became dialect-neutral for PostgreSQL (boolean defaults); SQLite must
+    # get exactly the DDL it got before (the file was written by the revisions before the change).
+    path = tmp_path / "l.db"
+    db = _db(path)
+    migrate.upgrade(db, "0002")
+    db.dispose()
+    assert _sqlite_schema(path) == SQLITE_SCHEMA_0002.read_text()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -14,7 +12,12 @@ from ledger.errors import Refused, UsageError
 from ledger.kinds import CooldownScope, FailureKind
 from ledger.records import Cancelled, Failed, Success
 from ledger.store.views import cooldown_list, source_detail
+from tests.backends import BACKENDS
+from tests.backends import rows as stored
 from tests.conftest import Clock, LedgerFactory
+
+# The contract suite (R-DB-7): every case here runs on SQLite and on PostgreSQL.
+pytestmark = pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
 
 MIN = 60_000
 
@@ -185,10 +188,7 @@ def test_r_diag_4_notices_deduplicated_across_restarts(
     again = make_ledger(sourceCalls=10, sourceTimeMs=10_000_000)  # a "restart"
     again.settle(again.reserve("s2", "beta/mid").id, Success())  # unrelated success
     again.settle(again.reserve("s1", "alpha/small").id, Failed(classify_kind("unknown")))
-    path = again.state.db_path
-    assert path is not None
-    with sqlite3.connect(path) as raw:
-        rows = raw.execute("SELECT category, count FROM notices ORDER BY id").fetchall()
+    rows = stored(again.db.url, "SELECT category, count FROM notices ORDER BY id")
     assert rows == [("failure", 3)]
 
 
@@ -204,10 +204,7 @@ def test_r_diag_4_one_fallback_notice_per_pair_per_hour(
         led.settle(led.reserve(sid, "alpha/small").id, Success())  # fallback_from must be used
         res = led.reserve(sid, "beta/mid", role=AttemptRole.FALLBACK, fallback_from="alpha/small")
         led.settle(res.id, Success())
-    path = led.state.db_path
-    assert path is not None
-    with sqlite3.connect(path) as raw:
-        rows = raw.execute("SELECT category, count FROM notices ORDER BY id").fetchall()
+    rows = stored(led.db.url, "SELECT category, count FROM notices ORDER BY id")
     assert rows == [("fallback", 3), ("fallback", 1)]
 
 
@@ -232,10 +229,15 @@ OUTCOMES = st.sampled_from(
 )
 @given(steps=st.lists(st.tuples(OUTCOMES, st.integers(0, 3 * 3_600_000)), max_size=12))
 def test_r_pol_no_outcome_sequence_lets_a_source_exceed_its_caps(
-    tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[tuple[str, object], int]]
+    tmp_path_factory: pytest.TempPathFactory,
+    ledger_db: str | None,
+    steps: list[tuple[tuple[str, object], int]],
 ) -> None:
     from ledger.catalog import Catalog
     from tests.conftest import TEST_CATALOG
+
+    if ledger_db is not None:  # every example needs a fresh ledger: one SQLite file each
+        pytest.skip("a per-example property; the scenarios above cover PostgreSQL")
 
     home = tmp_path_factory.mktemp("caps")
     clock = Clock()
@@ -365,12 +367,9 @@ def test_issue12_item14_failure_notices_never_misstate_subkind_or_model(
         cls = classify_stop_reason(stop) if stop else classify_kind("invalid_output", "json")
         assert cls is not None
         led.settle(res.id, Failed(cls))
-    path = led.state.db_path
-    assert path is not None
-    with sqlite3.connect(path) as raw:
-        rows = raw.execute(
-            "SELECT message, count FROM notices WHERE category = 'failure' ORDER BY id"
-        ).fetchall()
+    rows = stored(
+        led.db.url, "SELECT message, count FROM notices WHERE category = 'failure' ORDER BY id"
+    )
     assert rows == [
         ("invalid_output (length_stop) on alpha/small", 2),
         ("invalid_output (reported) on beta/mid", 1),

@@ -21,7 +21,9 @@ def _database(app: AppContext, create: bool = True) -> Database:
     if create:
         ensure_home(app.state.path)
     policy = load_policy(app.state.path)
-    return Database(app.state.db_url, busy_timeout_ms=policy.busy_timeout_ms)
+    db = Database(app.state.db_url, busy_timeout_ms=policy.busy_timeout_ms)
+    click.get_current_context().call_on_close(db.dispose)
+    return db
 
 
 @click.group("db")

@@ -55,6 +55,12 @@ class AppContext:
                 )
         return self._ledger
 
+    def close(self) -> None:
+        """Release the ledger's database connections (a server backend keeps sockets open)."""
+        if self._ledger is not None:
+            self._ledger.close()
+            self._ledger = None
+
 
 pass_app = click.make_pass_decorator(AppContext)
 
@@ -169,6 +175,7 @@ class LedgerGroup(click.Group):
 def cli(ctx: click.Context, home: str | None, db: str | None, debug: bool) -> None:
     """ledger: budgets, cooldowns and recovery for background LLM jobs."""
     ctx.obj = AppContext(home, db, debug)
+    ctx.call_on_close(ctx.obj.close)
 
 
 def _register() -> None:

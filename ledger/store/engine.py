@@ -23,7 +23,6 @@ from sqlalchemy import (
     Engine,
     bindparam,
     case,
-    create_engine,
     event,
     exc,
     insert,
@@ -40,6 +39,7 @@ from ledger.errors import (
     StoreError,
     UnreadableDatabaseError,
 )
+from ledger.store import dialects
 from ledger.store.schema import clock
 
 NETWORK_FILESYSTEMS = frozenset(
@@ -93,6 +93,9 @@ def network_filesystem(path: Path, mounts_file: Path = Path("/proc/mounts")) -> 
 
 def translate(error: BaseException) -> LedgerError:
     """Map a driver error to the ledger's fixed-message errors (never the driver's text)."""
+    backend_error = dialects.translate_postgres(error)
+    if backend_error is not None:
+        return backend_error
     text = str(getattr(error, "orig", error)).lower()
     if "locked" in text or "busy" in text:
         return BusyError()
@@ -133,23 +136,28 @@ class Database:
         url: str,
         *,
         busy_timeout_ms: int = 10_000,
-        clock_fn: Callable[[], int] = now_ms,
+        clock_fn: Callable[[], int] | None = None,
         journal_mode: str | None = None,
     ) -> None:
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
         self.busy_timeout_ms = busy_timeout_ms
-        self.clock_fn = clock_fn
+        # PostgreSQL: the server's clock unless a clock is handed in (tests); SQLite: this host's.
+        self.server_clock = clock_fn is None and not self.is_sqlite
+        self.server_offset_ms = 0  # server clock - this host's, as last seen in a transaction
+        self.clock_fn = clock_fn or (self._server_aligned_now if self.server_clock else now_ms)
         self.journal_mode = journal_mode or chosen_journal_mode()
         # Pooled connections: PRAGMAs and SQLite's schema parse happen once per connection, not
         # once per transaction. A connection never crosses a fork (see _on_checkout).
-        self.engine: Engine = create_engine(url)
+        self.engine: Engine = dialects.make_engine(url, busy_timeout_ms)
         self._returning = bool(getattr(self.engine.dialect, "update_returning", False))
         event.listen(self.engine, "connect", self._on_connect_record_pid)
         event.listen(self.engine, "checkout", self._on_checkout)
         if self.is_sqlite:
             event.listen(self.engine, "connect", self._on_connect)
             event.listen(self.engine, "begin", self._on_begin)
+        else:
+            event.listen(self.engine, "begin", dialects.postgres_begin)
 
     @staticmethod
     def _on_connect_record_pid(_dbapi_conn: Any, record: Any) -> None:
@@ -209,7 +217,7 @@ class Database:
 
     def _ledger_now(self, conn: Connection) -> int:
         """max(wall clock, newest stored time), stored back so time never moves backwards."""
-        wall = int(self.clock_fn())
+        wall = self._wall(conn)
         if self._returning:
             newest = conn.execute(_ADVANCE_CLOCK, {"wall": wall}).scalar()
             if newest is not None:
@@ -226,7 +234,19 @@ class Database:
     def read_now(self, conn: Connection) -> int:
         """Ledger time for a read path (never before the newest stored time; writes nothing)."""
         newest = conn.execute(_READ_CLOCK).scalar()
-        return max(int(self.clock_fn()), int(newest or 0))
+        return max(self._wall(conn), int(newest or 0))
+
+    def _wall(self, conn: Connection) -> int:
+        if not self.server_clock:
+            return int(self.clock_fn())
+        server = dialects.server_now_ms(conn)
+        self.server_offset_ms = server - now_ms()
+        return server
+
+    def _server_aligned_now(self) -> int:
+        """This host's clock moved onto the server's time line (workers time calls against
+        deadlines the server stamped, so a skewed host neither cuts nor stretches them)."""
+        return now_ms() + self.server_offset_ms
 
     def dispose(self) -> None:
         """Close pooled connections."""

@@ -141,6 +141,8 @@ def _upgrade_in_txn(db: Database, target: str = "head") -> None:
 
 
 def _record_meta(conn: Connection, db: Database) -> None:
+    if not db.is_sqlite:  # journal mode and library version are SQLite facts
+        return
     values = {"journal_mode": db.journal_mode, "sqlite_version": sqlite3.sqlite_version}
     for key, value in values.items():
         conn.execute(meta.delete().where(meta.c.key == key))

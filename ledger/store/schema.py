@@ -16,6 +16,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
+    false,
     text,
 )
 
@@ -30,6 +31,8 @@ NAMING = {
 metadata = MetaData(naming_convention=NAMING)
 
 ZERO = text("0")
+# Renders `0` on SQLite (as before) and `false` on PostgreSQL, whose booleans reject `0`.
+FALSE = false()
 
 meta = Table(
     "meta",
@@ -53,7 +56,7 @@ sources = Table(
     Column("id", String(200), primary_key=True),
     Column("payload_ref", String(1000), nullable=True),
     Column("state", String(16), nullable=False),
-    Column("in_queue", Boolean, nullable=False, server_default=ZERO),
+    Column("in_queue", Boolean, nullable=False, server_default=FALSE),
     Column("created_ms", BigInteger, nullable=False),
     Column("last_checked_ms", BigInteger, nullable=False),
     Column("retry_at_ms", BigInteger, nullable=True),
@@ -62,7 +65,7 @@ sources = Table(
     Column("failures", Integer, nullable=False, server_default=ZERO),
     Column("output_failures", Integer, nullable=False, server_default=ZERO),
     Column("backoff_steps", Integer, nullable=False, server_default=ZERO),
-    Column("correction_used", Boolean, nullable=False, server_default=ZERO),
+    Column("correction_used", Boolean, nullable=False, server_default=FALSE),
     Column("correction_reason", String(64), nullable=True),
     Column("pause_reason", String(100), nullable=True),
     Column("finished_ms", BigInteger, nullable=True),
@@ -101,8 +104,8 @@ reservations = Table(
     Column("kind", String(32), nullable=True),
     Column("subkind", String(64), nullable=True),
     Column("reason", String(64), nullable=True),
-    Column("late", Boolean, nullable=False, server_default=ZERO),
-    Column("side_effects", Boolean, nullable=False, server_default=ZERO),
+    Column("late", Boolean, nullable=False, server_default=FALSE),
+    Column("side_effects", Boolean, nullable=False, server_default=FALSE),
     Column("input_tokens", BigInteger, nullable=True),
     Column("output_tokens", BigInteger, nullable=True),
     Column("actual_micro", BigInteger, nullable=True),

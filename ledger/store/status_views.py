@@ -143,6 +143,7 @@ class StatusData:
     outcomes: list[ModelOutcome]
     notices: list[NoticeRow]
     writers: list[PolicyWriter]
+    backend: str
     sqlite_version: str | None
     journal_mode: str | None
     journal_mode_chosen: str | None
@@ -168,9 +169,10 @@ def status_data(db: Database, calls_per_hour: int) -> StatusData:
             outcomes=model_outcomes(conn, now),
             notices=recent_notices(conn),
             writers=[PolicyWriter(fp, last, n) for fp, last, n in policy_writers(conn, now)],
+            backend=db.engine.dialect.name,
             sqlite_version=sqlite3.sqlite_version if db.is_sqlite else None,
             journal_mode=_journal_mode(conn) if db.is_sqlite else None,
-            journal_mode_chosen=chosen,
+            journal_mode_chosen=chosen if db.is_sqlite else None,
             revision=read_revision(conn),  # a plain read: status never loads alembic
         )
 

@@ -1,0 +1,93 @@
+"""What differs between the ledger's backends (R-DB-7): engine creation, the write lock, the clock.
+
+SQLite serialises writers with `BEGIN IMMEDIATE` (see engine.py). PostgreSQL serialises them with
+one transaction-scoped advisory lock on a single ledger key, taken as the first statement of every
+write transaction, so check+insert is exact across hosts exactly as on SQLite (R-DB-2). Its ledger
+time is read from the database server with `clock_timestamp()` after that lock, so workers on hosts
+with skewed clocks stamp one time line (R-DB-3b). Reads run as one REPEATABLE READ snapshot, like
+SQLite's deferred read transaction. Errors are mapped by SQLSTATE, never by the server's text, and
+nothing shown repeats the URL (it may hold a password).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, exc
+
+from ledger.errors import (
+    BadDatabaseUrlError,
+    BusyError,
+    DatabaseUnreachableError,
+    LedgerError,
+    MissingDriverError,
+    ReadOnlyError,
+    StorageFullError,
+    StoreError,
+)
+from ledger.home import parse_db_url
+
+# One key for every writer of one ledger database (advisory locks are scoped to a database).
+LEDGER_LOCK_KEY = 0x6C6564676572  # "ledger"
+_LOCK = f"SELECT pg_advisory_xact_lock({LEDGER_LOCK_KEY})"
+_SERVER_NOW = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+_READ_SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"
+
+
+def make_engine(url: str, busy_timeout_ms: int) -> Engine:
+    """An engine for a supported URL; PostgreSQL writers wait at most the busy timeout."""
+    parsed = parse_db_url(url)
+    kwargs: dict[str, Any] = {}
+    if parsed.get_backend_name() == "postgresql":
+        # `options` is a libpq startup parameter: no statement, no transaction on connect.
+        given = parsed.query.get("options")
+        options = f"-c lock_timeout={int(busy_timeout_ms)}"
+        if isinstance(given, str) and given:
+            options = f"{given} {options}"
+        kwargs["connect_args"] = {"options": options}
+    try:
+        engine = create_engine(parsed, **kwargs)
+    except ImportError as error:
+        raise MissingDriverError() from error
+    except exc.ArgumentError as error:
+        raise BadDatabaseUrlError() from error
+    return engine
+
+
+def postgres_begin(conn: Connection) -> None:
+    """First statement of a PostgreSQL transaction: the ledger lock for writes, a snapshot else."""
+    if conn.get_execution_options().get("ledger_write"):
+        conn.exec_driver_sql(_LOCK)
+    else:
+        conn.exec_driver_sql(_READ_SNAPSHOT)
+
+
+def server_now_ms(conn: Connection) -> int:
+    """The PostgreSQL server's wall clock in UTC ms (read after the lock, R-DB-3b)."""
+    return int(conn.exec_driver_sql(_SERVER_NOW).scalar_one())
+
+
+# SQLSTATE classes and codes -> the ledger's fixed-message errors.
+_BUSY = {"55P03", "57014", "40001", "40P01"}  # lock timeout, cancelled, serialization, deadlock
+_FULL = {"53100", "53200", "54000"}  # disk full, out of memory, program limit
+_READ_ONLY = {"25006"}
+
+
+def translate_postgres(error: BaseException) -> LedgerError | None:
+    """A ledger error for a psycopg error, judged by SQLSTATE only; None when not PostgreSQL's."""
+    orig = getattr(error, "orig", error)
+    module = type(orig).__module__
+    if not module.startswith("psycopg"):
+        return None
+    state = str(getattr(orig, "sqlstate", None) or "")
+    if state in _BUSY:
+        return BusyError()
+    if state in _FULL:
+        return StorageFullError()
+    if state in _READ_ONLY:
+        return ReadOnlyError()
+    # 08: connection exceptions, 28: bad credentials, 3D: no such database, 57P: server shutting
+    # down; no SQLSTATE at all: libpq could not connect (refused, unknown host, no socket).
+    if not state or state[:2] in {"08", "28", "3D"} or state.startswith("57P"):
+        return DatabaseUnreachableError()
+    return StoreError("database error; nothing was written")
