@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from ledger.catalog import Catalog, Model, PriceTier, Provider
 from ledger.errors import UsageError
+from ledger.provider_urls import known_providers
 
 
 class SkipReason(StrEnum):
@@ -56,10 +57,6 @@ class _BadEntry(Exception):
 
 
 DOCUMENTATION_KEYS = frozenset({"sample_spec"})
-KNOWN_BASE_URLS: Mapping[str, str] = MappingProxyType(
-    {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
-)
-_API_BY_PROVIDER: Mapping[str, ApiName] = MappingProxyType({"anthropic": "anthropic-messages"})
 _TIER_KEY = re.compile(r"(input|output)_cost_per_token_above_([0-9]{1,9})(k|m)?_tokens")
 _MODALITY_FLAGS = (
     ("supports_vision", "image"),
@@ -95,11 +92,18 @@ def credential_env_for(provider: str) -> str:
 
 
 def provider_for(name: str) -> Provider:
-    """The default provider entry for an imported provider name."""
+    """The provider entry for an imported name: its known API and base URL, else none (issue 13).
+
+    A provider whose endpoint is not known gets no baseUrl: it is not offered (`no_base_url`)
+    until the user sets one, rather than defaulting to another provider's host.
+    """
+    known = known_providers().get(name)
+    anthropic = known is not None and known[0] == "anthropic-messages"
+    api: ApiName = "anthropic-messages" if anthropic else "openai-chat"
     return Provider(
         credential_env=credential_env_for(name),
-        api=_API_BY_PROVIDER.get(name, "openai-chat"),
-        base_url=KNOWN_BASE_URLS.get(name),
+        api=api,
+        base_url=known[1] if known else None,
     )
 
 

@@ -36,6 +36,7 @@ R = ExclusionReason
 # against the failed model's provider and, for backups, against the default model's provider.
 RULE_ORDER: tuple[ExclusionReason, ...] = (
     R.UNAVAILABLE,  # provider not available (R-CAT-2)
+    R.NO_BASE_URL,  # available but no baseUrl to call (issue 13): never defaulted to another host
     R.NO_TEXT,  # R-SEL-1
     R.DENIED_BY_ROUTE,  # R-SEL-9
     R.ALREADY_TRIED,  # tried in this queue item; the failed model always counts as tried
@@ -362,6 +363,7 @@ def select(
     confined = not policy.cross_provider_fallback
     listed = ctx.listed
     available = snapshot.available_providers
+    no_base_url = catalog.providers_without_base_url()
     denied = _denied(index, policy)
     provider_cooling, model_cooling = _active_cooldowns(snapshot)
     used = snapshot.source_models
@@ -377,6 +379,8 @@ def select(
         early: ExclusionReason | None = None
         if provider not in available:
             early = R.UNAVAILABLE
+        elif provider in no_base_url:
+            early = R.NO_BASE_URL
         elif not entry.text_capable:
             early = R.NO_TEXT
         elif key in denied:

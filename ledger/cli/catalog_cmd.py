@@ -99,7 +99,12 @@ def show(app: AppContext, as_json: bool) -> None:
     current: Catalog = run(as_json, lambda: load_catalog(home))
     available = current.available_providers(os.environ)
     providers = [
-        {"name": name, "api": p.api, "available": name in available}
+        {
+            "name": name,
+            "api": p.api,
+            "baseUrl": current.base_url(name),
+            "available": name in available,
+        }
         for name, p in current.providers.items()
     ]
     models = [_model_row(m) for m in current.models]
@@ -111,7 +116,10 @@ def show(app: AppContext, as_json: bool) -> None:
         return
     click.echo("providers:")
     for name, provider in current.providers.items():
-        click.echo(f"  {name}  api={provider.api}  available={_yes(name in available)}")
+        url = current.base_url(name) or "none (not offered: no_base_url)"
+        click.echo(
+            f"  {name}  api={provider.api}  baseUrl={url}  available={_yes(name in available)}"
+        )
     click.echo("models:")
     for model in current.models:
         click.echo(

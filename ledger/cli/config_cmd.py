@@ -25,6 +25,8 @@ def validate(app: AppContext, as_json: bool) -> None:
     policy = load_policy(app.state.path)
     catalog = load_catalog(app.state.path)
     warnings = inert_entries(policy, catalog)
+    # Issue 13: a provider with no baseUrl (and none known) is never called, so never offered.
+    no_base_url = sorted(catalog.providers_without_base_url())
     if as_json:
         emit_json(
             {
@@ -33,6 +35,7 @@ def validate(app: AppContext, as_json: bool) -> None:
                 "models": len(catalog.models),
                 "providers": len(catalog.providers),
                 "warnings": warnings,
+                "providers_without_base_url": no_base_url,
             }
         )
         return
@@ -42,6 +45,11 @@ def validate(app: AppContext, as_json: bool) -> None:
     )
     for warning in warnings:
         click.echo(f"warning: {warning}")
+    if no_base_url:
+        click.echo(
+            f"warning: {len(no_base_url)} providers have no baseUrl and none is known; "
+            f"their models are not offered (no_base_url): {', '.join(no_base_url)}"
+        )
 
 
 @config_group.command("schema")
