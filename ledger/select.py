@@ -9,6 +9,7 @@ reservation does, and it re-checks budgets and cooldowns in its own write transa
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -130,11 +131,17 @@ class Selection:
     excluded: tuple[Exclusion, ...]
     retry_at_ms: int | None
 
+    def excluded_by_reason(self) -> dict[str, int]:
+        """How many models each reason excluded, in RULE_ORDER (reasons with none left out)."""
+        counts = Counter(e.reason for e in self.excluded)
+        return {str(r): counts[r] for r in RULE_ORDER if counts[r]}
+
     def to_json(self) -> dict[str, object]:
-        """JSON data: routes, excluded models with reasons, retry_at as ISO-8601 UTC or null."""
+        """JSON data: routes, excluded models with reasons, per-reason counts, retry_at (ISO)."""
         return {
             "routes": list(self.routes),
             "excluded": [{"model": e.model, "reason": str(e.reason)} for e in self.excluded],
+            "excluded_by_reason": self.excluded_by_reason(),
             "retry_at": iso(self.retry_at_ms),
         }
 

@@ -15,6 +15,7 @@ from ledger.clock import iso, now_ms
 from ledger.errors import Refused, UsageError
 from ledger.kinds import FailureKind
 from ledger.records import Cancelled, Failed, Outcome, Success, micro_to_usd
+from ledger.select import Selection
 
 NONNEG = click.IntRange(min=0, max=10**12)
 
@@ -163,6 +164,7 @@ def settle(
 @click.option("--failed-model", metavar="KEY")
 @click.option("--tried", multiple=True, metavar="KEY", help="Models already tried (repeatable).")
 @click.option("--input-bytes", type=NONNEG, default=0, show_default=True)
+@click.option("--all", "show_all", is_flag=True, help="List every excluded model, not a summary.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_app
 def select_cmd(
@@ -173,9 +175,10 @@ def select_cmd(
     failed_model: str | None,
     tried: tuple[str, ...],
     input_bytes: int,
+    show_all: bool,
     as_json: bool,
 ) -> None:
-    """Ordered eligible routes and why every other model was excluded (reserves nothing)."""
+    """Ordered eligible routes and why other models were excluded (reserves nothing)."""
     if (after_failure is None) != (failed_model is None):
         fail(UsageError("--after-failure and --failed-model go together"), as_json)
     led: Ledger = run(as_json, app.ledger)
@@ -202,13 +205,26 @@ def select_cmd(
                 click.echo(f"  {i}. {route}")
         else:
             click.echo("no eligible route")
-        if selection.excluded:
-            click.echo("excluded:")
-            width = max(len(e.model) for e in selection.excluded)
-            for e in selection.excluded:
-                click.echo(f"  {e.model.ljust(width)}  {e.reason.value}")
+        _echo_excluded(selection, frozenset(filter(None, (model, failed_model))), show_all)
         if selection.retry_at_ms is not None:
             click.echo(f"earliest route frees at {iso(selection.retry_at_ms)}")
     if not selection.routes:
         raise SystemExit(Refused.exit_code)
 
+
+def _echo_excluded(selection: Selection, named: frozenset[str], show_all: bool) -> None:
+    """Every exclusion with --all; else a count per reason plus the models the caller named."""
+    if not selection.excluded:
+        return
+    shown = [e for e in selection.excluded if show_all or e.model in named]
+    if not show_all:
+        click.echo(f"excluded: {len(selection.excluded)} models (--all lists each)")
+        counts = selection.excluded_by_reason()
+        width = max(len(r) for r in counts)
+        for reason, count in counts.items():
+            click.echo(f"  {reason.ljust(width)}  {count}")
+    if shown:
+        click.echo("excluded:" if show_all else "named models excluded:")
+        width = max(len(e.model) for e in shown)
+        for e in shown:
+            click.echo(f"  {e.model.ljust(width)}  {e.reason.value}")
