@@ -56,6 +56,8 @@ def test_r_cat_4_import_writes_loadable_catalog(tmp_path: Path) -> None:
         "imported": 2,
         "skipped": 3,
         "skippedByReason": {"bad_entry": 1, "documentation": 1, "not_chat": 1},
+        "aliases": 0,
+        "conflictingDuplicates": [],
         "totalModels": 2,
         "totalProviders": 2,
         "written": True,

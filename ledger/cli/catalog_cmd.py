@@ -58,6 +58,8 @@ def import_litellm(
                 "imported": result.imported,
                 "skipped": result.skipped,
                 "skippedByReason": dict(result.skipped_by_reason),
+                "aliases": result.aliases,
+                "conflictingDuplicates": list(result.conflicting_duplicates),
                 "totalModels": len(report.merged.models),
                 "totalProviders": len(report.merged.providers),
                 "written": report.written,
@@ -65,8 +67,10 @@ def import_litellm(
         )
         return
     reasons = ", ".join(f"{k} {v}" for k, v in result.skipped_by_reason.items())
-    click.echo(f"imported {result.imported} chat models")
+    click.echo(f"imported {result.imported} chat models ({result.aliases} aliases followed)")
     click.echo(f"skipped {result.skipped}" + (f" ({reasons})" if reasons else ""))
+    for key in result.conflicting_duplicates:
+        click.echo(f"warning: {key}: entries with different data; kept the priced/most complete")
     click.echo(
         f"catalog: {len(report.merged.models)} models, {len(report.merged.providers)} providers"
         + ("" if report.written else " (dry run: nothing written)")
@@ -193,4 +197,3 @@ def _num(value: float | None) -> str:
 
 def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
-
