@@ -178,7 +178,7 @@ def select_cmd(
     show_all: bool,
     as_json: bool,
 ) -> None:
-    """Ordered eligible routes and why other models were excluded (reserves nothing)."""
+    """Ordered eligible routes and why every other model was excluded (reserves nothing)."""
     if (after_failure is None) != (failed_model is None):
         fail(UsageError("--after-failure and --failed-model go together"), as_json)
     led: Ledger = run(as_json, app.ledger)
