@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, PrivateAttr, model_validator
 
 from ledger.errors import UsageError
+from ledger.provider_urls import NoBaseUrlError, known_base_url
 from ledger.validation import load_document, parse_document
 
 CATALOG_FILE = "catalog.json"
@@ -24,6 +25,7 @@ NO_CATALOG = (
     "the catalog has no models: run `ledger catalog init` (an example to edit) or "
     "`ledger catalog import-litellm FILE`"
 )
+_NO_BASE_URL = "ledger.catalog.no_base_url"
 
 Price = Annotated[float, Field(ge=0, le=1_000_000, allow_inf_nan=False)]
 Count = Annotated[int, Field(gt=0, le=10**10)]
@@ -191,6 +193,28 @@ class Catalog(BaseModel):
         """Names of providers available now (R-CAT-2)."""
         env = os.environ if env is None else env
         return frozenset(n for n, p in self.providers.items() if p.is_available(env))
+
+    def base_url(self, name: str) -> str | None:
+        """The provider's `baseUrl`, else the known one for its name and API, else None."""
+        provider = self.providers.get(name)
+        if provider is None:
+            return None
+        return provider.base_url or known_base_url(name, provider.api)
+
+    def providers_without_base_url(self) -> frozenset[str]:
+        """Providers with no base URL to call: never offered (`no_base_url`), never defaulted."""
+        missing = self._memo.get(_NO_BASE_URL)
+        if not isinstance(missing, frozenset):
+            missing = frozenset(n for n in self.providers if self.base_url(n) is None)
+            self._memo[_NO_BASE_URL] = missing
+        return missing
+
+    def provider_for_call(self, name: str) -> Provider:
+        """The provider with its resolved base URL, or NoBaseUrlError (nothing is sent)."""
+        url = self.base_url(name)
+        if url is None:
+            raise NoBaseUrlError
+        return self.providers[name].model_copy(update={"base_url": url})
 
     def to_json(self) -> dict[str, Any]:
         """The catalog as camelCase JSON data (unset optional fields left out)."""

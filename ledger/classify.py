@@ -44,6 +44,10 @@ KNOWN_ERROR_CODES: Mapping[str, FailureKind] = MappingProxyType(
         "insufficient_credits": _Q,  # OpenRouter-style
         "payment_required": _Q,  # generic 402 code
         "quota_exceeded": _Q,  # generic
+        # Anthropic spend limits: 429 with error.details.error_code; they last until a reset
+        "enforced_spend_limit_reached": _Q,
+        "contract_spend_limit_reached": _Q,
+        "ramp_limit_exceeded": _Q,
         # auth
         "invalid_api_key": _A,  # OpenAI
         "authentication_error": _A,  # Anthropic
@@ -83,6 +87,7 @@ CONTEXT_OVERFLOW_CODES: frozenset[str] = frozenset(
 # Where providers put their machine-readable code, in the order they are consulted.
 _CODE_PATHS: tuple[tuple[str, ...], ...] = (
     ("error", "code"),
+    ("error", "details", "error_code"),  # Anthropic spend limits
     ("error", "type"),
     ("error", "status"),
     ("code",),
@@ -92,12 +97,14 @@ _CODE_PATHS: tuple[tuple[str, ...], ...] = (
 )
 
 _NORMAL_STOPS = frozenset(
-    {"stop", "end_turn", "tool_use", "tool_calls", "function_call", "stop_sequence", "pause_turn"}
+    {"stop", "end_turn", "tool_use", "tool_calls", "function_call", "stop_sequence"}
 )
-_LENGTH_STOPS = frozenset({"length", "max_tokens"})
-_CONTEXT_STOPS = frozenset(
-    {"context_length_exceeded", "model_context_window_exceeded", "context_limit", "model_length"}
-)
+# A reply cut short: Anthropic's `model_context_window_exceeded` stop is output that ran into the
+# window after the request was accepted, so it is truncated output, not a rejected request.
+_LENGTH_STOPS = frozenset({"length", "max_tokens", "model_context_window_exceeded"})
+# A turn the provider paused to be continued later: the reply is not complete.
+_INCOMPLETE_STOPS = frozenset({"pause_turn"})
+_CONTEXT_STOPS = frozenset({"context_length_exceeded", "context_limit", "model_length"})
 _SAFETY_STOPS = frozenset(
     {"content_filter", "refusal", "safety", "recitation", "blocklist", "prohibited_content", "spii"}
 )
@@ -350,6 +357,8 @@ def classify_stop_reason(stop_reason: str | None) -> Classification | None:
         return None
     if stop in _LENGTH_STOPS:
         return Classification(FailureKind.INVALID_OUTPUT, "length_stop")
+    if stop in _INCOMPLETE_STOPS:
+        return Classification(FailureKind.INVALID_OUTPUT, "incomplete_stop")
     if stop in _CONTEXT_STOPS:
         return Classification(FailureKind.REQUEST_REJECTED, "context_overflow")
     if stop in _SAFETY_STOPS:

@@ -56,6 +56,11 @@ _MODELS: tuple[tuple[str, str, int, float, float, bool], ...] = (
 _OK = Scripted(text='{"summary": "ok", "facts": 3}', input_tokens=120, output_tokens=24)
 
 
+DEMO_KEY_ENV = "LEDGER_DEMO_KEY"
+DEMO_KEY = "demo-key-for-the-local-stand-in"
+"""Not a secret: the throw-away key the demo sends to its own stand-in on 127.0.0.1."""
+
+
 def demo_script() -> dict[str, list[Scripted]]:
     """Per-model replies, in the order a single worker meets them over 12 sources."""
     truncated = Scripted(text='{"summary": "the transcript sa', stop_reason="length")
@@ -85,10 +90,9 @@ def demo_catalog(standin: StandIn) -> dict[str, Any]:
                 "available": True,
                 "api": "anthropic-messages",
                 "baseUrl": standin.base_url_anthropic,
+                "credentialEnv": DEMO_KEY_ENV,  # the stand-in, like Anthropic, requires a key
             },
-            "cirrus": {
-                "available": True, "api": "openai-chat", "baseUrl": standin.base_url_openai
-            },
+            "cirrus": {"available": True, "api": "openai-chat", "baseUrl": standin.base_url_openai},
         },
         "models": [
             {
@@ -184,7 +188,7 @@ def run_demo(
     with _state_dir(home, discard) as path, StandIn(demo_script(), default=_OK) as standin:
         (path / "catalog.json").write_text(json.dumps(demo_catalog(standin), indent=2))
         (path / "recovery.json").write_text(json.dumps(DEMO_POLICY, indent=2))
-        ledger = Ledger.open(path, str(path / "ledger.db"), env={})
+        ledger = Ledger.open(path, str(path / "ledger.db"), env={DEMO_KEY_ENV: DEMO_KEY})
         try:
             width = max(2, len(str(sources)))
             for n in range(1, sources + 1):

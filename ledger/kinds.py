@@ -26,6 +26,7 @@ class RefusalReason(StrEnum):
 class ExclusionReason(StrEnum):
     """Why the selector left a catalog model out (R-SEL-7)."""
 
+    NO_BASE_URL = "no_base_url"  # no catalog baseUrl and none known for it: never defaulted
     UNAVAILABLE = "unavailable"
     NO_TEXT = "no_text"
     DENIED_BY_ROUTE = "denied_by_route"

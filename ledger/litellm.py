@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from ledger.catalog import Catalog, Model, PriceTier, Provider
 from ledger.errors import UsageError
+from ledger.provider_urls import known_providers
 
 
 class SkipReason(StrEnum):
@@ -35,6 +36,7 @@ class SkipReason(StrEnum):
     FILTERED = "filtered"
     BAD_ENTRY = "bad_entry"
     DUPLICATE = "duplicate"
+    BAD_ALIAS = "bad_alias"
     TOO_MANY = "too_many"
 
 
@@ -46,6 +48,10 @@ class ImportResult:
     imported: int
     skipped: int
     skipped_by_reason: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    conflicting_duplicates: tuple[str, ...] = ()
+    """Model keys given by several entries with different data (the most complete one kept)."""
+    aliases: int = 0
+    """`alias_of` entries followed to their target."""
 
 
 ApiName = Literal["openai-chat", "anthropic-messages"]
@@ -56,10 +62,6 @@ class _BadEntry(Exception):
 
 
 DOCUMENTATION_KEYS = frozenset({"sample_spec"})
-KNOWN_BASE_URLS: Mapping[str, str] = MappingProxyType(
-    {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
-)
-_API_BY_PROVIDER: Mapping[str, ApiName] = MappingProxyType({"anthropic": "anthropic-messages"})
 _TIER_KEY = re.compile(r"(input|output)_cost_per_token_above_([0-9]{1,9})(k|m)?_tokens")
 _MODALITY_FLAGS = (
     ("supports_vision", "image"),
@@ -95,43 +97,106 @@ def credential_env_for(provider: str) -> str:
 
 
 def provider_for(name: str) -> Provider:
-    """The default provider entry for an imported provider name."""
+    """The provider entry for an imported name: its known API and base URL, else none (issue 13).
+
+    A provider whose endpoint is not known gets no baseUrl: it is not offered (`no_base_url`)
+    until the user sets one, rather than defaulting to another provider's host.
+    """
+    known = known_providers().get(name)
+    anthropic = known is not None and known[0] == "anthropic-messages"
+    api: ApiName = "anthropic-messages" if anthropic else "openai-chat"
     return Provider(
         credential_env=credential_env_for(name),
-        api=_API_BY_PROVIDER.get(name, "openai-chat"),
-        base_url=KNOWN_BASE_URLS.get(name),
+        api=api,
+        base_url=known[1] if known else None,
     )
 
 
 def convert(document: object, providers: frozenset[str] | None = None) -> ImportResult:
-    """Convert a parsed LiteLLM price map; `providers` keeps only those litellm_provider values."""
+    """Convert a parsed LiteLLM price map; `providers` keeps only those litellm_provider values.
+
+    `alias_of` entries are imported under their own key with their target's data. When several
+    entries give the same model key, the priced and most complete one is kept (the first among
+    equals); keys whose entries disagree are listed in `conflicting_duplicates`. A `providers`
+    filter naming a provider with no chat entry in the file is a UsageError.
+    """
     if not isinstance(document, Mapping):
         raise UsageError("the LiteLLM file must be a JSON object")
     skipped: Counter[str] = Counter()
-    models: dict[str, Model] = {}
-    for key, entry in document.items():
+    candidates: dict[str, list[Model]] = {}
+    chat_providers: set[str] = set()
+    aliases = 0
+    for key, raw in document.items():
+        entry = _resolve_alias(document, raw)
+        if entry is _BROKEN_ALIAS:
+            skipped[SkipReason.BAD_ALIAS.value] += 1
+            continue
+        aliases += entry is not raw
         reason = _skip_reason(key, entry, providers)
+        if reason in (None, SkipReason.FILTERED):
+            chat_providers.add(entry["litellm_provider"])
         if reason is None:
             try:
                 model = _model(key, entry)
             except _BadEntry:
                 reason = SkipReason.BAD_ENTRY
             else:
-                if model.key in models:
-                    reason = SkipReason.DUPLICATE
-                elif len(models) >= _MAX_MODELS:
-                    reason = SkipReason.TOO_MANY
-                else:
-                    models[model.key] = model
+                candidates.setdefault(model.key, []).append(model)
         if reason is not None:
             skipped[reason.value] += 1
-    names = sorted({m.provider for m in models.values()})
-    catalog = Catalog(providers={n: provider_for(n) for n in names}, models=list(models.values()))
+    if providers is not None and not providers <= chat_providers:
+        missing = len(providers - chat_providers)
+        raise UsageError(f"--providers: {missing} of the names match no chat model in the file")
+    models: list[Model] = []
+    conflicts: list[str] = []
+    for key, group in candidates.items():
+        if len(models) >= _MAX_MODELS:
+            skipped[SkipReason.TOO_MANY.value] += len(group)
+            continue
+        models.append(max(group, key=_completeness))  # max() keeps the first among equals
+        if len(group) > 1:
+            skipped[SkipReason.DUPLICATE.value] += len(group) - 1
+            if any(m != group[0] for m in group[1:]):
+                conflicts.append(key)
+    names = sorted({m.provider for m in models})
+    catalog = Catalog(providers={n: provider_for(n) for n in names}, models=models)
     return ImportResult(
         catalog=catalog,
         imported=len(models),
         skipped=sum(skipped.values()),
         skipped_by_reason=MappingProxyType(dict(sorted(skipped.items()))),
+        conflicting_duplicates=tuple(conflicts),
+        aliases=aliases,
+    )
+
+
+_MAX_ALIAS_HOPS = 8
+_BROKEN_ALIAS = object()
+
+
+def _resolve_alias(document: Mapping[Any, Any], entry: Any) -> Any:
+    """The entry an `alias_of` chain leads to (the alias's own fields win), or _BROKEN_ALIAS."""
+    seen = 0
+    while isinstance(entry, Mapping) and "alias_of" in entry:
+        target = entry["alias_of"]
+        seen += 1
+        if not isinstance(target, str) or seen > _MAX_ALIAS_HOPS:
+            return _BROKEN_ALIAS
+        found = document.get(target)
+        if not isinstance(found, Mapping):
+            return _BROKEN_ALIAS
+        own = {k: v for k, v in entry.items() if k != "alias_of"}
+        entry = {**found, **own}
+    return entry
+
+
+def _completeness(model: Model) -> tuple[bool, bool, int]:
+    """Rank duplicates: a known non-zero price first, then any known price, then known sizes."""
+    prices = model.max_prices()
+    return (
+        prices is not None and prices[0] > 0 and prices[1] > 0,
+        prices is not None,
+        (model.context_window is not None) + (model.max_output_tokens is not None),
     )
 
 

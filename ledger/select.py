@@ -9,6 +9,7 @@ reservation does, and it re-checks budgets and cooldowns in its own write transa
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -37,6 +38,7 @@ R = ExclusionReason
 # against the failed model's provider and, for backups, against the default model's provider.
 RULE_ORDER: tuple[ExclusionReason, ...] = (
     R.UNAVAILABLE,  # provider not available (R-CAT-2)
+    R.NO_BASE_URL,  # available but no baseUrl to call (issue 13): never defaulted to another host
     R.NO_TEXT,  # R-SEL-1
     R.DENIED_BY_ROUTE,  # R-SEL-9
     R.ALREADY_TRIED,  # tried in this queue item; the failed model always counts as tried
@@ -132,11 +134,17 @@ class Selection:
     excluded: tuple[Exclusion, ...]
     retry_at_ms: int | None
 
+    def excluded_by_reason(self) -> dict[str, int]:
+        """How many models each reason excluded, in RULE_ORDER (reasons with none left out)."""
+        counts = Counter(e.reason for e in self.excluded)
+        return {str(r): counts[r] for r in RULE_ORDER if counts[r]}
+
     def to_json(self) -> dict[str, object]:
-        """JSON data: routes, excluded models with reasons, retry_at as ISO-8601 UTC or null."""
+        """JSON data: routes, excluded models with reasons, per-reason counts, retry_at (ISO)."""
         return {
             "routes": list(self.routes),
             "excluded": [{"model": e.model, "reason": str(e.reason)} for e in self.excluded],
+            "excluded_by_reason": self.excluded_by_reason(),
             "retry_at": iso(self.retry_at_ms),
         }
 
@@ -359,6 +367,7 @@ def select(
     confined = not policy.cross_provider_fallback
     listed = ctx.listed
     available = snapshot.available_providers
+    no_base_url = catalog.providers_without_base_url()
     denied = _denied(index, policy)
     provider_cooling, model_cooling = _active_cooldowns(snapshot)
     used = snapshot.source_models
@@ -374,6 +383,8 @@ def select(
         early: ExclusionReason | None = None
         if provider not in available:
             early = R.UNAVAILABLE
+        elif provider in no_base_url:
+            early = R.NO_BASE_URL
         elif not entry.text_capable:
             early = R.NO_TEXT
         elif key in denied:

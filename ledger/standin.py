@@ -4,6 +4,11 @@ Speaks the OpenAI-compatible chat-completions wire format (`POST /v1/chat/comple
 `http://127.0.0.1:PORT/v1`) and the Anthropic messages format (`POST /v1/messages`, base URL
 `http://127.0.0.1:PORT`), replying per model id from a script.
 
+It is as strict as the real APIs about what it accepts (issue 13 item 4; `ledger.standin_wire`):
+a request the real API would reject gets the real API's error status and error type, and every
+reply has the shape the official SDKs parse. The OpenAI path, like local OpenAI-compatible
+servers, accepts a request without a key; the Anthropic path requires `x-api-key`.
+
 Invariant: it never records a credential value (only whether one was sent), and stopping it is
 prompt: every handler waits on the stop event, so a delayed or trickling reply ends at shutdown.
 """
@@ -20,24 +25,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, NamedTuple
 
+from ledger.standin_wire import anthropic_success, error_json, openai_success, request_problem
+
 SECRET_HEADERS = frozenset({"authorization", "x-api-key", "proxy-authorization", "cookie"})
 REDACTED = "<redacted>"
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 
 _OPENAI_PATH = "/v1/chat/completions"
 _ANTHROPIC_PATH = "/v1/messages"
-
-_DEFAULT_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    402: "billing_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    500: "api_error",
-    529: "overloaded_error",
-}
 
 
 @dataclass(frozen=True)
@@ -67,6 +62,8 @@ class Scripted:
     """Promise a longer body than is sent, then close: a stream cut."""
     error_message: str | None = None
     """The error body's `message` text (default `scripted error`), e.g. a marker for leak tests."""
+    error_detail_code: str | None = None
+    """Anthropic `error.details.error_code` (e.g. `enforced_spend_limit_reached` on a 429)."""
 
 
 class ReceivedRequest(NamedTuple):
@@ -230,8 +227,10 @@ class _Handler(BaseHTTPRequestHandler):
             for name, value in self.headers.items()
         }
         standin.record(ReceivedRequest(path, model, headers), body)
-        if model is None:
-            self._send(400, _error_json(anthropic, 400, "invalid_request_error"))
+        refusal = request_problem(anthropic, headers, body)
+        if refusal is not None or model is None:
+            status, code = refusal or (400, None)
+            self._send(status, error_json(anthropic, status, code, message="rejected request"))
             return
         reply = standin.next_reply(model)
         if reply.delay_s > 0 and standin.stopping.wait(reply.delay_s):
@@ -261,15 +260,23 @@ class _Handler(BaseHTTPRequestHandler):
         elif reply.trickle_body:
             self._trickle(reply, extra)
         elif reply.status >= 300:
-            code = reply.error_code or _DEFAULT_ERROR_TYPES.get(reply.status, "api_error")
-            document = _error_json(
-                anthropic, reply.status, code, reply.error_body_bytes, reply.error_message
+            document = error_json(
+                anthropic,
+                reply.status,
+                reply.error_code,
+                pad_to=reply.error_body_bytes,
+                message=reply.error_message,
+                detail_code=reply.error_detail_code,
             )
             self._send(reply.status, document, extra)
         elif anthropic:
-            self._send(reply.status, _anthropic_success(reply, model), extra, cut=reply.cut_body)
+            document = anthropic_success(model, reply.text, reply.stop_reason, reply.input_tokens,
+                                         reply.output_tokens)  # fmt: skip
+            self._send(reply.status, document, extra, cut=reply.cut_body)
         else:
-            self._send(reply.status, _openai_success(reply, model), extra, cut=reply.cut_body)
+            document = openai_success(model, reply.text, reply.stop_reason, reply.input_tokens,
+                                      reply.output_tokens, reply.cost_usd)  # fmt: skip
+            self._send(reply.status, document, extra, cut=reply.cut_body)
 
     def _send(
         self,
@@ -312,54 +319,3 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             if stopping.wait(reply.trickle_interval_s):
                 return
-
-
-def _error_json(
-    anthropic: bool,
-    status: int,
-    code: str,
-    pad_to: int | None = None,
-    message: str | None = None,
-) -> dict[str, Any]:
-    message = "scripted error" if message is None else message
-    if pad_to is not None and pad_to > len(message):
-        message += "." * (pad_to - len(message))
-    if anthropic:
-        return {"type": "error", "error": {"type": code, "message": message}}
-    return {"error": {"message": message, "type": code, "param": None, "code": code}}
-
-
-def _openai_success(reply: Scripted, model: str) -> dict[str, Any]:
-    usage: dict[str, Any] = {
-        "prompt_tokens": reply.input_tokens,
-        "completion_tokens": reply.output_tokens,
-        "total_tokens": reply.input_tokens + reply.output_tokens,
-    }
-    if reply.cost_usd is not None:
-        usage["cost"] = reply.cost_usd
-    return {
-        "id": "chatcmpl-standin",
-        "object": "chat.completion",
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": reply.text},
-                "finish_reason": reply.stop_reason or "stop",
-            }
-        ],
-        "usage": usage,
-    }
-
-
-def _anthropic_success(reply: Scripted, model: str) -> dict[str, Any]:
-    return {
-        "id": "msg_standin",
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": [{"type": "text", "text": reply.text}],
-        "stop_reason": reply.stop_reason or "end_turn",
-        "stop_sequence": None,
-        "usage": {"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens},
-    }

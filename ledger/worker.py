@@ -133,6 +133,7 @@ class Job:
                 messages=tuple(messages),
                 max_tokens=self.max_tokens,
                 deadline_ms=self.deadline_ms,
+                reasoning=self.model.reasoning,
             )
         )
 
@@ -270,9 +271,10 @@ def _input_bytes(handler: Handler, payload_ref: str | None) -> int:
 def _caller(
     ledger: Ledger, model: Model, clock: Callable[[], int]
 ) -> Callable[[CallRequest], ProviderResponse]:
-    provider = ledger.catalog.providers[model.provider]
+    catalog = ledger.catalog
 
     def call(request: CallRequest) -> ProviderResponse:
+        provider = catalog.provider_for_call(model.provider)  # never a default host (issue 13)
         return adapter_for(provider, ledger.env).call(request, now_ms=clock)
 
     return call

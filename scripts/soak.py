@@ -104,11 +104,17 @@ def budget_for(seconds: float) -> dict[str, Any]:
     return {**POLICY, "callsPerHour": calls, "dailyEstimatedUsd": round(calls * 0.00045, 6)}
 
 
+SOAK_KEY_ENV = "LEDGER_SOAK_STANDIN_KEY"
+SOAK_ENV = {SOAK_KEY_ENV: "soak-standin-key"}
+
+
 def write_home(home: Path, standin: StandIn, policy: Mapping[str, Any]) -> None:
     """catalog.json and recovery.json for the soak."""
     base = {"openai-chat": standin.base_url_openai,
             "anthropic-messages": standin.base_url_anthropic}
-    providers = {p: {"available": True, "api": api, "baseUrl": base[api]}
+    # The strict stand-in's Anthropic path requires a key (issue 13 item 4).
+    providers = {p: {"available": True, "api": api, "baseUrl": base[api],
+                     "credentialEnv": SOAK_KEY_ENV}
                  for p, _, api, _, _ in MODELS}
     models = [
         {"provider": p, "id": m, "contextWindow": 100_000, "maxOutputTokens": 4096,
@@ -129,6 +135,7 @@ def child_env() -> dict[str, str]:
     """Environment for children: this checkout first, no inherited ledger locations."""
     env = {k: v for k, v in os.environ.items() if k not in {"LEDGER_DB", "LEDGER_HOME"}}
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(SOAK_ENV)
     return env
 
 
@@ -189,7 +196,7 @@ def add_sources(home: Path, start: int, count: int) -> None:
     """Enqueue sources through the library (one write transaction each)."""
     from ledger.api import Ledger
 
-    led = Ledger.open(home, str(home / "ledger.db"), env={})
+    led = Ledger.open(home, str(home / "ledger.db"), env=SOAK_ENV)
     try:
         for n in range(start, start + count):
             led.add_source(f"soak-{n:05d}", f"soak payload {n}: answer with a JSON object")
@@ -204,7 +211,7 @@ def clear_cooldowns(home: Path) -> int:
     from ledger.kinds import CooldownScope
     from ledger.store.views import cooldown_list
 
-    led = Ledger.open(home, str(home / "ledger.db"), env={})
+    led = Ledger.open(home, str(home / "ledger.db"), env=SOAK_ENV)
     try:
         _, rows = cooldown_list(led.db)
         targets = {(CooldownScope(r.scope), r.target) for r in rows}

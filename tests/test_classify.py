@@ -255,7 +255,6 @@ def test_section_8_parse_retry_after(value: str, ms: int | None) -> None:
         ("max_tokens", K.INVALID_OUTPUT, "length_stop"),
         ("MAX_TOKENS", K.INVALID_OUTPUT, "length_stop"),
         ("context_length_exceeded", K.REQUEST_REJECTED, "context_overflow"),
-        ("model_context_window_exceeded", K.REQUEST_REJECTED, "context_overflow"),
         ("context_limit", K.REQUEST_REJECTED, "context_overflow"),
         ("content_filter", K.SAFETY, "content_filter_stop"),
         ("refusal", K.SAFETY, "refusal_stop"),

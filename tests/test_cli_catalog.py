@@ -56,6 +56,8 @@ def test_r_cat_4_import_writes_loadable_catalog(tmp_path: Path) -> None:
         "imported": 2,
         "skipped": 3,
         "skippedByReason": {"bad_entry": 1, "documentation": 1, "not_chat": 1},
+        "aliases": 0,
+        "conflictingDuplicates": [],
         "totalModels": 2,
         "totalProviders": 2,
         "written": True,
@@ -220,9 +222,14 @@ def test_r_cat_2_show_never_prints_credentials(tmp_path: Path) -> None:
     text = _invoke(home, "show", env=env)
     assert text.exit_code == 0, text.output
     assert SECRET not in text.output
-    assert "openai  api=openai-chat  available=yes" in text.stdout
-    assert "anthropic  api=anthropic-messages  available=no" in text.stdout
-    assert "local  api=openai-chat  available=yes" in text.stdout
+    assert (
+        "openai  api=openai-chat  baseUrl=https://api.openai.com/v1  available=yes" in text.stdout
+    )
+    assert (
+        "anthropic  api=anthropic-messages  baseUrl=https://api.anthropic.com  available=no"
+        in text.stdout
+    )
+    assert "local  api=openai-chat  baseUrl=http://127.0.0.1:8080/v1  available=yes" in text.stdout
     assert (
         "anthropic/claude-sonnet-4-5  window=1000000  max_output=64000"
         "  price=3/15 <=200000; 6/22.5  reasoning=yes"

@@ -77,8 +77,8 @@ def exchange(
     """One real call as the worker makes it: adapter, then classification at ledger time now."""
     server.set_script(MODEL, [reply])
     base = server.base_url_openai if api == "openai-chat" else server.base_url_anthropic
-    provider = Provider.model_validate({"api": api, "baseUrl": base, "available": True})
-    adapter = adapter_for(provider, {})
+    provider = Provider.model_validate({"api": api, "baseUrl": base, "credentialEnv": "FUZZ_KEY"})
+    adapter = adapter_for(provider, {"FUZZ_KEY": "fuzz-key"})  # the strict stand-in needs one
     started = time.monotonic()
     request = CallRequest(MODEL, MESSAGES, 64, now_ms() + int(deadline_s * 1000))
     response = adapter.call(request, now_ms=now_ms)

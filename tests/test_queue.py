@@ -34,13 +34,18 @@ LEASE = 360_000
 # --------------------------------------------------------------------------- shared helpers
 
 
+STANDIN_KEY_ENV = "LEDGER_TEST_STANDIN_KEY"
+"""p2's credential variable: the strict stand-in's Anthropic path requires an x-api-key."""
+STANDIN_ENV = {STANDIN_KEY_ENV: "standin-test-key"}
+
+
 def standin_catalog(standin: StandIn) -> dict[str, Any]:
     """Three providers on the stand-in: p1 (OpenAI format), p2 (Anthropic format), p3 (OpenAI)."""
     return {
         "providers": {
             "p1": {"available": True, "api": "openai-chat", "baseUrl": standin.base_url_openai},
             "p2": {"available": True, "api": "anthropic-messages",
-                   "baseUrl": standin.base_url_anthropic},
+                   "baseUrl": standin.base_url_anthropic, "credentialEnv": STANDIN_KEY_ENV},
             "p3": {"available": True, "api": "openai-chat", "baseUrl": standin.base_url_openai},
         },
         "models": [
@@ -65,7 +70,7 @@ def standin_home(home: Path, standin: StandIn, **policy: Any) -> Path:
 
 def open_ledger(home: Path) -> Ledger:
     """A ledger over a state directory written by standin_home (real clock)."""
-    return Ledger.open(home, str(home / "ledger.db"), env={})
+    return Ledger.open(home, str(home / "ledger.db"), env=STANDIN_ENV)
 
 
 def cli_env(**extra: str) -> dict[str, str]:
@@ -74,6 +79,7 @@ def cli_env(**extra: str) -> dict[str, str]:
     env.pop("LEDGER_DB", None)
     env.pop("LEDGER_HOME", None)
     env["PYTHONPATH"] = str(ROOT)
+    env.update(STANDIN_ENV)
     env.update(extra)
     return env
 

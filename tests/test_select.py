@@ -34,8 +34,15 @@ def price(inp: float | None, out: float | None) -> list[dict[str, Any]]:
 
 
 def catalog_of(models: list[dict[str, Any]]) -> Catalog:
-    """A catalog whose providers are those the models name (availability decided by Snapshot)."""
-    providers = {m["provider"]: {"available": True} for m in models}
+    """A catalog whose providers are those the models name (availability decided by Snapshot).
+
+    Every provider has a base URL except `nourl`, which has none and no known one (issue 13).
+    """
+    providers = {
+        m["provider"]: {"available": True}
+        | ({} if m["provider"] == "nourl" else {"baseUrl": "http://127.0.0.1:9/v1"})
+        for m in models
+    }
     return Catalog.model_validate({"providers": providers, "models": models})
 
 
@@ -56,6 +63,7 @@ MODELS: list[dict[str, Any]] = [
     {"provider": "offline", "id": "x", "pricing": price(0.01, 0.01)},
 ]  # fmt: skip
 CATALOG = catalog_of(MODELS)
+NOURL: dict[str, Any] = {"provider": "nourl", "id": "x", "pricing": price(0.01, 0.01)}
 AVAILABLE = frozenset({"openai", "anthropic", "local", "vision"})
 KEYS = [m.key for m in CATALOG.models]
 
@@ -96,6 +104,9 @@ def assert_partition(selection: Selection, catalog: Catalog = CATALOG) -> None:
 # --- one row per rule -----------------------------------------------------------------------
 
 RULES: list[tuple[str, dict[str, Any], str, ExclusionReason]] = [
+    ("issue13-item1", {"catalog": catalog_of([*MODELS, NOURL]),
+                       "snapshot": snap(available_providers=AVAILABLE | {"nourl"})},
+     "nourl/x", R.NO_BASE_URL),
     ("R-CAT-2", {}, "offline/x", R.UNAVAILABLE),
     ("R-SEL-1", {}, "vision/img", R.NO_TEXT),
     ("R-SEL-9", {"policy": {"routes": {"deny": ["anthropic/*"]}}}, "anthropic/claude-h",
@@ -135,7 +146,7 @@ def test_rule_excludes_with_its_reason(
     selection = run(**args)
     assert reasons(selection)[model] is reason
     assert model not in selection.routes
-    assert_partition(selection)
+    assert_partition(selection, args.get("catalog", CATALOG))
 
 
 def test_every_reason_code_has_a_place_in_the_rule_order() -> None:
@@ -315,7 +326,7 @@ def test_r_sel_10_to_json() -> None:
     assert data["routes"] == []
     assert data["retry_at"] == "2023-11-14T22:15:20.000Z"
     assert {"model": "offline/x", "reason": "unavailable"} in data["excluded"]  # type: ignore[operator]
-    assert set(data) == {"routes", "excluded", "retry_at"}
+    assert set(data) == {"routes", "excluded", "excluded_by_reason", "retry_at"}
 
 
 # --- scenario table ---------------------------------------------------------------------------

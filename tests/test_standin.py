@@ -29,14 +29,17 @@ def post(
     body: dict[str, Any] = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
     if model is not None:
         body["model"] = model
-    return httpx.post(f"{server.base_url_anthropic}{path}", json=body, headers=headers)
+    sent = {"x-api-key": "k", "anthropic-version": "2023-06-01"} if path == ANTHROPIC else {}
+    return httpx.post(
+        f"{server.base_url_anthropic}{path}", json=body, headers=sent | (headers or {})
+    )
 
 
 def test_demo_standin_speaks_openai_chat_completions(standin: StandIn) -> None:
     standin.set_script("m", [Scripted(text="hey", input_tokens=7, output_tokens=2, cost_usd=0.5)])
     document = post(standin, OPENAI).json()
     (choice,) = document["choices"]
-    assert choice["message"] == {"role": "assistant", "content": "hey"}
+    assert choice["message"] == {"role": "assistant", "content": "hey", "refusal": None}
     assert choice["finish_reason"] == "stop"
     assert document["usage"]["prompt_tokens"] == 7
     assert document["usage"]["completion_tokens"] == 2
@@ -71,7 +74,11 @@ def test_demo_standin_speaks_anthropic_messages(standin: StandIn) -> None:
         (
             ANTHROPIC,
             Scripted(status=429),
-            {"type": "error", "error": {"type": "rate_limit_error", "message": "scripted error"}},
+            {
+                "type": "error",
+                "error": {"type": "rate_limit_error", "message": "scripted error"},
+                "request_id": "req_standin",
+            },
         ),
         (
             ANTHROPIC,
@@ -79,6 +86,7 @@ def test_demo_standin_speaks_anthropic_messages(standin: StandIn) -> None:
             {
                 "type": "error",
                 "error": {"type": "context_length_exceeded", "message": "scripted error"},
+                "request_id": "req_standin",
             },
         ),
     ],
@@ -149,7 +157,7 @@ def test_demo_standin_delays_and_cuts(standin: StandIn) -> None:
 
 
 def open_request(server: StandIn, model: str) -> socket.socket:
-    body = json.dumps({"model": model, "messages": []}).encode()
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]}).encode()
     sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
     sock.sendall(
         b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"

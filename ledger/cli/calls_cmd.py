@@ -23,6 +23,7 @@ from ledger.records import (
     check_cost_usd,
     micro_to_usd,
 )
+from ledger.select import Selection
 
 NONNEG = click.IntRange(min=0, max=MAX_TOKENS)
 
@@ -188,6 +189,7 @@ def settle(
 @click.option("--failed-model", metavar="KEY")
 @click.option("--tried", multiple=True, metavar="KEY", help="Models already tried (repeatable).")
 @click.option("--input-bytes", type=NONNEG, default=0, show_default=True)
+@click.option("--all", "show_all", is_flag=True, help="List every excluded model, not a summary.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_app
 def select_cmd(
@@ -198,6 +200,7 @@ def select_cmd(
     failed_model: str | None,
     tried: tuple[str, ...],
     input_bytes: int,
+    show_all: bool,
     as_json: bool,
 ) -> None:
     """Ordered eligible routes and why every other model was excluded (reserves nothing)."""
@@ -229,13 +232,26 @@ def select_cmd(
             click.echo("no eligible route")
             if not led.catalog.models:
                 click.echo(f"hint: {NO_CATALOG}")
-        if selection.excluded:
-            click.echo("excluded:")
-            width = max(len(e.model) for e in selection.excluded)
-            for e in selection.excluded:
-                click.echo(f"  {e.model.ljust(width)}  {e.reason.value}")
+        _echo_excluded(selection, frozenset(filter(None, (model, failed_model))), show_all)
         if selection.retry_at_ms is not None:
             click.echo(f"earliest route frees at {iso(selection.retry_at_ms)}")
     if not selection.routes:
         raise SystemExit(Refused.exit_code)
 
+
+def _echo_excluded(selection: Selection, named: frozenset[str], show_all: bool) -> None:
+    """Every exclusion with --all; else a count per reason plus the models the caller named."""
+    if not selection.excluded:
+        return
+    shown = [e for e in selection.excluded if show_all or e.model in named]
+    if not show_all:
+        click.echo(f"excluded: {len(selection.excluded)} models (--all lists each)")
+        counts = selection.excluded_by_reason()
+        width = max(len(r) for r in counts)
+        for reason, count in counts.items():
+            click.echo(f"  {reason.ljust(width)}  {count}")
+    if shown:
+        click.echo("excluded:" if show_all else "named models excluded:")
+        width = max(len(e.model) for e in shown)
+        for e in shown:
+            click.echo(f"  {e.model.ljust(width)}  {e.reason.value}")

@@ -58,6 +58,8 @@ def import_litellm(
                 "imported": result.imported,
                 "skipped": result.skipped,
                 "skippedByReason": dict(result.skipped_by_reason),
+                "aliases": result.aliases,
+                "conflictingDuplicates": list(result.conflicting_duplicates),
                 "totalModels": len(report.merged.models),
                 "totalProviders": len(report.merged.providers),
                 "written": report.written,
@@ -65,8 +67,10 @@ def import_litellm(
         )
         return
     reasons = ", ".join(f"{k} {v}" for k, v in result.skipped_by_reason.items())
-    click.echo(f"imported {result.imported} chat models")
+    click.echo(f"imported {result.imported} chat models ({result.aliases} aliases followed)")
     click.echo(f"skipped {result.skipped}" + (f" ({reasons})" if reasons else ""))
+    for key in result.conflicting_duplicates:
+        click.echo(f"warning: {key}: entries with different data; kept the priced/most complete")
     click.echo(
         f"catalog: {len(report.merged.models)} models, {len(report.merged.providers)} providers"
         + ("" if report.written else " (dry run: nothing written)")
@@ -99,7 +103,12 @@ def show(app: AppContext, as_json: bool) -> None:
     current: Catalog = run(as_json, lambda: load_catalog(home))
     available = current.available_providers(os.environ)
     providers = [
-        {"name": name, "api": p.api, "available": name in available}
+        {
+            "name": name,
+            "api": p.api,
+            "baseUrl": current.base_url(name),
+            "available": name in available,
+        }
         for name, p in current.providers.items()
     ]
     models = [_model_row(m) for m in current.models]
@@ -111,7 +120,10 @@ def show(app: AppContext, as_json: bool) -> None:
         return
     click.echo("providers:")
     for name, provider in current.providers.items():
-        click.echo(f"  {name}  api={provider.api}  available={_yes(name in available)}")
+        url = current.base_url(name) or "none (not offered: no_base_url)"
+        click.echo(
+            f"  {name}  api={provider.api}  baseUrl={url}  available={_yes(name in available)}"
+        )
     click.echo("models:")
     for model in current.models:
         click.echo(
@@ -185,4 +197,3 @@ def _num(value: float | None) -> str:
 
 def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
-

@@ -26,6 +26,8 @@ def validate(app: AppContext, as_json: bool) -> None:
     catalog = load_catalog(app.state.path)
     findings = config_findings(policy, catalog)
     warnings = findings.warnings()
+    # Issue 13: a provider with no baseUrl (and none known) is never called, so never offered.
+    no_base_url = sorted(catalog.providers_without_base_url())
     if as_json:
         emit_json(
             {
@@ -35,6 +37,7 @@ def validate(app: AppContext, as_json: bool) -> None:
                 "providers": len(catalog.providers),
                 "warnings": warnings,
                 "inert": [entry.to_json() for entry in findings.inert],
+                "providers_without_base_url": no_base_url,
             }
         )
         return
@@ -44,6 +47,11 @@ def validate(app: AppContext, as_json: bool) -> None:
     )
     for warning in warnings:
         click.echo(f"warning: {warning}")
+    if no_base_url:
+        click.echo(
+            f"warning: {len(no_base_url)} providers have no baseUrl and none is known; "
+            f"their models are not offered (no_base_url): {', '.join(no_base_url)}"
+        )
 
 
 @config_group.command("schema")

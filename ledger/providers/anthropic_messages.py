@@ -11,7 +11,6 @@ from collections.abc import Callable
 from ledger.providers.base import CallRequest, HttpAdapter, ProviderResponse, token_count
 from ledger.providers.bounded import JsonReply, post_and_parse
 
-DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_VERSION = "2023-06-01"
 
 
@@ -37,7 +36,7 @@ class AnthropicMessagesAdapter(HttpAdapter):
         }
         if system:
             payload["system"] = "\n\n".join(system)
-        url = f"{self.base_url(DEFAULT_BASE_URL)}/v1/messages"
+        url = f"{self.base_url()}/v1/messages"
         return post_and_parse(self.client, url, headers, payload, request, now_ms, parse_message)
 
 

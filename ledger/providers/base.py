@@ -16,6 +16,7 @@ from typing import Literal, Protocol
 import httpx
 
 from ledger.catalog import Provider
+from ledger.provider_urls import NoBaseUrlError
 
 INVALID_RESPONSE = "invalid_response"
 """`stop_reason` of a 2xx reply whose body is unparsable or oversized: the worker classifies it as
@@ -40,6 +41,8 @@ class CallRequest:
     messages: tuple[Message, ...] = field(repr=False)
     max_tokens: int
     deadline_ms: int
+    reasoning: bool = False
+    """The catalog's reasoning flag: such models take `max_completion_tokens` (OpenAI chat)."""
 
 
 _NO_HEADERS: Mapping[str, str] = MappingProxyType({})
@@ -77,7 +80,13 @@ class ProviderAdapter(Protocol):
 def adapter_for(
     provider: Provider, env: Mapping[str, str], *, client: httpx.Client | None = None
 ) -> ProviderAdapter:
-    """The built-in adapter for `provider.api`; `env` is consulted for the credential per call."""
+    """The built-in adapter for `provider.api`; `env` is consulted for the credential per call.
+
+    The provider must carry its base URL (`Catalog.provider_for_call` resolves known ones): there
+    is no default host, so a credential never goes to another provider (NoBaseUrlError).
+    """
+    if provider.base_url is None:
+        raise NoBaseUrlError
     from ledger.providers.anthropic_messages import AnthropicMessagesAdapter
     from ledger.providers.openai_chat import OpenAIChatAdapter
 
@@ -112,9 +121,12 @@ class HttpAdapter:
         value = self._env.get(name) if name else None
         return value or None
 
-    def base_url(self, default: str) -> str:
-        """The provider's base URL without a trailing slash."""
-        return (self._provider.base_url or default).rstrip("/")
+    def base_url(self) -> str:
+        """The provider's base URL without a trailing slash (adapter_for checked it is set)."""
+        url = self._provider.base_url
+        if url is None:
+            raise NoBaseUrlError
+        return url.rstrip("/")
 
     def option_headers(self) -> dict[str, str]:
         """Extra headers from `options.headers` (string values only)."""

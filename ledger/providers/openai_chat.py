@@ -7,6 +7,7 @@ the credential is sent as a bearer token and appears nowhere else.
 from __future__ import annotations
 
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
 from ledger.providers.base import (
     CallRequest,
@@ -17,7 +18,18 @@ from ledger.providers.base import (
 )
 from ledger.providers.bounded import JsonReply, post_and_parse
 
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
+OPENAI_HOST = "api.openai.com"
+
+
+def max_tokens_field(request: CallRequest, url: str) -> str:
+    """`max_completion_tokens` for reasoning models and on OpenAI's own API, else `max_tokens`.
+
+    OpenAI rejects `max_tokens` for o-series/reasoning models and deprecates it everywhere;
+    other OpenAI-compatible servers (local ones especially) may know only `max_tokens`.
+    """
+    if request.reasoning or urlsplit(url).hostname == OPENAI_HOST:
+        return "max_completion_tokens"
+    return "max_tokens"
 
 
 class OpenAIChatAdapter(HttpAdapter):
@@ -29,12 +41,12 @@ class OpenAIChatAdapter(HttpAdapter):
         credential = self.credential()
         if credential is not None:
             headers["authorization"] = f"Bearer {credential}"
+        url = f"{self.base_url()}/chat/completions"
         payload = {
             "model": request.model_id,
             "messages": [{"role": m.role, "content": m.content} for m in request.messages],
-            "max_tokens": request.max_tokens,
+            max_tokens_field(request, url): request.max_tokens,
         }
-        url = f"{self.base_url(DEFAULT_BASE_URL)}/chat/completions"
         return post_and_parse(
             self.client, url, headers, payload, request, now_ms, parse_chat_completion
         )

@@ -1,0 +1,179 @@
+"""The wire formats the provider stand-in speaks, as strict as the real APIs (issue 13 item 4).
+
+Invariant: `request_problem` refuses what the real OpenAI chat-completions and Anthropic messages
+APIs refuse (with their status and error type), and every body built here parses with the
+official SDKs' own types (checked by tests/test_standin_sdk.py). Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+ANTHROPIC_FIELDS = frozenset(
+    {
+        "model", "messages", "max_tokens", "system", "metadata", "stop_sequences", "stream",
+        "temperature", "top_k", "top_p", "tools", "tool_choice", "thinking", "service_tier",
+        "container", "mcp_servers", "context_management", "output_config",
+    }
+)  # fmt: skip
+OPENAI_FIELDS = frozenset(
+    {
+        "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "n",
+        "stream", "stream_options", "stop", "presence_penalty", "frequency_penalty", "logit_bias",
+        "logprobs", "top_logprobs", "user", "response_format", "seed", "tools", "tool_choice",
+        "parallel_tool_calls", "reasoning_effort", "service_tier", "store", "metadata",
+        "modalities", "audio", "prediction", "web_search_options", "verbosity",
+        "safety_identifier", "prompt_cache_key", "functions", "function_call",
+    }
+)  # fmt: skip
+ANTHROPIC_ROLES = frozenset({"user", "assistant"})
+OPENAI_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+
+# Anthropic's error.type per status (docs: "Errors"); OpenAI's error.type/code per status.
+ANTHROPIC_ERROR_TYPES: Mapping[int, str] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
+OPENAI_ERRORS: Mapping[int, tuple[str, str | None]] = {
+    400: ("invalid_request_error", None),
+    401: ("invalid_request_error", "invalid_api_key"),
+    402: ("insufficient_quota", "insufficient_quota"),
+    403: ("invalid_request_error", "unsupported_country_region_territory"),
+    404: ("invalid_request_error", "model_not_found"),
+    429: ("requests", "rate_limit_exceeded"),
+}
+OPENAI_QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached"})
+
+
+def request_problem(
+    anthropic: bool, headers: Mapping[str, str], body: Any
+) -> tuple[int, str | None] | None:
+    """(status, error code) the real API answers this request with, or None when accepted."""
+    if anthropic:
+        # The official SDK (2.x) sends its key as a bearer token; our adapter sends x-api-key.
+        if not headers.get("x-api-key") and not headers.get("authorization"):
+            return 401, "authentication_error"
+        if not headers.get("anthropic-version"):
+            return 400, "invalid_request_error"
+    if not isinstance(body, dict) or not set(body) <= (
+        ANTHROPIC_FIELDS if anthropic else OPENAI_FIELDS
+    ):
+        return 400, None
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        return 400, None
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return 400, None
+    roles = ANTHROPIC_ROLES if anthropic else OPENAI_ROLES
+    for message in messages:
+        if not isinstance(message, dict) or message.get("role") not in roles:
+            return 400, None
+        if not isinstance(message.get("content"), str | list):
+            return 400, None
+    limits = ("max_tokens",) if anthropic else ("max_tokens", "max_completion_tokens")
+    present = [body[name] for name in limits if name in body]
+    if anthropic and not present:
+        return 400, None  # Anthropic requires max_tokens
+    if len(present) > 1 or not all(_positive_int(v) for v in present):
+        return 400, None
+    if anthropic and "system" in body and not isinstance(body["system"], str | list):
+        return 400, None
+    return None
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def error_json(
+    anthropic: bool,
+    status: int,
+    code: str | None,
+    *,
+    pad_to: int | None = None,
+    message: str | None = None,
+    detail_code: str | None = None,
+) -> dict[str, Any]:
+    """An error body in the real API's shape; `code` is Anthropic's error.type or OpenAI's code."""
+    text = "scripted error" if message is None else message
+    if pad_to is not None and pad_to > len(text):
+        text += "." * (pad_to - len(text))
+    if anthropic:
+        error: dict[str, Any] = {
+            "type": code or ANTHROPIC_ERROR_TYPES.get(status, "api_error"),
+            "message": text,
+        }
+        if detail_code is not None:
+            error["details"] = {"error_code": detail_code}
+        return {"type": "error", "error": error, "request_id": "req_standin"}
+    default_type, default_code = OPENAI_ERRORS.get(
+        status, ("server_error", None) if status >= 500 else ("invalid_request_error", None)
+    )
+    if code in OPENAI_QUOTA_CODES:
+        default_type = code
+    return {
+        "error": {
+            "message": text,
+            "type": default_type,
+            "param": None,
+            "code": code if code is not None else default_code,
+        }
+    }
+
+
+def openai_success(
+    model: str,
+    text: str,
+    stop_reason: str | None,
+    input_tokens: int,
+    output_tokens: int,
+    cost_usd: float | None = None,
+) -> dict[str, Any]:
+    """A chat.completion object."""
+    usage: dict[str, Any] = {
+        "prompt_tokens": input_tokens,
+        "completion_tokens": output_tokens,
+        "total_tokens": input_tokens + output_tokens,
+    }
+    if cost_usd is not None:
+        usage["cost"] = cost_usd
+    return {
+        "id": "chatcmpl-standin",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "refusal": None},
+                "logprobs": None,
+                "finish_reason": stop_reason or "stop",
+            }
+        ],
+        "usage": usage,
+    }
+
+
+def anthropic_success(
+    model: str, text: str, stop_reason: str | None, input_tokens: int, output_tokens: int
+) -> dict[str, Any]:
+    """A messages `message` object."""
+    return {
+        "id": "msg_standin",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": stop_reason or "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
+    }

@@ -1,0 +1,75 @@
+"""Issue 13 item 6: `ledger select` on a large catalog prints routes and a per-reason summary."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner, Result
+
+from ledger.cli.main import _register, cli
+
+N_OFFLINE = 500
+
+CATALOG: dict[str, Any] = {
+    "providers": {
+        "local": {"available": True, "baseUrl": "http://127.0.0.1:9/v1"},
+        "offline": {"credentialEnv": "OFFLINE_TEST_KEY", "baseUrl": "http://127.0.0.1:9/v1"},
+        "vision": {"available": True, "baseUrl": "http://127.0.0.1:9/v1"},
+    },
+    "models": [
+        {"provider": "local", "id": "a",
+         "pricing": [{"inputUsdPerMTok": 1, "outputUsdPerMTok": 2}]},
+        {"provider": "local", "id": "b"},
+        {"provider": "vision", "id": "img", "input": ["image"]},
+        *({"provider": "offline", "id": f"m{i:04d}"} for i in range(N_OFFLINE)),
+    ],
+}  # fmt: skip
+
+
+def invoke(home: Path, *args: str) -> Result:
+    _register()
+    return CliRunner().invoke(cli, ["--home", str(home), "select", *args], env={})
+
+
+def big_home(tmp_path: Path) -> Path:
+    home = tmp_path / "state"
+    home.mkdir(mode=0o700)
+    (home / "catalog.json").write_text(json.dumps(CATALOG))
+    return home
+
+
+def test_issue13_item6_select_summarises_exclusions_by_reason(tmp_path: Path) -> None:
+    home = big_home(tmp_path)
+    result = invoke(home, "s1", "--model", "local/a")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert len(lines) < 12, result.stdout
+    assert lines[:2] == ["routes (in order):", "  1. local/a"]
+    assert f"excluded: {N_OFFLINE + 2} models (--all lists each)" in lines
+    assert f"  unavailable    {N_OFFLINE}" in lines
+    assert "  no_text        1" in lines
+    assert "  same_provider  1" in lines
+    assert not any("offline/m0000" in line for line in lines)
+
+
+def test_issue13_item6_named_model_keeps_its_own_reason_line(tmp_path: Path) -> None:
+    home = big_home(tmp_path)
+    result = invoke(home, "s1", "--model", "vision/img")
+    assert "named models excluded:" in result.stdout
+    assert "  vision/img  no_text" in result.stdout.splitlines()
+
+
+def test_issue13_item6_all_lists_every_exclusion(tmp_path: Path) -> None:
+    home = big_home(tmp_path)
+    result = invoke(home, "s1", "--model", "local/a", "--all")
+    assert result.exit_code == 0, result.output
+    assert len(result.stdout.splitlines()) == 3 + N_OFFLINE + 2
+    assert "  offline/m0499  unavailable" in result.stdout.splitlines()
+
+
+def test_issue13_item6_json_keeps_the_full_list_and_adds_counts(tmp_path: Path) -> None:
+    doc = json.loads(invoke(big_home(tmp_path), "s1", "--model", "local/a", "--json").stdout)
+    assert len(doc["excluded"]) == N_OFFLINE + 2
+    assert doc["excluded_by_reason"] == {"unavailable": N_OFFLINE, "no_text": 1, "same_provider": 1}
