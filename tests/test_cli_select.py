@@ -37,6 +37,9 @@ def big_home(tmp_path: Path) -> Path:
     home = tmp_path / "state"
     home.mkdir(mode=0o700)
     (home / "catalog.json").write_text(json.dumps(CATALOG))
+    _register()
+    upgraded = CliRunner().invoke(cli, ["--home", str(home), "db", "upgrade"], env={})
+    assert upgraded.exit_code == 0, upgraded.output  # reads never create a ledger (issue 15)
     return home
 
 
