@@ -101,15 +101,24 @@ class _Waiter:
             self.granted.set()
 
     def wait(self, timeout_s: float) -> bool:
-        """True once the lock is ours; False after the timeout (the thread then cleans up)."""
+        """True once the lock is ours (the caller then owns `fd`); False after the timeout."""
         try:
             self.granted.wait(timeout_s)
-        finally:  # also on KeyboardInterrupt or any other signal raised while waiting
-            with self.mutex:
-                got = self.granted.is_set()
-                if not got:
-                    self.abandoned = True
-        return got
+        except BaseException:  # KeyboardInterrupt or another signal raised while waiting
+            self._give_up()
+            raise
+        with self.mutex:
+            if self.granted.is_set():
+                return True
+            self.abandoned = True  # the thread closes the descriptor once it gets the lock
+            return False
+
+    def _give_up(self) -> None:
+        with self.mutex:
+            if self.granted.is_set():
+                _close(self.fd)  # granted just as we were interrupted: release at once
+            else:
+                self.abandoned = True
 
 
 class WriteLock:
@@ -134,9 +143,10 @@ class WriteLock:
             locked = _try_lock(fd)
             if locked is None:  # held elsewhere: wait in turn
                 waiter = _Waiter(fd)
+                fd = None  # the helper thread owns the descriptor until it is granted
                 if not waiter.wait(self.timeout_s):
-                    fd = None  # the helper thread owns it now
                     raise BusyError()
+                fd = waiter.fd
                 locked = not waiter.failed
             yield locked
         finally:
