@@ -26,9 +26,10 @@ import pytest
 
 from ledger.api import Ledger
 from ledger.errors import BusyError
+from ledger.records import Success
 from ledger.store import migrate
 from ledger.store.engine import Database
-from ledger.store.writelock import LOCK_SUFFIX, WriteLock, lock_path
+from ledger.store.writelock import LOCK_SUFFIX, WriteLock, lock_path, turns
 from tests.conftest import TEST_CATALOG
 from tests.procs import write_home
 
@@ -177,6 +178,51 @@ def test_issue14_lock_file_held_past_busy_timeout_exits_4_nothing_written(tmp_pa
     assert (home / "ledger.db").read_bytes() == before  # nothing written
     assert led.reserve("s1", "alpha/small").id == 1  # released: the caller may simply retry
     led.close()
+
+
+# A holder that keeps the lock 1.5 s but counts a turn every 50 ms, as a moving queue of writers
+# would (each of them takes a turn), then leaves.
+MOVING_QUEUE = (
+    "import fcntl, os, sys, time\n"
+    "from ledger.store.writelock import take_turn\n"
+    "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)\n"
+    "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+    "print('locked', flush=True)\n"
+    "for _ in range(30):\n"
+    "    time.sleep(0.05)\n"
+    "    take_turn(fd)\n"
+)
+
+
+def test_issue14_a_moving_queue_is_not_busy_only_a_held_lock_is(tmp_path: Path) -> None:
+    home = ledger_home(tmp_path, busyTimeoutMs=300)
+    led = Ledger.open(home, env={})
+    lock = home / "ledger.db-writelock"
+    holder = subprocess.Popen([sys.executable, "-c", MOVING_QUEUE, str(lock)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "locked"
+        granted = led.reserve("s1", "alpha/small")  # waits past 300 ms: the lock changes hands
+    finally:
+        holder.communicate(timeout=60)
+    assert holder.returncode == 0  # the holder ran its whole 1.5 s before the reserve got in
+    assert granted.id == 1
+    led.close()
+
+
+def test_issue14_every_write_takes_a_counted_turn(tmp_path: Path) -> None:
+    home = ledger_home(tmp_path)
+    fd = os.open(home / "ledger.db-writelock", os.O_RDONLY)
+    try:
+        before = turns(fd)
+        led = Ledger.open(home, env={})
+        res = led.reserve("s1", "alpha/small")
+        led.settle(res.id, Success(input_tokens=1, output_tokens=1))
+        led.close()
+        assert turns(fd) == before + 2  # what a waiter watches to tell a queue from a stuck lock
+    finally:
+        os.close(fd)
 
 
 def test_issue14_holder_killed_with_sigkill_frees_the_lock_for_a_waiter(tmp_path: Path) -> None:

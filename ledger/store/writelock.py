@@ -10,6 +10,10 @@ Each acquisition opens its own file description and takes `flock(LOCK_EX)` on it
 one process contend like processes do, and the kernel drops the lock of a process that dies. A
 contended wait blocks in a helper thread while the caller waits on an Event with the busy timeout
 (no polling); a waiter given up on releases the lock itself if it ever gets it.
+
+Busy means *held*, not *queued*: every holder bumps a turn counter in the lock file, and a waiter
+gives up only when a whole busy timeout passes without the lock changing hands. A long queue that
+keeps moving (a burst of cron jobs on a starved CPU) never fails; a stuck holder still does.
 """
 
 from __future__ import annotations
@@ -101,9 +105,15 @@ class _Waiter:
             self.granted.set()
 
     def wait(self, timeout_s: float) -> bool:
-        """True once the lock is ours (the caller then owns `fd`); False after the timeout."""
+        """True once the lock is ours (the caller then owns `fd`); False once it has not changed
+        hands for `timeout_s`."""
+        seen = turns(self.fd)
         try:
-            self.granted.wait(timeout_s)
+            while not self.granted.wait(timeout_s):
+                now = turns(self.fd)
+                if now == seen:  # nobody got the lock for a whole timeout: it is truly held
+                    break
+                seen = now
         except BaseException:  # KeyboardInterrupt or another signal raised while waiting
             self._give_up()
             raise
@@ -148,10 +158,29 @@ class WriteLock:
                     raise BusyError()
                 fd = waiter.fd
                 locked = not waiter.failed
+            if locked:
+                take_turn(fd)
             yield locked
         finally:
             if fd is not None and os.getpid() == owner:
                 _close(fd)
+
+
+_TURN = 8  # bytes of the little-endian turn counter at the start of the lock file
+
+
+def turns(fd: int) -> int:
+    """How many times the lock has been taken (readable without holding it)."""
+    try:
+        return int.from_bytes(os.pread(fd, _TURN, 0), "little")
+    except OSError:
+        return 0
+
+
+def take_turn(fd: int) -> None:
+    """Count one more turn; only the holder calls it (a read-only descriptor just skips it)."""
+    with contextlib.suppress(OSError):
+        os.pwrite(fd, ((turns(fd) + 1) % 2**64).to_bytes(_TURN, "little"), 0)
 
 
 def _try_lock(fd: int) -> bool | None:
