@@ -1,7 +1,9 @@
 """Figure `contention`: 1, 4 and 8 processes doing ledger cycles on one shared ledger.
 
 Invariant: every process opens its own Ledger (as a worker would) and they start together; the
-throughput of N processes is compared with one process measured in the same run.
+throughput of N processes and their reserve tail are compared with one process measured in the
+same run. Fair turns (issue 14): N writers queued in turn wait about N transactions, so the p99
+reserve latency at N processes is held against N x the single-process p50.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from bench.common import Row, Settings, Stats, ledger_cycle, make_home, ms, open
 
 PROCESS_COUNTS = (1, 4, 8)
 QUICK_COUNTS = (1, 2)
-TARGET = 0.8
+TARGET = 0.9  # total throughput at N processes vs one (issue 14; was 0.8)
+TAIL_TARGET = 2.0  # p99 reserve latency at N processes <= 2 x N x single-process p50 (issue 14)
 
 
 def _child(
@@ -111,4 +114,18 @@ def run(root: Path, settings: Settings) -> list[Row]:
                 note=f"{rstats.median:.0f}/s; reserve p50 {ms(p50)}, p99 {ms(p99)}",
             )
         )
+        rows.append(_tail_row(n, lats[n], lats[1]))
     return rows
+
+
+def _tail_row(n: int, many: list[float], one: list[float]) -> Row:
+    """p99 reserve latency at n processes / (n x single-process p50), pooled over the runs."""
+    p50_one = percentile(one, 0.5)
+    tail = Stats.of([percentile(many, 0.99) / (n * p50_one)])
+    return ratio_row(
+        f"contention: {n} processes, reserve p99 / ({n} x 1-process p50)",
+        tail,
+        f"<= {TAIL_TARGET}",
+        tail.median <= TAIL_TARGET,
+        note=f"max {ms(max(many))}; 1-process p50 {ms(p50_one)}",
+    )

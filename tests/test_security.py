@@ -51,6 +51,7 @@ def test_r_home_1_new_state_directory_0700_and_database_0600(tmp_path: Path) -> 
     Ledger.open(home, env={}).close()
     assert mode(home) == 0o700
     assert mode(home / "ledger.db") == 0o600
+    assert mode(home / "ledger.db-writelock") == 0o600  # issue 14: the write lock beside it
     cli_home = tmp_path / "cli-state"
     assert invoke(cli_home, "source", "add", "s1").exit_code == 0
     assert mode(cli_home) == 0o700
@@ -68,7 +69,8 @@ def test_r_db_5_upgrade_and_its_backup_stay_private(tmp_path: Path) -> None:
     assert mode(backup) == 0o600
     assert mode(home / "ledger.db") == 0o600
     assert mode(home) == 0o700
-    assert sorted(p.name for p in home.iterdir()) == sorted(["ledger.db", backup.name])
+    names = ["ledger.db", "ledger.db-writelock", backup.name]  # the lock file: issue 14
+    assert sorted(p.name for p in home.iterdir()) == sorted(names)
     for path in home.iterdir():
         assert mode(path) == 0o600
 

@@ -41,6 +41,7 @@ from ledger.errors import (
 )
 from ledger.store import dialects
 from ledger.store.schema import clock
+from ledger.store.writelock import WriteLock, lock_path
 
 NETWORK_FILESYSTEMS = frozenset(
     {"nfs", "nfs4", "cifs", "smb", "smb2", "smb3", "smbfs", "9p", "afs", "ncpfs", "fuse.sshfs"}
@@ -150,6 +151,8 @@ class Database:
         # Pooled connections: PRAGMAs and SQLite's schema parse happen once per connection, not
         # once per transaction. A connection never crosses a fork (see _on_checkout).
         self.engine: Engine = dialects.make_engine(url, busy_timeout_ms)
+        # SQLite writers first queue on a lock file, in turn (ledger/store/writelock.py)
+        self.write_lock = WriteLock(lock_path(url) if self.is_sqlite else None, busy_timeout_ms)
         self._returning = bool(getattr(self.engine.dialect, "update_returning", False))
         event.listen(self.engine, "connect", self._on_connect_record_pid)
         event.listen(self.engine, "checkout", self._on_checkout)
@@ -197,7 +200,7 @@ class Database:
         try:
             with self.engine.connect() as conn:
                 conn.execution_options(ledger_write=True)
-                with conn.begin():
+                with self.write_lock.held(), conn.begin():
                     yield WriteTxn(conn, self._ledger_now(conn))
         except exc.DBAPIError as error:
             raise translate(error) from error

@@ -135,7 +135,7 @@ def _upgrade_in_txn(db: Database, target: str = "head") -> None:
 
     with db.engine.connect() as conn:
         conn.execution_options(ledger_write=True)
-        with conn.begin():
+        with db.write_lock.held(), conn.begin():  # a migration is a write: it queues in turn too
             command.upgrade(alembic_config(conn), target)
             _record_meta(conn, db)
 

@@ -1,0 +1,339 @@
+"""Issue 14, R-DB-3: the fair write lock beside the SQLite file (ledger/store/writelock.py).
+
+Writers queue in the kernel on `ledger.db-writelock` instead of sleeping in SQLite's busy handler;
+SQLite's own locking stays the guarantee and is what remains where no lock file can be used. Real
+processes hold the lock (and get killed holding it); the CLI burst runs real `ledger reserve`
+processes started together.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import multiprocessing
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Protocol
+
+import pytest
+
+from ledger.api import Ledger
+from ledger.errors import BusyError
+from ledger.records import Success
+from ledger.store import migrate
+from ledger.store.engine import Database
+from ledger.store.writelock import LOCK_SUFFIX, WriteLock, lock_path, turns
+from tests.conftest import TEST_CATALOG
+from tests.procs import write_home
+
+
+class EventLike(Protocol):
+    """The part of multiprocessing.Event the fork child uses."""
+
+    def set(self) -> None: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
+# A separate process holding the lock file (flock, as the ledger takes it) until stdin closes.
+HOLD_LOCK_FILE = (
+    "import fcntl, os, sys\n"
+    "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)\n"
+    "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+    "print('locked', flush=True)\n"
+    "sys.stdin.read()\n"
+)
+
+
+@contextmanager
+def lock_file_held(path: Path) -> Iterator[subprocess.Popen[str]]:
+    """Another process holds the write lock file until the block ends (or it is killed)."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK_FILE, str(path)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "locked"
+        yield holder
+    finally:
+        holder.communicate("", timeout=60)  # also reaps one that was killed
+
+
+def free_now(path: Path) -> bool:
+    """Whether a new file description gets the lock at once (nobody holds it)."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def rows(home: Path) -> int:
+    with sqlite3.connect(home / "ledger.db") as conn:
+        return int(conn.execute("SELECT count(*) FROM reservations").fetchone()[0])
+
+
+def ledger_home(tmp_path: Path, **policy: object) -> Path:
+    home = tmp_path / "state"
+    write_home(home, TEST_CATALOG, **policy)
+    Ledger.open(home, env={}).close()
+    return home
+
+
+# --- where the lock lives ---------------------------------------------------------------------
+
+
+def test_issue14_lock_file_sits_beside_the_database(tmp_path: Path) -> None:
+    db = tmp_path / "a b" / "ledger.db"
+    assert lock_path(f"sqlite:///{db}") == db.with_name("ledger.db" + LOCK_SUFFIX)
+    assert lock_path(f"sqlite:///{db}") == Path(f"{db}-writelock")
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["sqlite://", "sqlite:///:memory:", "sqlite:///file:led?mode=memory&uri=true",
+     "postgresql+psycopg://u@h/db"],
+)
+def test_issue14_memory_uri_and_other_backends_degrade_to_sqlite_locking(url: str) -> None:
+    assert lock_path(url) is None
+    with WriteLock(lock_path(url), 100).held() as locked:
+        assert locked is False  # no lock file: SQLite's own busy handling alone, as before
+
+
+def test_issue14_in_memory_database_still_writes(tmp_path: Path) -> None:
+    db = Database("sqlite://")
+    migrate.open_checked(db)  # built by the migrations, in memory
+    with db.write() as txn:
+        assert txn.now > 0
+    assert db.write_lock.path is None
+    db.dispose()
+
+
+def test_issue14_lock_file_created_0600_without_following_a_symlink(tmp_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        with WriteLock(tmp_path / "x.db-writelock", 100).held() as locked:
+            assert locked is True
+        assert (tmp_path / "x.db-writelock").stat().st_mode & 0o777 == 0o600
+        target = tmp_path / "elsewhere"
+        (tmp_path / "y.db-writelock").symlink_to(target)
+        with WriteLock(tmp_path / "y.db-writelock", 100).held() as locked:
+            assert locked is False  # a symlink in its place: never followed, SQLite alone
+        assert not target.exists()
+    finally:
+        os.umask(old)
+
+
+def test_issue14_a_directory_or_fifo_in_its_place_degrades(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    os.mkfifo(tmp_path / "f")
+    for path in (tmp_path / "d", tmp_path / "f"):
+        with WriteLock(path, 100).held() as locked:  # a FIFO must not hang the open
+            assert locked is False
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+def test_issue14_read_only_directory_degrades_or_uses_an_existing_lock_file(
+    tmp_path: Path,
+) -> None:
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    (ro / "old.db-writelock").touch(mode=0o400)
+    ro.chmod(0o500)
+    try:
+        with WriteLock(ro / "new.db-writelock", 100).held() as locked:
+            assert locked is False  # cannot be created: SQLite's locking alone
+        with WriteLock(ro / "old.db-writelock", 100).held() as locked:
+            assert locked is True  # flock works on a read-only descriptor
+    finally:
+        ro.chmod(0o700)
+
+
+# --- a lock truly held past busyTimeoutMs --------------------------------------------------------
+
+
+def test_issue14_lock_file_held_past_busy_timeout_exits_4_nothing_written(tmp_path: Path) -> None:
+    home = ledger_home(tmp_path, busyTimeoutMs=300)
+    before = (home / "ledger.db").read_bytes()
+    with lock_file_held(home / "ledger.db-writelock"):
+        result = subprocess.run(
+            [sys.executable, "-m", "ledger", "--home", str(home), "reserve", "s1",
+             "--model", "alpha/small"], capture_output=True, text=True, timeout=120,
+        )
+        led = Ledger.open(home, env={})
+        with pytest.raises(BusyError):
+            led.reserve("s1", "alpha/small")
+    assert result.returncode == 4
+    assert result.stderr.splitlines() == [f"ledger: {BusyError().args[0]}"]
+    assert result.stdout == ""
+    assert (home / "ledger.db").read_bytes() == before  # nothing written
+    assert led.reserve("s1", "alpha/small").id == 1  # released: the caller may simply retry
+    led.close()
+
+
+# A holder that keeps the lock 1.5 s but counts a turn every 50 ms, as a moving queue of writers
+# would (each of them takes a turn), then leaves.
+MOVING_QUEUE = (
+    "import fcntl, os, sys, time\n"
+    "from ledger.store.writelock import take_turn\n"
+    "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)\n"
+    "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+    "print('locked', flush=True)\n"
+    "for _ in range(30):\n"
+    "    time.sleep(0.05)\n"
+    "    take_turn(fd)\n"
+)
+
+
+def test_issue14_a_moving_queue_is_not_busy_only_a_held_lock_is(tmp_path: Path) -> None:
+    home = ledger_home(tmp_path, busyTimeoutMs=300)
+    led = Ledger.open(home, env={})
+    lock = home / "ledger.db-writelock"
+    holder = subprocess.Popen([sys.executable, "-c", MOVING_QUEUE, str(lock)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "locked"
+        granted = led.reserve("s1", "alpha/small")  # waits past 300 ms: the lock changes hands
+    finally:
+        holder.communicate(timeout=60)
+    assert holder.returncode == 0  # the holder ran its whole 1.5 s before the reserve got in
+    assert granted.id == 1
+    led.close()
+
+
+def test_issue14_every_write_takes_a_counted_turn(tmp_path: Path) -> None:
+    home = ledger_home(tmp_path)
+    fd = os.open(home / "ledger.db-writelock", os.O_RDONLY)
+    try:
+        before = turns(fd)
+        led = Ledger.open(home, env={})
+        res = led.reserve("s1", "alpha/small")
+        led.settle(res.id, Success(input_tokens=1, output_tokens=1))
+        led.close()
+        assert turns(fd) == before + 2  # what a waiter watches to tell a queue from a stuck lock
+    finally:
+        os.close(fd)
+
+
+def test_issue14_holder_killed_with_sigkill_frees_the_lock_for_a_waiter(tmp_path: Path) -> None:
+    home = ledger_home(tmp_path, busyTimeoutMs=60_000)
+    led = Ledger.open(home, env={})
+    with lock_file_held(home / "ledger.db-writelock") as holder:
+        killer = threading.Timer(0.3, holder.send_signal, args=(signal.SIGKILL,))
+        killer.start()
+        granted = led.reserve("s1", "alpha/small")  # waits in the kernel; the kernel frees it
+        killer.join()
+    assert holder.returncode == -signal.SIGKILL
+    assert granted.id == 1
+    assert rows(home) == 1
+    led.close()
+
+
+# --- threads, signals and forks in one process ---------------------------------------------------
+
+
+def test_issue14_threads_of_one_process_contend_like_processes(tmp_path: Path) -> None:
+    path = tmp_path / "t.db-writelock"
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with WriteLock(path, 1000).held():
+            holding.set()
+            release.wait(60)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    assert holding.wait(60)
+    with pytest.raises(BusyError), WriteLock(path, 200).held():
+        pass
+    release.set()
+    with WriteLock(path, 60_000).held() as locked:  # waits for the other thread, then has it
+        assert locked is True
+        thread.join(60)
+        assert not thread.is_alive()
+
+
+def test_issue14_a_waiter_that_gave_up_never_keeps_the_lock(tmp_path: Path) -> None:
+    path = tmp_path / "w.db-writelock"
+    path.touch(mode=0o600)
+    with lock_file_held(path):
+        with pytest.raises(BusyError), WriteLock(path, 100).held():
+            pass
+        waiting = [t for t in threading.enumerate() if t.name == "ledger-writelock"]
+        assert len(waiting) == 1  # still blocked in the kernel, owning its own descriptor
+    waiting[0].join(60)  # it got the lock when the holder left, and released it at once
+    assert not waiting[0].is_alive()
+    assert free_now(path)
+
+
+def test_issue14_a_signal_while_waiting_abandons_the_wait_cleanly(tmp_path: Path) -> None:
+    path = tmp_path / "s.db-writelock"
+    path.touch(mode=0o600)
+    with lock_file_held(path):
+        main = threading.main_thread().ident
+        assert main is not None
+        timer = threading.Timer(0.2, signal.pthread_kill, args=(main, signal.SIGINT))  # Ctrl-C
+        timer.start()
+        with pytest.raises(KeyboardInterrupt), WriteLock(path, 60_000).held():
+            pass
+        timer.join()
+    for thread in [t for t in threading.enumerate() if t.name == "ledger-writelock"]:
+        thread.join(60)
+    assert free_now(path)
+
+
+def _stay_alive(ready: EventLike, leave: EventLike) -> None:
+    ready.set()  # the at-fork hooks have run by now
+    leave.wait(60)
+
+
+def test_issue14_a_forked_child_does_not_keep_the_parents_lock(tmp_path: Path) -> None:
+    path = tmp_path / "f.db-writelock"
+    ctx = multiprocessing.get_context("fork")
+    ready, leave = ctx.Event(), ctx.Event()
+    with WriteLock(path, 1000).held() as locked:
+        assert locked is True
+        child = ctx.Process(target=_stay_alive, args=(ready, leave))
+        child.start()  # inherits the descriptor of the held lock
+        assert ready.wait(60)
+    try:
+        assert child.is_alive()
+        assert free_now(path)  # released although the child is still alive
+    finally:
+        leave.set()
+        child.join(60)
+
+
+# --- many processes at once ---------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("processes", [48, 96])
+def test_issue14_concurrent_cli_reserves_no_busy_exit_exact_count(
+    tmp_path: Path, processes: int
+) -> None:
+    """Cron jobs starting on the same minute: all `ledger reserve` at once, default timeout."""
+    home = ledger_home(tmp_path, callsPerHour=20)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "ledger", "--home", str(home), "reserve", f"s{i}",
+             "--model", "alpha/small"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        for i in range(processes)
+    ]
+    outcomes = [(p.wait(timeout=300), p.communicate(timeout=60)[1]) for p in procs]
+    exits = Counter(code for code, _err in outcomes)
+    assert exits == {0: 20, 3: processes - 20}, [e for c, e in outcomes if c not in (0, 3)]
+    assert all("shared_hourly_budget" in err for code, err in outcomes if code == 3)
+    assert rows(home) == 20  # exact: nothing lost, nothing double-counted
