@@ -132,6 +132,8 @@ def test_issue13_item1_import_gives_known_urls_and_none_to_the_rest() -> None:
 
 
 def test_issue13_item1_select_status_validate_show_report_no_base_url(nourl_home: Path) -> None:
+    # reads create nothing (issue 15): the ledger is created first
+    assert invoke(nourl_home, "db", "upgrade").exit_code == 0
     selected = invoke(nourl_home, "select", "s1", "--model", "mistral/mistral-small", "--json")
     assert selected.exit_code == 0, selected.output
     doc = json.loads(selected.stdout)
