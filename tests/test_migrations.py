@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect
 from click.testing import CliRunner
+from sqlalchemy import inspect
 
 from ledger.cli.main import _register, cli
 from ledger.errors import SchemaTooOldError, UnreadableDatabaseError
