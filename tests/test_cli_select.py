@@ -37,6 +37,9 @@ def big_home(tmp_path: Path) -> Path:
     home = tmp_path / "state"
     home.mkdir(mode=0o700)
     (home / "catalog.json").write_text(json.dumps(CATALOG))
+    # reads create nothing (issue 15): the ledger is created first
+    created = CliRunner().invoke(cli, ["--home", str(home), "db", "upgrade"], env={})
+    assert created.exit_code == 0, created.output
     return home
 
 
