@@ -91,7 +91,11 @@ class Ledger:
         policy = policy if policy is not None else load_policy(state.path)
         catalog = catalog if catalog is not None else load_catalog(state.path)
         database = Database(state.db_url, busy_timeout_ms=policy.busy_timeout_ms, clock_fn=clock)
-        migrate.open_checked(database)
+        try:
+            migrate.open_checked(database, create=create)
+        except BaseException:
+            database.dispose()
+            raise
         return cls(
             state, policy, catalog, Store(database, jitter), os.environ if env is None else env
         )

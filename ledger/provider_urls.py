@@ -12,6 +12,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
+from urllib.parse import urlsplit, urlunsplit
 
 from ledger.errors import UsageError
 
@@ -31,7 +32,39 @@ def known_providers() -> Mapping[str, tuple[str, str]]:
     )
 
 
+@functools.cache
+def _token_fields() -> Mapping[str, str]:
+    document = json.loads(DATA_FILE.read_text())
+    return MappingProxyType(
+        {
+            entry["baseUrl"]: entry["maxTokensField"]
+            for entry in document.values()
+            if "maxTokensField" in entry
+        }
+    )
+
+
+def known_max_tokens_field(base_url: str) -> str | None:
+    """The reply-limit field a known endpoint honours (`max_tokens` or `max_completion_tokens`).
+
+    None for an endpoint not in the table. Taken from LiteLLM's own parameter mappings: these
+    servers ignore or reject the other name, so a reasoning model's reply would go uncapped or
+    the request would be refused (a 1 h cooldown).
+    """
+    return _token_fields().get(base_url.rstrip("/"))
+
+
 def known_base_url(name: str, api: str) -> str | None:
     """The known base URL of provider `name` speaking `api`, or None."""
     known = known_providers().get(name)
     return known[1] if known is not None and known[0] == api else None
+
+
+def shown_url(url: str) -> str:
+    """`url` for a terminal or JSON output: a password in its userinfo replaced by `***`."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))

@@ -10,6 +10,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from click.testing import CliRunner
+from sqlalchemy import inspect
 
 from ledger.cli.main import _register, cli
 from ledger.errors import SchemaTooOldError, UnreadableDatabaseError
@@ -215,3 +216,24 @@ def test_issue16_item1_portable_revisions_leave_the_sqlite_schema_byte_identical
     migrate.upgrade(db, "0002")
     db.dispose()
     assert _sqlite_schema(path) == SQLITE_SCHEMA_0002.read_text()
+
+
+@pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
+def test_r_db_4_upgrade_never_moves_into_another_applications_database(
+    tmp_path: Path, ledger_db: str | None
+) -> None:
+    # `--db` pointed at an application's existing database (e.g. …/postgres, or an app's SQLite
+    # file): `db upgrade` refuses like every other command and adds no table to it.
+    url = ledger_db or f"sqlite:///{tmp_path / 'other.db'}"
+    db = Database(url)
+    with db.engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE other_app (x INTEGER)")
+    with pytest.raises(UnreadableDatabaseError):
+        migrate.upgrade(db)
+    with db.engine.connect() as conn:
+        tables = set(inspect(conn).get_table_names())
+    db.dispose()
+    assert tables == {"other_app"}
+    result = CliRunner().invoke(cli, ["--home", str(tmp_path), "--db", url, "db", "upgrade"])
+    assert result.exit_code == 4, result.output
+    assert "not a ledger database" in result.output

@@ -9,6 +9,7 @@ import pytest
 
 from ledger.catalog import Model, Provider
 from ledger.kinds import AttemptRole
+from ledger.provider_urls import DATA_FILE, known_providers
 from ledger.providers import CallRequest, Message, ProviderResponse, adapter_for
 from ledger.standin import StandIn
 from ledger.worker import Job
@@ -77,3 +78,47 @@ def test_issue13_item2_job_call_passes_the_reasoning_flag(reasoning: bool) -> No
     )
     job.call(MESSAGES)
     assert seen[0].reasoning is reasoning
+
+
+@pytest.mark.parametrize(
+    ("name", "reasoning", "field"),
+    [
+        # LiteLLM maps max_completion_tokens -> max_tokens for these: they ignore or refuse it
+        ("empiriolabs", True, "max_tokens"),
+        ("mistral", True, "max_tokens"),
+        ("xai", True, "max_tokens"),
+        ("deepinfra", True, "max_tokens"),
+        # and the reverse for this one
+        ("streamlake", False, "max_completion_tokens"),
+        # no mapping known: the reasoning flag decides
+        ("groq", True, "max_completion_tokens"),
+        ("groq", False, "max_tokens"),
+    ],
+)
+def test_issue13_item2_known_endpoint_gets_the_field_it_honours(
+    name: str, reasoning: bool, field: str
+) -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"choices": [{"message": {"content": "x"}}]})
+
+    _, base_url = known_providers()[name]
+    with httpx.Client(transport=httpx.MockTransport(handler)) as client:
+        adapter = adapter_for(provider(base_url), ENV, client=client)
+        request = CallRequest("m", MESSAGES, 9, FAR, reasoning=reasoning)
+        assert adapter.call(request, now_ms=lambda: 0).ok
+    (sent,) = seen
+    body = json.loads(sent.content)
+    assert body[field] == 9
+    other = "max_tokens" if field == "max_completion_tokens" else "max_completion_tokens"
+    assert other not in body
+
+
+def test_issue13_item2_token_fields_are_known_names_of_known_endpoints() -> None:
+    document = json.loads(DATA_FILE.read_text())
+    fields = {e.get("maxTokensField") for e in document.values()} - {None}
+    assert fields == {"max_tokens", "max_completion_tokens"}
+    for entry in document.values():
+        assert set(entry) <= {"api", "baseUrl", "maxTokensField"}

@@ -190,3 +190,25 @@ def test_issue16_item1_worker_clock_follows_the_server_on_a_skewed_host(
     # the clock the worker times calls with is on the server's line: the deadline is ahead of it
     assert res.created_ms - 5_000 <= led.db.clock_fn() <= res.deadline_ms
     led.close()
+
+
+@pytestmark_pg
+@pytest.mark.parametrize(
+    "command",
+    [["status"], ["source", "list"], ["cooldown", "list"],
+     ["select", "s", "--model", "alpha/small"], ["db", "current"]],
+)  # fmt: skip
+def test_issue16_item2_read_on_an_empty_database_creates_nothing(
+    home: Path, pg: str, command: list[str]
+) -> None:
+    # e.g. `--db …/postgres` by mistake: a read must not put the ledger's tables there
+    result = _cli(home, pg, *command)
+    tables = rows(pg, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+    assert tables == []
+    if command != ["db", "current"]:
+        assert result.exit_code == 4, result.output
+        assert "ledger db upgrade" in result.output
+    else:
+        assert result.exit_code == 0
+        assert "(empty)" in result.output
+    assert "Traceback" not in result.output

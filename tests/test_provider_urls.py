@@ -133,6 +133,8 @@ def test_issue13_item1_import_gives_known_urls_and_none_to_the_rest() -> None:
 
 
 def test_issue13_item1_select_status_validate_show_report_no_base_url(nourl_home: Path) -> None:
+    # reads create nothing (issue 15): the ledger is created first
+    assert invoke(nourl_home, "db", "upgrade").exit_code == 0
     selected = invoke(nourl_home, "select", "s1", "--model", "mistral/mistral-small", "--json")
     assert selected.exit_code == 0, selected.output
     doc = json.loads(selected.stdout)
@@ -161,3 +163,30 @@ def test_issue13_item1_select_status_validate_show_report_no_base_url(nourl_home
     }
     for result in (selected, status, validate, text, show):
         assert SECRET not in result.output
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_issue13_item1_catalog_show_never_prints_a_password_in_base_url(
+    tmp_path: Path, as_json: bool
+) -> None:
+    home = tmp_path / "state"
+    home.mkdir(mode=0o700)
+    catalog = {
+        "providers": {
+            "proxy": {"available": True, "baseUrl": f"https://team:{SECRET}@proxy.example/v1"},
+            "plain": {"available": True, "baseUrl": "https://proxy.example:8443/v1?x=1"},
+        },
+        "models": [{"provider": "proxy", "id": "m"}],
+    }
+    (home / "catalog.json").write_text(json.dumps(catalog))
+    result = invoke(home, "catalog", "show", *(["--json"] if as_json else []))
+    assert result.exit_code == 0, result.output
+    assert SECRET not in result.output
+    if as_json:
+        urls = {p["name"]: p["baseUrl"] for p in json.loads(result.stdout)["providers"]}
+        assert urls == {
+            "proxy": "https://team:***@proxy.example/v1",
+            "plain": "https://proxy.example:8443/v1?x=1",
+        }
+    else:
+        assert "baseUrl=https://team:***@proxy.example/v1" in result.stdout

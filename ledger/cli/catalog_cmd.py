@@ -20,6 +20,7 @@ from ledger.cli.main import AppContext, emit_json, pass_app, run
 from ledger.errors import UsageError
 from ledger.home import ensure_home
 from ledger.litellm import ImportResult, convert, merge, parse_litellm
+from ledger.provider_urls import shown_url
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
@@ -106,7 +107,7 @@ def show(app: AppContext, as_json: bool) -> None:
         {
             "name": name,
             "api": p.api,
-            "baseUrl": current.base_url(name),
+            "baseUrl": _shown(current.base_url(name)),
             "available": name in available,
         }
         for name, p in current.providers.items()
@@ -120,7 +121,7 @@ def show(app: AppContext, as_json: bool) -> None:
         return
     click.echo("providers:")
     for name, provider in current.providers.items():
-        url = current.base_url(name) or "none (not offered: no_base_url)"
+        url = _shown(current.base_url(name)) or "none (not offered: no_base_url)"
         click.echo(
             f"  {name}  api={provider.api}  baseUrl={url}  available={_yes(name in available)}"
         )
@@ -197,3 +198,7 @@ def _num(value: float | None) -> str:
 
 def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
+
+
+def _shown(url: str | None) -> str | None:
+    return None if url is None else shown_url(url)

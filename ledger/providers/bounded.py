@@ -229,8 +229,16 @@ def _exchange(
         "accept-encoding": "identity",
         **headers,
     }
+    # Never follow a redirect, whatever client the caller handed in: httpx drops only
+    # `Authorization` on a cross-origin redirect, so `x-api-key` and option headers would go
+    # to the other host.
     with client.stream(
-        "POST", url, headers=request_headers, content=content, timeout=timeout
+        "POST",
+        url,
+        headers=request_headers,
+        content=content,
+        timeout=timeout,
+        follow_redirects=False,
     ) as response:
         status = response.status_code
         if not 200 <= status < 300:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
+from ledger.provider_urls import known_max_tokens_field
 from ledger.providers.base import (
     CallRequest,
     HttpAdapter,
@@ -25,8 +26,13 @@ def max_tokens_field(request: CallRequest, url: str) -> str:
     """`max_completion_tokens` for reasoning models and on OpenAI's own API, else `max_tokens`.
 
     OpenAI rejects `max_tokens` for o-series/reasoning models and deprecates it everywhere;
-    other OpenAI-compatible servers (local ones especially) may know only `max_tokens`.
+    other OpenAI-compatible servers (local ones especially) may know only `max_tokens`. A known
+    endpoint that honours only one of the two names always gets that one.
     """
+    base = url.removesuffix("/chat/completions")
+    known = known_max_tokens_field(base)
+    if known is not None:
+        return known
     if request.reasoning or urlsplit(url).hostname == OPENAI_HOST:
         return "max_completion_tokens"
     return "max_tokens"

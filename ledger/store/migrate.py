@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, column, inspect, select, table, text
 
+from ledger.db_target import NoLedgerError
 from ledger.errors import (
     SchemaTooNewError,
     SchemaTooOldError,
@@ -149,8 +150,12 @@ def _record_meta(conn: Connection, db: Database) -> None:
         conn.execute(meta.insert().values(key=key, value=value))
 
 
-def open_checked(db: Database) -> str:
-    """Make sure the schema is usable: create a new database at head, refuse old or new ones."""
+def open_checked(db: Database, *, create: bool = True) -> str:
+    """Make sure the schema is usable: create a new database at head, refuse old or new ones.
+
+    With `create=False` (a read) an empty database is left empty (`NoLedgerError`): on
+    PostgreSQL a read pointed at the wrong, existing database must not create the ledger there.
+    """
     path = db_file(db)
     if path is not None:
         if path.exists():
@@ -167,6 +172,8 @@ def open_checked(db: Database) -> str:
     if revision is None:
         if not empty:
             raise UnreadableDatabaseError()
+        if not create:
+            raise NoLedgerError()
         _upgrade_in_txn(db)
         if path is not None:
             secure_file(path)
@@ -207,6 +214,12 @@ def upgrade(db: Database, target: str = "head") -> tuple[str | None, str, Path |
         before = current_revision(db)
     if before is not None and before not in known_revisions():
         raise SchemaTooNewError()
+    if before is None and (path is None or path.exists()):
+        # tables but no ledger revision: another application's database (`--db` pointed at
+        # the wrong one); nothing is added to it
+        with db.read() as conn:
+            if _has_tables(conn):
+                raise UnreadableDatabaseError()
     if path is not None and path.exists() and path.stat().st_size > 0 and before is not None:
         backup = backup_sqlite(path, before)
     _prepare_file(db)
