@@ -281,6 +281,33 @@ def test_issue12_item3_pause_while_leased_then_release_then_resume(
     assert q.claim(led.db, "w2", 60_000) is not None
 
 
+def test_issue12_item3_a_source_paused_during_the_call_is_neither_committed_nor_finished(
+    make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    """`source pause` while a worker's call runs: the lease stays with the worker, but the pause
+    wins over the result (review of issue 12: renew during a call vs `source pause`)."""
+    led = make_ledger(defaultModel="alpha/small")
+    led.add_source("s", "payload")
+    committed: list[str] = []
+
+    def handler(job: Job) -> HandlerResult:
+        clock.advance(1)
+        led.set_source_state("s", "pause")  # the operator, from another terminal
+        return HandlerResult.success(commit=lambda: committed.append(job.source_id))
+
+    report = _item(led, handler)
+    assert report.outcome is ItemOutcome.PAUSED
+    assert committed == []
+    assert db_rows(led.state.path, "SELECT state, pause_reason, lease_owner FROM sources") == [
+        ("paused", "manual", None)
+    ]
+    led.set_source_state("s", "resume")
+    clock.advance(1)
+    again = _item(led, lambda job: HandlerResult.success(commit=lambda: committed.append("2nd")))
+    assert again.outcome is ItemOutcome.DONE  # resumed: the source runs again, nothing lost
+    assert committed == ["2nd"]
+
+
 def test_issue12_item3_an_expired_lease_is_released_by_resume(
     make_ledger: LedgerFactory, clock: Clock
 ) -> None:
