@@ -7,6 +7,7 @@ honours exactly that one, never after a follow-up. Reserve applies the selector'
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -150,6 +151,29 @@ def test_issue12_item6_cli_reserve_after(home: Path) -> None:
     assert again.exit_code != 0
     bad = run("reserve", "s1", "--model", "beta/mid", "--after", "0")
     assert bad.exit_code == 2
+
+
+def test_r_diag_5_source_show_says_which_attempt_was_an_immediate_follow_up(home: Path) -> None:
+    """`source show` wires the stored permission (`permits`) and the follow-up (`after`)."""
+
+    def run(*args: str) -> Any:
+        result = CliRunner().invoke(cli, ["--home", str(home), *args])
+        assert result.exit_code == 0, result.output
+        return result
+
+    run("reserve", "s1", "--model", "alpha/small")  # reservation 1
+    run("settle", "1", "--http-status", "429")  # rate limit: a fallback is permitted
+    run("reserve", "s1", "--model", "beta/mid", "--after", "1")  # reservation 2
+    run("settle", "2", "--ok")
+    doc = json.loads(run("source", "show", "s1", "--json").output)
+    first, second = doc["attempts"]
+    assert (first["immediate"], first["after"], first["permits"]) == (False, None, "fallback")
+    assert (second["immediate"], second["after"], second["permits"]) == (True, 1, None)
+    assert (second["fallback"], second["fallback_from"]) == (True, "alpha/small")
+    text = run("source", "show", "s1").output.splitlines()
+    assert "permits" in text[-3]
+    assert text[-2].split()[-1] == "fallback"  # what the failure permitted
+    assert "fallback after #1" in text[-1]
 
 
 # --------------------------------------------------------------------------- item 10
