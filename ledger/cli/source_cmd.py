@@ -165,7 +165,6 @@ def _show_lines(doc: dict[str, Any]) -> list[str]:
             Column("outcome"),
             Column("took", right=True),
             Column("role"),
-            Column("permits"),
         ),
         rows,
         WIDTH,
@@ -173,17 +172,19 @@ def _show_lines(doc: dict[str, Any]) -> list[str]:
 
 
 def _attempt_row(a: dict[str, Any]) -> tuple[str, ...]:
-    """One attempt of `source show`: an immediate follow-up says which failure it followed."""
+    """One attempt of `source show`: an immediate follow-up says which failure it followed, a
+    failure which follow-up it permitted (R-DIAG-5, R-POL-4)."""
     role = next((t for t in ("fallback", "correction", "override") if a[t]), "")
     if a["after"] is not None:
         role = f"{role} after #{a['after']}"
     elif role in ("fallback", "correction"):
         role += " (later)"  # an owed follow-up, taken by a later queue item
     role += " LATE" if a["late"] else ""
+    if a["permits"]:  # a follow-up never permits another, so this never doubles up
+        role = ", ".join(filter(None, (role, f"permits {a['permits']}")))
     outcome = f"{a['kind']}/{a['subkind'] or '-'}" if a["kind"] else a["status"]
     when = f"{a['created'][5:10]} {a['created'][11:19]}"
-    permits = a["permits"] or ""
-    return (f"#{a['id']}", when, a["model"], outcome, took(a["duration_ms"]), role, permits)
+    return (f"#{a['id']}", when, a["model"], outcome, took(a["duration_ms"]), role)
 
 
 def _cut(text: str, width: int) -> str:
