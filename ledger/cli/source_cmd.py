@@ -179,9 +179,9 @@ def _attempt_row(a: dict[str, Any]) -> tuple[str, ...]:
         role = f"{role} after #{a['after']}"
     elif role in ("fallback", "correction"):
         role += " (later)"  # an owed follow-up, taken by a later queue item
-    role += " LATE" if a["late"] else ""
-    if a["permits"]:  # a follow-up never permits another, so this never doubles up
-        role = ", ".join(filter(None, (role, f"permits {a['permits']}")))
+    permits = f"permits {a['permits']}" if a["permits"] else ""
+    # a follow-up never permits another, so role and permits never double up
+    role = " ".join(filter(None, (role, "LATE" if a["late"] else "", permits)))
     outcome = f"{a['kind']}/{a['subkind'] or '-'}" if a["kind"] else a["status"]
     when = f"{a['created'][5:10]} {a['created'][11:19]}"
     return (f"#{a['id']}", when, a["model"], outcome, took(a["duration_ms"]), role)

@@ -420,7 +420,8 @@ def _settle_success(
     conn.execute(_CLEAR_STRIKES, {"model_key": r["model_key"]})
     if late:
         actions.append("late: usage recorded; the result must not be committed")
-    if r["role"] == AttemptRole.FALLBACK.value and r["fallback_from"]:
+    if r["role"] == AttemptRole.FALLBACK.value and r["fallback_from"] and not late:
+        # a late result is never used (R-RES-11): no notice may call the fallback a success
         pair = f"{r['fallback_from']} -> {r['model_key']}"
         record_notice(
             conn,
