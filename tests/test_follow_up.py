@@ -153,6 +153,21 @@ def test_issue12_item6_cli_reserve_after(home: Path) -> None:
     assert bad.exit_code == 2
 
 
+def test_issue12_item6_a_follow_ups_failure_never_says_a_fallback_is_permitted(
+    make_ledger: LedgerFactory,
+) -> None:
+    """`ledger settle` prints the actions applied: after the item's one follow-up, none may
+    claim a fallback is permitted next to "no immediate follow-up"."""
+    led = make_ledger(sourceModels=3, sourceCalls=10)
+    first = led.reserve("s1", "alpha/small")
+    assert fail(led, first, 429).fallback is not None
+    backup = led.reserve("s1", "beta/mid", after=first.id)
+    second = fail(led, backup, 429)
+    assert second.fallback is None
+    assert not [a for a in second.actions if a.startswith("fallback permitted")], second.actions
+    assert "no immediate follow-up: this attempt was the item's one follow-up" in second.actions
+
+
 def test_r_diag_5_source_show_says_which_attempt_was_an_immediate_follow_up(home: Path) -> None:
     """`source show` wires the stored permission (`permits`) and the follow-up (`after`)."""
 

@@ -27,7 +27,13 @@ from ledger.kinds import (
     RefusalReason,
     SourceState,
 )
-from ledger.policy_table import Decision, FailureContext, decide
+from ledger.policy_table import (
+    FALLBACK_PERMITTED,
+    NO_FALLBACK,
+    Decision,
+    FailureContext,
+    decide,
+)
 from ledger.records import Cancelled, Failed, Outcome, Reservation, SettleResult, Success
 from ledger.store import reads
 from ledger.store.cooldowns import upsert_cooldown
@@ -509,6 +515,8 @@ def _settle_failure(
     actions = list(decision.actions)
     if r["after_id"] is not None and (fallback is not None or decision.use_correction):
         fallback = None  # R-POL-4: never a follow-up after a follow-up
+        # the table's grant is withdrawn, so the printed actions must not still claim it
+        actions = [NO_FALLBACK if a.startswith(FALLBACK_PERMITTED) else a for a in actions]
         actions.append("no immediate follow-up: this attempt was the item's one follow-up")
     follow_up = None
     if r["after_id"] is None and decision.use_correction:
