@@ -126,7 +126,7 @@ def test_issue12_item6_a_fallback_permit_is_not_a_same_model_retry(
         )
     other = led.reserve("s2", "alpha/small")
     fail(led, other, kind="unknown")
-    with pytest.raises(Refused):  # another source's permit lifts nothing
+    with pytest.raises(UsageError):  # another source's permit lifts nothing: bad input
         led.reserve("s2", "beta/mid", after=correction.id)
     alternate = led.reserve("s1", "beta/mid", after=correction.id)
     assert alternate.role is AttemptRole.FALLBACK
@@ -166,6 +166,29 @@ def test_issue12_item6_a_follow_ups_failure_never_says_a_fallback_is_permitted(
     assert second.fallback is None
     assert not [a for a in second.actions if a.startswith("fallback permitted")], second.actions
     assert "no immediate follow-up: this attempt was the item's one follow-up" in second.actions
+
+
+def test_issue12_item6_after_naming_no_reservation_of_the_source_is_bad_input(home: Path) -> None:
+    """`--after` with a mistyped id, or another source's reservation, is exit 2 and writes
+    nothing (it used to be granted silently as a plain primary reservation)."""
+
+    def run(*args: str) -> Any:
+        return CliRunner().invoke(cli, ["--home", str(home), *args])
+
+    assert run("reserve", "s0", "--model", "alpha/small").exit_code == 0  # reservation 1
+    assert run("settle", "1", "--http-status", "429").exit_code == 0  # permits a fallback
+    path = home / "ledger.db"
+    with sqlite3.connect(path) as raw:
+        before = raw.execute("SELECT count(*) FROM reservations").fetchone()
+    for source, after in (("s0", "99"), ("s1", "1")):
+        result = run("reserve", source, "--model", "beta/mid", "--after", after)
+        assert result.exit_code == 2, result.output
+        assert result.output.strip().splitlines() == [
+            "ledger: after names no reservation of this source"
+        ]
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("SELECT count(*) FROM reservations").fetchone() == before
+        assert raw.execute("SELECT count(*) FROM sources WHERE id = 's1'").fetchone() == (0,)
 
 
 def test_r_diag_5_source_show_says_which_attempt_was_an_immediate_follow_up(home: Path) -> None:

@@ -181,7 +181,8 @@ def _permitted_follow_up(
     """
     failed = conn.execute(_BY_ID, {"b_id": after_id}).first()
     if failed is None or failed.source_id != request.source_id:
-        return None
+        # a typo must not silently turn into a plain reservation: bad input, nothing written
+        raise UsageError("after names no reservation of this source")
     if failed.status != AttemptStatus.FAILED.value or failed.after_id is not None:
         return None
     newest = conn.execute(_NEWEST_OF_SOURCE, {"source_id": request.source_id}).scalar()
