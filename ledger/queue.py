@@ -243,10 +243,11 @@ class DrainSummary:
                     (self.failed, "failed (retry later)"),
                     (self.paused, "paused"),
                     (self.refused, "refused"),
-                    (self.unroutable, "unroutable (every route cooling)"),
+                    (self.unroutable, "unroutable (no eligible route)"),
                     (self.late, "late"),
                     (self.cancelled, "cancelled"),
                     (self.lost_lease, "lost lease"),
+                    (self.commit_failed, "commit failed (retry later)"),
                 )
                 if n
             ),
