@@ -423,6 +423,22 @@ def test_issue12_item5_the_owed_alternate_survives_a_cancelled_item(
     assert _roles(report) == [("beta/mid", "fallback", None)]
 
 
+def test_issue12_item5_the_owed_alternate_survives_a_worker_killed_during_it(
+    make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    """The alternate's reservation expired unsettled (the worker died in the call, R-RES-11):
+    no failure was recorded, so the alternate is still owed (review of item 5)."""
+    led = make_ledger(defaultModel="alpha/small", sourceCalls=10, timeoutMs=1000)
+    led.add_source("s", None)
+    for role in (AttemptRole.PRIMARY, AttemptRole.CORRECTION):
+        r = led.reserve("s", "alpha/small", role=role, override=True)
+        led.settle(r.id, Failed(classify_kind(FailureKind.INVALID_OUTPUT, "json_contract")))
+    led.reserve("s", "beta/mid", role=AttemptRole.FALLBACK, fallback_from="alpha/small")
+    clock.advance(1001)  # never settled: it expires at its deadline
+    report = _item(led, _invalid_on({"alpha/small"}))
+    assert _roles(report) == [("beta/mid", "fallback", None)]
+
+
 def test_issue12_item5_with_no_alternate_the_generic_backoff_comes_first(
     make_ledger: LedgerFactory, clock: Clock
 ) -> None:

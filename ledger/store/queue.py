@@ -157,7 +157,11 @@ def _owed_fallback(conn: Connection, source_id: str) -> OwedFallback | None:
         )
         .where(
             reservations.c.source_id == source_id,
-            reservations.c.status != AttemptStatus.CANCELLED.value,  # no failure, no follow-up
+            # only attempts with an outcome: a cancelled one adds no failure, and one that
+            # expired unsettled (its worker died in the call) leaves the alternate still owed
+            reservations.c.status.in_(
+                (AttemptStatus.FAILED.value, AttemptStatus.SUCCEEDED.value)
+            ),
         )
         .order_by(reservations.c.id.desc())
         .limit(1)
