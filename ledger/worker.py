@@ -331,11 +331,12 @@ def _attempt(
     # the lease covers the whole call, whatever leaseMs is (issue 12 item 3)
     if not store_queue.renew(
         ledger.db, claim.source_id, claim.worker_id, ledger.policy.lease_ms,
-        cover_until_ms=reservation.deadline_ms,
-    ):  # lost before the call: nothing is sent, no failure added, the slot still counts
+        cover_until_ms=reservation.deadline_ms, unpaused=True,
+    ):  # lost or paused before the call: nothing is sent, no failure added, the slot counts
         settled = ledger.settle(reservation.id, Cancelled())
         report = AttemptReport(reservation.id, route, reservation.role, FailureKind.CANCELLED.value)
-        return _Step(report, settled, lost_lease=True)
+        held = _still_held(ledger, claim)
+        return _Step(report, settled, lost_lease=not held, paused=held)
     model = ledger.model(route)
     job = Job(
         source_id=claim.source_id,
@@ -394,6 +395,12 @@ def _attempt(
     return _Step(report, settled)
 
 
+def _still_held(ledger: Ledger, claim: store_queue.Claim) -> bool:
+    """After an `unpaused` renew failed: True when the lease is still ours, so the source was
+    paused meanwhile (`ledger source pause`); False when the lease was lost."""
+    return store_queue.renew(ledger.db, claim.source_id, claim.worker_id, ledger.policy.lease_ms)
+
+
 def _overran(clock: Callable[[], int], reservation: Reservation) -> bool:
     return clock() > reservation.deadline_ms
 
@@ -415,7 +422,7 @@ def _commit(
     """
     lease_ms = ledger.policy.lease_ms
     if not store_queue.renew(ledger.db, claim.source_id, claim.worker_id, lease_ms, unpaused=True):
-        held = store_queue.renew(ledger.db, claim.source_id, claim.worker_id, lease_ms)
+        held = _still_held(ledger, claim)
         return _Step(report, settled, lost_lease=not held, paused=held)
     if result.commit is not None:
         try:

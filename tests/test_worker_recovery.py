@@ -308,6 +308,33 @@ def test_issue12_item3_a_source_paused_during_the_call_is_neither_committed_nor_
     assert committed == ["2nd"]
 
 
+def test_issue12_item3_a_source_paused_between_reserve_and_call_sends_nothing(
+    make_ledger: LedgerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pause lands right after the reservation was granted: the call is not made."""
+    led = make_ledger(defaultModel="alpha/small")
+    led.add_source("s", "payload")
+    granted = led.reserve
+
+    def reserve_then_pause(*args: object, **kwargs: object) -> object:
+        reservation = granted(*args, **kwargs)  # type: ignore[arg-type]
+        led.set_source_state("s", "pause")  # the operator, from another terminal
+        return reservation
+
+    monkeypatch.setattr(led, "reserve", reserve_then_pause)
+    calls: list[str] = []
+
+    def handler(job: Job) -> HandlerResult:
+        calls.append(job.source_id)
+        return HandlerResult.success()
+
+    report = _item(led, handler)
+    assert calls == []
+    assert report.outcome is ItemOutcome.PAUSED
+    assert db_rows(led.state.path, "SELECT status FROM reservations") == [("cancelled",)]
+    assert db_rows(led.state.path, "SELECT state, failures FROM sources") == [("paused", 0)]
+
+
 def test_issue12_item3_an_expired_lease_is_released_by_resume(
     make_ledger: LedgerFactory, clock: Clock
 ) -> None:
