@@ -172,16 +172,14 @@ def _show_lines(doc: dict[str, Any]) -> list[str]:
 
 
 def _attempt_row(a: dict[str, Any]) -> tuple[str, ...]:
-    """One attempt of `source show`: an immediate follow-up says which failure it followed, a
-    failure which follow-up it permitted (R-DIAG-5, R-POL-4)."""
+    """One attempt of `source show`: the immediate follow-up of a failure names it (R-DIAG-5).
+
+    What each failure permitted is in `--json` (`permits`); the text keeps to 100 columns.
+    """
     role = next((t for t in ("fallback", "correction", "override") if a[t]), "")
     if a["after"] is not None:
         role = f"{role} after #{a['after']}"
-    elif role in ("fallback", "correction"):
-        role += " (later)"  # an owed follow-up, taken by a later queue item
-    permits = f"permits {a['permits']}" if a["permits"] else ""
-    # a follow-up never permits another, so role and permits never double up
-    role = " ".join(filter(None, (role, "LATE" if a["late"] else "", permits)))
+    role = " ".join(filter(None, (role, "LATE" if a["late"] else "")))
     outcome = f"{a['kind']}/{a['subkind'] or '-'}" if a["kind"] else a["status"]
     when = f"{a['created'][5:10]} {a['created'][11:19]}"
     return (f"#{a['id']}", when, a["model"], outcome, took(a["duration_ms"]), role)
