@@ -209,7 +209,8 @@ def test_r_diag_5_source_show_says_which_attempt_was_an_immediate_follow_up(home
     assert (second["immediate"], second["after"], second["permits"]) == (True, 1, None)
     assert (second["fallback"], second["fallback_from"]) == (True, "alpha/small")
     text = run("source", "show", "s1").output.splitlines()
-    assert "rate_limit/http_429" in text[-2] and "after" not in text[-2]
+    assert "rate_limit/http_429" in text[-2]
+    assert "after" not in text[-2]
     assert text[-1].endswith("  fallback after #1")  # the immediate follow-up of #1
 
 
