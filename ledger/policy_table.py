@@ -28,6 +28,10 @@ TRANSPORT_STRIKE_WINDOW_MS = 15 * MINUTE_MS
 FAILURE_CAP = 5
 OUTPUT_FAILURE_CAP = 3
 
+FALLBACK_PERMITTED = "fallback permitted"
+"""The action text that grants an immediate fallback (the store withdraws it after a follow-up)."""
+NO_FALLBACK = "no immediate fallback"
+
 
 class FallbackConstraint(StrEnum):
     """Which immediate alternate the selector may offer after a failure (R-POL-4, R-SEL-4)."""
@@ -305,7 +309,7 @@ def decide(ctx: FailureContext, jitter: Callable[[], float]) -> Decision:
         actions.append("no fallback or correction: the attempt caused side effects (R-POL-7)")
     if use_correction:
         actions.append("next attempt: one corrective prompt on the same model")
-    actions.append(f"fallback permitted: {fallback}" if fallback else "no immediate fallback")
+    actions.append(f"{FALLBACK_PERMITTED}: {fallback}" if fallback else NO_FALLBACK)
 
     return Decision(
         kind=c.kind,

@@ -134,7 +134,7 @@ class ItemOutcome(StrEnum):
 
     DONE = "done"  # a result was accepted; the source is finished
     FAILED = "failed"  # every attempt failed; the source waits (backoff, cooldown or next pass)
-    PAUSED = "paused"  # the policy table paused the source (R-POL-5)
+    PAUSED = "paused"  # the policy table (R-POL-5) or an operator paused the source
     REFUSED = "refused"  # the first reservation was refused (budget, cooldown, source limits)
     UNROUTABLE = "unroutable"  # no eligible route right now (R-POL-6)
     LATE = "late"  # a success arrived after its deadline and was not used (R-RES-11)
@@ -243,10 +243,11 @@ class DrainSummary:
                     (self.failed, "failed (retry later)"),
                     (self.paused, "paused"),
                     (self.refused, "refused"),
-                    (self.unroutable, "unroutable (every route cooling)"),
+                    (self.unroutable, "unroutable (no eligible route)"),
                     (self.late, "late"),
                     (self.cancelled, "cancelled"),
                     (self.lost_lease, "lost lease"),
+                    (self.commit_failed, "commit failed (retry later)"),
                 )
                 if n
             ),

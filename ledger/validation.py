@@ -50,7 +50,10 @@ _RULES = {
 }
 
 
-_IDENTIFIER = re.compile(r"[A-Za-z0-9_]{1,32}")
+_IDENTIFIER = re.compile(r"[a-z]+(?:[A-Z][a-z]*)*|[a-z]+(?:_[a-z]+)*")
+"""A field name as people type one: camelCase or snake_case words, no digits. A credential
+pasted as a key (`AKIA…`, `sk_live_…`, hex tokens) is random-looking and is never shown."""
+_IDENTIFIER_MAX = 32
 
 
 def render_path(
@@ -71,8 +74,11 @@ def render_path(
 
 
 def plausible_key(key: object) -> str | None:
-    """The key when it looks like a field name someone mistyped (short, [A-Za-z0-9_]), else None."""
-    return key if isinstance(key, str) and _IDENTIFIER.fullmatch(key) else None
+    """The key when it looks like a field name someone mistyped (short camelCase or snake_case
+    words, R-CFG-3: a key may be a pasted secret, so anything random-looking stays hidden)."""
+    if not isinstance(key, str) or len(key) > _IDENTIFIER_MAX:
+        return None
+    return key if _IDENTIFIER.fullmatch(key) else None
 
 
 def _level_fields(model: type[BaseModel], loc: list[int | str]) -> set[str]:

@@ -257,6 +257,7 @@ class _Step:
     accepted: bool = False
     lost_lease: bool = False
     commit_failed: bool = False
+    paused: bool = False  # paused by an operator during the call: the result was not taken
 
 
 def _input_bytes(handler: Handler, payload_ref: str | None) -> int:
@@ -332,11 +333,12 @@ def _attempt(
     # the lease covers the whole call, whatever leaseMs is (issue 12 item 3)
     if not store_queue.renew(
         ledger.db, claim.source_id, claim.worker_id, ledger.policy.lease_ms,
-        cover_until_ms=reservation.deadline_ms,
-    ):  # lost before the call: nothing is sent, no failure added, the slot still counts
+        cover_until_ms=reservation.deadline_ms, unpaused=True,
+    ):  # lost or paused before the call: nothing is sent, no failure added, the slot counts
         settled = ledger.settle(reservation.id, Cancelled())
         report = AttemptReport(reservation.id, route, reservation.role, FailureKind.CANCELLED.value)
-        return _Step(report, settled, lost_lease=True)
+        held = _still_held(ledger, claim)
+        return _Step(report, settled, lost_lease=not held, paused=held)
     model = ledger.model(route)
     job = Job(
         source_id=claim.source_id,
@@ -395,6 +397,12 @@ def _attempt(
     return _Step(report, settled)
 
 
+def _still_held(ledger: Ledger, claim: store_queue.Claim) -> bool:
+    """After an `unpaused` renew failed: True when the lease is still ours, so the source was
+    paused meanwhile (`ledger source pause`); False when the lease was lost."""
+    return store_queue.renew(ledger.db, claim.source_id, claim.worker_id, ledger.policy.lease_ms)
+
+
 def _overran(clock: Callable[[], int], reservation: Reservation) -> bool:
     return clock() > reservation.deadline_ms
 
@@ -409,11 +417,15 @@ def _commit(
     """Hand an in-time success to the handler's commit, then finish the source (R-Q-1).
 
     Only a worker that still holds its lease commits (issue 12 item 3): one whose lease was
-    lost returns LOST_LEASE and leaves the source to its new holder. A commit that raises is a
-    failure of the item: nothing is finished, the source is claimable again (issue 12 item 1).
+    lost returns LOST_LEASE and leaves the source to its new holder. A source paused during the
+    call (`ledger source pause`) is not committed nor finished: it stays paused, with its reason,
+    until resumed. A commit that raises is a failure of the item: nothing is finished, the source
+    is claimable again (issue 12 item 1).
     """
-    if not store_queue.renew(ledger.db, claim.source_id, claim.worker_id, ledger.policy.lease_ms):
-        return _Step(report, settled, lost_lease=True)
+    lease_ms = ledger.policy.lease_ms
+    if not store_queue.renew(ledger.db, claim.source_id, claim.worker_id, lease_ms, unpaused=True):
+        held = _still_held(ledger, claim)
+        return _Step(report, settled, lost_lease=not held, paused=held)
     if result.commit is not None:
         try:
             result.commit()
@@ -510,6 +522,8 @@ def _end_of(step: _Step, attempts: list[AttemptReport], source: str) -> ItemRepo
         return ItemReport(source, ItemOutcome.LOST_LEASE, tuple(attempts))
     if step.commit_failed:
         return ItemReport(source, ItemOutcome.COMMIT_FAILED, tuple(attempts))
+    if step.paused:
+        return ItemReport(source, ItemOutcome.PAUSED, tuple(attempts))
     settled = step.settled
     assert settled is not None
     if settled.kind is None:  # a success that came back late: recorded, never used

@@ -31,6 +31,12 @@ LONG = "A" * 33
          "<key>: unknown key (not allowed)"),
         ({LONG: 1}, "<key>: unknown key (not allowed)"),
         ({"sk-live-123": 1}, "<key>: unknown key (not allowed)"),
+        # credentials pasted as a key, 32 characters or fewer, [A-Za-z0-9_] (review of item 7)
+        ({"sk_live_0123456789abcdef01234567": 1}, "<key>: unknown key (not allowed)"),
+        ({"AKIAIOSFODNN7EXAMPLE": 1}, "<key>: unknown key (not allowed)"),
+        ({"0123456789abcdef0123456789abcdef": 1}, "<key>: unknown key (not allowed)"),
+        ({"ghp_R8xKq2LmZ0aB": 1}, "<key>: unknown key (not allowed)"),
+        ({"max_calls": 1}, "max_calls: unknown key (not allowed)"),
         ({"callsPerHour ": 1}, "<key>: unknown key (not allowed); did you mean `callsPerHour`?"),
     ],
 )

@@ -130,6 +130,21 @@ def test_issue15_item2_summary_adds_up_with_plurals() -> None:
     assert DrainSummary().progress_line() == "[worker] nothing due"
 
 
+def test_issue15_item2_summary_adds_up_for_every_item_outcome() -> None:
+    """Every outcome is counted in the line, `commit_failed` (issue 12 item 1) included; an
+    unroutable item is not claimed to be cooling (it may have no catalog, or no allowed route)."""
+    from ledger.queue import ItemOutcome, ItemReport
+
+    summary = DrainSummary()
+    for outcome in ItemOutcome:
+        summary.add(ItemReport("s", outcome))
+    line = summary.progress_line()
+    parts = line.split(": ", 1)[1].split(";")[0].split(", ")
+    assert sum(int(part.split()[0]) for part in parts) == summary.items == len(ItemOutcome), line
+    assert "1 commit failed (retry later)" in parts
+    assert "1 unroutable (no eligible route)" in parts
+
+
 def test_issue15_item2_summary_printed_once_on_a_terminal(tmp_path: Path) -> None:
     """A real pseudo-terminal on stderr: the progress line is erased, the summary printed once."""
     import pty

@@ -7,6 +7,7 @@ honours exactly that one, never after a follow-up. Reserve applies the selector'
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -125,7 +126,7 @@ def test_issue12_item6_a_fallback_permit_is_not_a_same_model_retry(
         )
     other = led.reserve("s2", "alpha/small")
     fail(led, other, kind="unknown")
-    with pytest.raises(Refused):  # another source's permit lifts nothing
+    with pytest.raises(UsageError):  # another source's permit lifts nothing: bad input
         led.reserve("s2", "beta/mid", after=correction.id)
     alternate = led.reserve("s1", "beta/mid", after=correction.id)
     assert alternate.role is AttemptRole.FALLBACK
@@ -150,6 +151,67 @@ def test_issue12_item6_cli_reserve_after(home: Path) -> None:
     assert again.exit_code != 0
     bad = run("reserve", "s1", "--model", "beta/mid", "--after", "0")
     assert bad.exit_code == 2
+
+
+def test_issue12_item6_a_follow_ups_failure_never_says_a_fallback_is_permitted(
+    make_ledger: LedgerFactory,
+) -> None:
+    """`ledger settle` prints the actions applied: after the item's one follow-up, none may
+    claim a fallback is permitted next to "no immediate follow-up"."""
+    led = make_ledger(sourceModels=3, sourceCalls=10)
+    first = led.reserve("s1", "alpha/small")
+    assert fail(led, first, 429).fallback is not None
+    backup = led.reserve("s1", "beta/mid", after=first.id)
+    second = fail(led, backup, 429)
+    assert second.fallback is None
+    assert not [a for a in second.actions if a.startswith("fallback permitted")], second.actions
+    assert "no immediate follow-up: this attempt was the item's one follow-up" in second.actions
+
+
+def test_issue12_item6_after_naming_no_reservation_of_the_source_is_bad_input(home: Path) -> None:
+    """`--after` with a mistyped id, or another source's reservation, is exit 2 and writes
+    nothing (it used to be granted silently as a plain primary reservation)."""
+
+    def run(*args: str) -> Any:
+        return CliRunner().invoke(cli, ["--home", str(home), *args])
+
+    assert run("reserve", "s0", "--model", "alpha/small").exit_code == 0  # reservation 1
+    assert run("settle", "1", "--http-status", "429").exit_code == 0  # permits a fallback
+    path = home / "ledger.db"
+    with sqlite3.connect(path) as raw:
+        before = raw.execute("SELECT count(*) FROM reservations").fetchone()
+    for source, after in (("s0", "99"), ("s1", "1")):
+        result = run("reserve", source, "--model", "beta/mid", "--after", after)
+        assert result.exit_code == 2, result.output
+        assert result.output.strip().splitlines() == [
+            "ledger: after names no reservation of this source"
+        ]
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("SELECT count(*) FROM reservations").fetchone() == before
+        assert raw.execute("SELECT count(*) FROM sources WHERE id = 's1'").fetchone() == (0,)
+
+
+def test_r_diag_5_source_show_says_which_attempt_was_an_immediate_follow_up(home: Path) -> None:
+    """`source show` wires the stored permission (`permits`) and the follow-up (`after`)."""
+
+    def run(*args: str) -> Any:
+        result = CliRunner().invoke(cli, ["--home", str(home), *args])
+        assert result.exit_code == 0, result.output
+        return result
+
+    run("reserve", "s1", "--model", "alpha/small")  # reservation 1
+    run("settle", "1", "--http-status", "429")  # rate limit: a fallback is permitted
+    run("reserve", "s1", "--model", "beta/mid", "--after", "1")  # reservation 2
+    run("settle", "2", "--ok")
+    doc = json.loads(run("source", "show", "s1", "--json").output)
+    first, second = doc["attempts"]
+    assert (first["immediate"], first["after"], first["permits"]) == (False, None, "fallback")
+    assert (second["immediate"], second["after"], second["permits"]) == (True, 1, None)
+    assert (second["fallback"], second["fallback_from"]) == (True, "alpha/small")
+    text = run("source", "show", "s1").output.splitlines()
+    assert "rate_limit/http_429" in text[-2]
+    assert "after" not in text[-2]
+    assert text[-1].endswith("  fallback after #1")  # the immediate follow-up of #1
 
 
 # --------------------------------------------------------------------------- item 10

@@ -208,6 +208,23 @@ def test_r_diag_4_one_fallback_notice_per_pair_per_hour(
     assert rows == [("fallback", 3), ("fallback", 1)]
 
 
+def test_r_diag_4_a_late_fallback_records_no_success_notice(
+    make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    """A fallback whose result came back after its deadline was not used (R-RES-11): no notice
+    may say it succeeded."""
+    from ledger.kinds import AttemptRole
+
+    led = make_ledger(timeoutMs=1000)
+    led.settle(led.reserve("s1", "alpha/small").id, Success())
+    res = led.reserve("s1", "beta/mid", role=AttemptRole.FALLBACK, fallback_from="alpha/small")
+    clock.advance(1001)
+    settled = led.settle(res.id, Success())
+    assert settled.late
+    assert "fallback notice recorded" not in settled.actions
+    assert stored(led.db.url, "SELECT count(*) FROM notices") == [(0,)]
+
+
 OUTCOMES = st.sampled_from(
     [
         ("http", 401),

@@ -281,6 +281,60 @@ def test_issue12_item3_pause_while_leased_then_release_then_resume(
     assert q.claim(led.db, "w2", 60_000) is not None
 
 
+def test_issue12_item3_a_source_paused_during_the_call_is_neither_committed_nor_finished(
+    make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    """`source pause` while a worker's call runs: the lease stays with the worker, but the pause
+    wins over the result (review of issue 12: renew during a call vs `source pause`)."""
+    led = make_ledger(defaultModel="alpha/small")
+    led.add_source("s", "payload")
+    committed: list[str] = []
+
+    def handler(job: Job) -> HandlerResult:
+        clock.advance(1)
+        led.set_source_state("s", "pause")  # the operator, from another terminal
+        return HandlerResult.success(commit=lambda: committed.append(job.source_id))
+
+    report = _item(led, handler)
+    assert report.outcome is ItemOutcome.PAUSED
+    assert committed == []
+    assert db_rows(led.state.path, "SELECT state, pause_reason, lease_owner FROM sources") == [
+        ("paused", "manual", None)
+    ]
+    led.set_source_state("s", "resume")
+    clock.advance(1)
+    again = _item(led, lambda job: HandlerResult.success(commit=lambda: committed.append("2nd")))
+    assert again.outcome is ItemOutcome.DONE  # resumed: the source runs again, nothing lost
+    assert committed == ["2nd"]
+
+
+def test_issue12_item3_a_source_paused_between_reserve_and_call_sends_nothing(
+    make_ledger: LedgerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pause lands right after the reservation was granted: the call is not made."""
+    led = make_ledger(defaultModel="alpha/small")
+    led.add_source("s", "payload")
+    granted = led.reserve
+
+    def reserve_then_pause(*args: object, **kwargs: object) -> object:
+        reservation = granted(*args, **kwargs)  # type: ignore[arg-type]
+        led.set_source_state("s", "pause")  # the operator, from another terminal
+        return reservation
+
+    monkeypatch.setattr(led, "reserve", reserve_then_pause)
+    calls: list[str] = []
+
+    def handler(job: Job) -> HandlerResult:
+        calls.append(job.source_id)
+        return HandlerResult.success()
+
+    report = _item(led, handler)
+    assert calls == []
+    assert report.outcome is ItemOutcome.PAUSED
+    assert db_rows(led.state.path, "SELECT status FROM reservations") == [("cancelled",)]
+    assert db_rows(led.state.path, "SELECT state, failures FROM sources") == [("paused", 0)]
+
+
 def test_issue12_item3_an_expired_lease_is_released_by_resume(
     make_ledger: LedgerFactory, clock: Clock
 ) -> None:
@@ -392,6 +446,22 @@ def test_issue12_item5_the_owed_alternate_survives_a_cancelled_item(
         led.settle(r.id, Failed(classify_kind(FailureKind.INVALID_OUTPUT, "json_contract")))
     fallback = led.reserve("s", "beta/mid", role=AttemptRole.FALLBACK, fallback_from="alpha/small")
     led.settle(fallback.id, Failed(classify_kind(FailureKind.CANCELLED)))
+    report = _item(led, _invalid_on({"alpha/small"}))
+    assert _roles(report) == [("beta/mid", "fallback", None)]
+
+
+def test_issue12_item5_the_owed_alternate_survives_a_worker_killed_during_it(
+    make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    """The alternate's reservation expired unsettled (the worker died in the call, R-RES-11):
+    no failure was recorded, so the alternate is still owed (review of item 5)."""
+    led = make_ledger(defaultModel="alpha/small", sourceCalls=10, timeoutMs=1000)
+    led.add_source("s", None)
+    for role in (AttemptRole.PRIMARY, AttemptRole.CORRECTION):
+        r = led.reserve("s", "alpha/small", role=role, override=True)
+        led.settle(r.id, Failed(classify_kind(FailureKind.INVALID_OUTPUT, "json_contract")))
+    led.reserve("s", "beta/mid", role=AttemptRole.FALLBACK, fallback_from="alpha/small")
+    clock.advance(1001)  # never settled: it expires at its deadline
     report = _item(led, _invalid_on({"alpha/small"}))
     assert _roles(report) == [("beta/mid", "fallback", None)]
 

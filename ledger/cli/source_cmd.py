@@ -86,6 +86,10 @@ def _attempt_json(a: dict[str, Any]) -> dict[str, Any]:
         "correction": a["role"] == "correction",
         "override": a["role"] == "override",
         "fallback_from": a["fallback_from"],
+        # R-DIAG-5: an immediate follow-up names the failed attempt it followed in the same item
+        "immediate": a["after_id"] is not None,
+        "after": a["after_id"],
+        "permits": a["follow_up"],  # the one follow-up this failure permitted (R-POL-4)
         "status": a["status"],
         "kind": a["kind"],
         "subkind": a["subkind"],
@@ -152,13 +156,7 @@ def _show_lines(doc: dict[str, Any]) -> list[str]:
     lines = [_cut(line, WIDTH) for line in lines]
     if not doc["attempts"]:
         return [*lines, "  no attempts"]
-    rows = []
-    for a in doc["attempts"]:
-        role = next((t for t in ("fallback", "correction", "override") if a[t]), "")
-        outcome = f"{a['kind']}/{a['subkind'] or '-'}" if a["kind"] else a["status"]
-        when = f"{a['created'][5:10]} {a['created'][11:19]}"
-        role += " LATE" if a["late"] else ""
-        rows.append((f"#{a['id']}", when, a["model"], outcome, took(a["duration_ms"]), role))
+    rows = [_attempt_row(a) for a in doc["attempts"]]
     return lines + table(  # never cuts a time or a kind (issue 15 item 3)
         (
             Column("attempt"),
@@ -171,6 +169,20 @@ def _show_lines(doc: dict[str, Any]) -> list[str]:
         rows,
         WIDTH,
     )
+
+
+def _attempt_row(a: dict[str, Any]) -> tuple[str, ...]:
+    """One attempt of `source show`: the immediate follow-up of a failure names it (R-DIAG-5).
+
+    What each failure permitted is in `--json` (`permits`); the text keeps to 100 columns.
+    """
+    role = next((t for t in ("fallback", "correction", "override") if a[t]), "")
+    if a["after"] is not None:
+        role = f"{role} after #{a['after']}"
+    role = " ".join(filter(None, (role, "LATE" if a["late"] else "")))
+    outcome = f"{a['kind']}/{a['subkind'] or '-'}" if a["kind"] else a["status"]
+    when = f"{a['created'][5:10]} {a['created'][11:19]}"
+    return (f"#{a['id']}", when, a["model"], outcome, took(a["duration_ms"]), role)
 
 
 def _cut(text: str, width: int) -> str:

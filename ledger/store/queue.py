@@ -157,7 +157,11 @@ def _owed_fallback(conn: Connection, source_id: str) -> OwedFallback | None:
         )
         .where(
             reservations.c.source_id == source_id,
-            reservations.c.status != AttemptStatus.CANCELLED.value,  # no failure, no follow-up
+            # only attempts with an outcome: a cancelled one adds no failure, and one that
+            # expired unsettled (its worker died in the call) leaves the alternate still owed
+            reservations.c.status.in_(
+                (AttemptStatus.FAILED.value, AttemptStatus.SUCCEEDED.value)
+            ),
         )
         .order_by(reservations.c.id.desc())
         .limit(1)
@@ -193,17 +197,27 @@ def _held_by(source_id: str, worker_id: str) -> tuple[ColumnElement[bool], ...]:
 
 
 def renew(
-    db: Database, source_id: str, worker_id: str, lease_ms: int, *, cover_until_ms: int = 0
+    db: Database,
+    source_id: str,
+    worker_id: str,
+    lease_ms: int,
+    *,
+    cover_until_ms: int = 0,
+    unpaused: bool = False,
 ) -> bool:
     """Extend a lease this worker still holds to max(now + lease_ms, cover_until_ms).
 
     `cover_until_ms` is a reservation's deadline: the lease covers the whole call it authorises,
-    whatever `leaseMs` is (issue 12 item 3). False when the lease was lost (one write txn).
+    whatever `leaseMs` is (issue 12 item 3). With `unpaused`, a source paused meanwhile counts as
+    not held (a worker never commits into a pause). False when the lease was lost (one write txn).
     """
+    held = _held_by(source_id, worker_id)
+    if unpaused:
+        held = (*held, sources.c.state == _LEASED)
     with db.write() as txn:
         result = txn.conn.execute(
             update(sources)
-            .where(*_held_by(source_id, worker_id))
+            .where(*held)
             .values(lease_expires_ms=max(txn.now + lease_ms, cover_until_ms))
         )
         return bool(result.rowcount)

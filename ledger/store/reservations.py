@@ -27,7 +27,13 @@ from ledger.kinds import (
     RefusalReason,
     SourceState,
 )
-from ledger.policy_table import Decision, FailureContext, decide
+from ledger.policy_table import (
+    FALLBACK_PERMITTED,
+    NO_FALLBACK,
+    Decision,
+    FailureContext,
+    decide,
+)
 from ledger.records import Cancelled, Failed, Outcome, Reservation, SettleResult, Success
 from ledger.store import reads
 from ledger.store.cooldowns import upsert_cooldown
@@ -175,7 +181,8 @@ def _permitted_follow_up(
     """
     failed = conn.execute(_BY_ID, {"b_id": after_id}).first()
     if failed is None or failed.source_id != request.source_id:
-        return None
+        # a typo must not silently turn into a plain reservation: bad input, nothing written
+        raise UsageError("after names no reservation of this source")
     if failed.status != AttemptStatus.FAILED.value or failed.after_id is not None:
         return None
     newest = conn.execute(_NEWEST_OF_SOURCE, {"source_id": request.source_id}).scalar()
@@ -420,7 +427,8 @@ def _settle_success(
     conn.execute(_CLEAR_STRIKES, {"model_key": r["model_key"]})
     if late:
         actions.append("late: usage recorded; the result must not be committed")
-    if r["role"] == AttemptRole.FALLBACK.value and r["fallback_from"]:
+    if r["role"] == AttemptRole.FALLBACK.value and r["fallback_from"] and not late:
+        # a late result is never used (R-RES-11): no notice may call the fallback a success
         pair = f"{r['fallback_from']} -> {r['model_key']}"
         record_notice(
             conn,
@@ -508,6 +516,8 @@ def _settle_failure(
     actions = list(decision.actions)
     if r["after_id"] is not None and (fallback is not None or decision.use_correction):
         fallback = None  # R-POL-4: never a follow-up after a follow-up
+        # the table's grant is withdrawn, so the printed actions must not still claim it
+        actions = [NO_FALLBACK if a.startswith(FALLBACK_PERMITTED) else a for a in actions]
         actions.append("no immediate follow-up: this attempt was the item's one follow-up")
     follow_up = None
     if r["after_id"] is None and decision.use_correction:
