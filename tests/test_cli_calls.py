@@ -47,6 +47,15 @@ def test_reserve_json_shape_and_refusal_exit_3(home: Path) -> None:
     assert "shared_hourly_budget" in text.output
 
 
+def test_reserve_text_names_the_source_and_the_allowance(home: Path) -> None:
+    # R-RES-8, R-HTTP-3: a CLI worker times its call by the allowance, not by its own wall clock
+    (home / "recovery.json").write_text('{"timeoutMs": 2500}')
+    ok = invoke(home, "reserve", "transcript-7", "--model", "alpha/small")
+    assert ok.exit_code == 0, ok.output
+    assert ": alpha/small for source transcript-7 until " in ok.output
+    assert "(2.5 s allowed)" in ok.output
+
+
 def test_reserve_request_id_replays(home: Path) -> None:
     first = as_json(
         invoke(home, "reserve", "s1", "--model", "beta/mid", "--request-id", "r1", "--json")

@@ -79,7 +79,8 @@ def reserve(
         return
     est = micro_to_usd(res.estimate_micro)
     click.echo(
-        f"reservation {res.id}: {res.model} for source until {iso(res.deadline_ms)}, "
+        f"reservation {res.id}: {res.model} for source {res.source} until "
+        f"{iso(res.deadline_ms)} ({(res.deadline_ms - res.created_ms) / 1000:g} s allowed), "
         f"estimate {'unknown' if est is None else f'${est:.6f}'}"
         + (f" ({res.role.value})" if res.role.value != "primary" else "")
         + (" (replayed)" if res.replayed else "")
