@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 import click
 
 from ledger.api import Ledger
+from ledger.catalog import Catalog
 from ledger.cli.commands import COMMANDS
 from ledger.errors import LedgerError
 from ledger.home import StateDir, state_dir, symlink_warning
@@ -35,16 +36,17 @@ class AppContext:
         self.debug = debug
         self._ledger: Ledger | None = None
 
-    def ledger(self, create: bool = True) -> Ledger:
+    def ledger(self, create: bool = True, catalog: Catalog | None = None) -> Ledger:
         """Open the ledger once per command (policy and catalog read at start, R-HOME-3).
 
-        Read-only commands pass `create=False`: they create no directory and no database.
+        Read-only commands pass `create=False`: they create no directory and no database. A
+        command that checked the catalog first passes it, so the file is read only once.
         """
         if self._ledger is None:
             warning = symlink_warning(self.state.path)
             if warning:
                 click.echo(warning, err=True)
-            self._ledger = Ledger.open(self.home, self.db, create=create)
+            self._ledger = Ledger.open(self.home, self.db, create=create, catalog=catalog)
             path = self._ledger.state.db_path
             fs = network_filesystem(path) if path is not None else None
             if fs:
