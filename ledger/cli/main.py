@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable
@@ -24,6 +25,9 @@ from ledger.cli.commands import COMMANDS
 from ledger.errors import LedgerError
 from ledger.home import StateDir, state_dir, symlink_warning
 from ledger.store.engine import network_filesystem
+
+COMMAND_WORD = re.compile(r"[a-z0-9-]{1,32}")
+"""What an unknown command must look like to be echoed back (anything else may be a secret)."""
 
 
 class AppContext:
@@ -112,8 +116,10 @@ class LedgerGroup(click.Group):
         name = args[0] if args else ""
         missing = args and not name.startswith("-") and self.get_command(ctx, name) is None
         if missing and not ctx.resilient_parsing:
+            # a pasted secret is not echoed (R-DIAG-3): only a command-like word is shown
+            message = None if COMMAND_WORD.fullmatch(name) else _("No such command.")
             raise click.exceptions.NoSuchCommand(
-                name, possibilities=self.list_commands(ctx), ctx=ctx
+                name, message, possibilities=self.list_commands(ctx), ctx=ctx
             )
         return super().resolve_command(ctx, args)
 
