@@ -68,7 +68,7 @@ from ledger.catalog import Model
 from ledger.classify import Classification, classify_exception, classify_stop_reason
 from ledger.errors import BusyError, Refused, UsageError
 from ledger.heartbeat import LeaseHeartbeat
-from ledger.kinds import AttemptRole, FailureKind
+from ledger.kinds import AttemptRole, FailureKind, RefusalReason
 from ledger.providers.base import CallRequest, Message, ProviderResponse, adapter_for
 from ledger.queue import (
     GLOBAL_REFUSALS,
@@ -495,6 +495,9 @@ def _run_item(
     if second is None:
         return _failed(first, attempts, source)
     if second.report is None:  # refused: the item ends after its one failed attempt
+        refusal = second.refused
+        if refusal is not None and refusal.reason == RefusalReason.SOURCE_PAUSED:
+            return ItemReport(source, ItemOutcome.PAUSED, tuple(attempts))  # paused meanwhile
         return _failed(first, attempts, source)
     attempts.append(second.report)
     done = _end_of(second, attempts, source)

@@ -563,3 +563,23 @@ def test_issue12_item9_settle_kind_cancelled_goes_through_the_cancelled_branch(
         ("cancelled", "cancelled")
     ]
     assert db_rows(led.state.path, "SELECT failures, retry_at_ms FROM sources") == [(0, None)]
+
+
+def test_r_res_3_a_source_paused_before_the_follow_up_ends_its_item_paused(
+    make_ledger: LedgerFactory,
+) -> None:
+    """A failed first attempt permits a correction; the source is paused before it is reserved:
+    the follow-up is refused `source_paused` and the item (and the summary) say `paused`."""
+    led = make_ledger(defaultModel="alpha/small")
+    led.add_source("s", None)
+    calls: list[AttemptRole] = []
+
+    def handler(job: Job) -> HandlerResult:
+        calls.append(job.role)
+        led.set_source_state("s", "pause")  # an operator's `ledger source pause` meanwhile
+        return HandlerResult.failure(FailureKind.INVALID_OUTPUT, "json_contract")
+
+    summary = drain(led, handler, worker_id="w")
+    assert calls == [AttemptRole.PRIMARY]  # the correction was refused, never called
+    assert (summary.items, summary.paused, summary.failed) == (1, 1, 0)
+    assert _state(led) == ("paused", None)
