@@ -38,7 +38,9 @@ Handler contract: ``handler(job: Job) -> HandlerResult``.
 
 Leases (R-Q-2): after each reservation the lease is extended to cover the call's deadline
 (whatever ``leaseMs`` is), and it is checked again just before ``commit``; a worker that lost it
-never commits (outcome ``lost_lease``).
+never commits (outcome ``lost_lease``). While ``commit`` runs, a heartbeat renews the lease every
+leaseMs/3 (each renewal its own short write transaction); a worker whose lease was lost during
+the commit does not finish the source (outcome ``lost_lease``).
 
 Invariant: every attempt that was reserved is settled exactly once (success, failure or
 `Cancelled()` on SIGINT/SIGTERM), and every claimed lease is released by its owner (R-Q-4).
@@ -65,7 +67,8 @@ from ledger.budgets import DAY_MS
 from ledger.catalog import Model
 from ledger.classify import Classification, classify_exception, classify_stop_reason
 from ledger.errors import BusyError, Refused, UsageError
-from ledger.kinds import AttemptRole, FailureKind
+from ledger.heartbeat import LeaseHeartbeat
+from ledger.kinds import AttemptRole, FailureKind, RefusalReason
 from ledger.providers.base import CallRequest, Message, ProviderResponse, adapter_for
 from ledger.queue import (
     GLOBAL_REFUSALS,
@@ -427,10 +430,15 @@ def _commit(
         held = _still_held(ledger, claim)
         return _Step(report, settled, lost_lease=not held, paused=held)
     if result.commit is not None:
-        try:
-            result.commit()
-        except Exception:  # the handler's own store refused: the result is not taken
-            return _Step(report, settled, commit_failed=True)
+        # a commit slower than leaseMs must not let another worker claim the source meanwhile
+        heartbeat = LeaseHeartbeat(ledger.db, claim.source_id, claim.worker_id, lease_ms)
+        with heartbeat.running():
+            try:
+                result.commit()
+            except Exception:  # the handler's own store refused: the result is not taken
+                return _Step(report, settled, commit_failed=True)
+        if not heartbeat.renew():  # the lease was lost during the commit: not ours to finish
+            return _Step(report, settled, lost_lease=True)
     ledger.set_source_state(claim.source_id, "done")
     return _Step(report, settled, accepted=True)
 
@@ -487,6 +495,9 @@ def _run_item(
     if second is None:
         return _failed(first, attempts, source)
     if second.report is None:  # refused: the item ends after its one failed attempt
+        refusal = second.refused
+        if refusal is not None and refusal.reason == RefusalReason.SOURCE_PAUSED:
+            return ItemReport(source, ItemOutcome.PAUSED, tuple(attempts))  # paused meanwhile
         return _failed(first, attempts, source)
     attempts.append(second.report)
     done = _end_of(second, attempts, source)

@@ -208,3 +208,35 @@ def dying_commit_handler(job: Any) -> Any:
         os._exit(9)
 
     return HandlerResult.success(response, commit=commit)
+
+
+SLOW_COMMIT_S = 3.0
+
+
+def slow_commit_handler(job: Any) -> Any:
+    """`worker run --handler` target: a good result whose commit takes SLOW_COMMIT_S seconds.
+
+    The commit appends "start <source>" to $LEDGER_TEST_LOG when it begins and "<source>" when it
+    ends, so the parent sees a commit in progress and counts the finished ones.
+    """
+    import os
+
+    from ledger.providers.base import Message
+    from ledger.queue import HandlerResult
+
+    response = job.call([Message("user", job.payload_ref or job.source_id)])
+    path = os.environ["LEDGER_TEST_LOG"]
+
+    def append(line: str) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, f"{line}\n".encode())
+        finally:
+            os.close(fd)
+
+    def commit() -> None:
+        append(f"start {job.source_id}")
+        time.sleep(SLOW_COMMIT_S)
+        append(job.source_id)
+
+    return HandlerResult.success(response, commit=commit)

@@ -103,3 +103,23 @@ def test_issue15_item7_misspelt_command_suggests_the_nearest(
     unrelated = CliRunner().invoke(cli, ["--home", str(tmp_path / "h"), "qqqqqq"])
     assert unrelated.output.splitlines() == ["ledger: No such command 'qqqqqq'."]
     assert not (tmp_path / "h").exists()
+
+
+@pytest.mark.parametrize(
+    ("typed", "line"),
+    [
+        ("sk_live_51HxQz8Abc", "ledger: No such command."),
+        ("sk-proj-ABCdef0123456789", "ledger: No such command."),
+        ("Status", "ledger: No such command. Did you mean 'status'?"),
+        ("a" * 33, "ledger: No such command."),
+        ("x" * 32, f"ledger: No such command '{'x' * 32}'."),
+        ("stat-us2", "ledger: No such command 'stat-us2'. Did you mean 'status'?"),
+    ],
+)
+def test_r_diag_3_an_unknown_command_that_is_not_a_command_word_is_not_echoed(
+    tmp_path: Path, typed: str, line: str
+) -> None:
+    result = CliRunner().invoke(cli, ["--home", str(tmp_path / "h"), typed, "--json"])
+    assert result.exit_code == 2
+    assert result.output.splitlines() == [line]
+    assert not (tmp_path / "h").exists()

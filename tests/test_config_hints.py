@@ -5,6 +5,7 @@ and in `status`."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +54,36 @@ def test_issue15_item4_status_select_reserve_worker_name_the_fix(bare: Path) -> 
         result = invoke(bare, *args)
         assert result.exit_code == 2, args
         assert HINT in result.output
+
+
+def _dump(home: Path) -> list[str]:
+    conn = sqlite3.connect(home / "ledger.db")
+    try:
+        return list(conn.iterdump())
+    finally:
+        conn.close()
+
+
+def test_r_q_3_worker_run_without_a_catalog_is_bad_configuration(
+    bare: Path, tmp_path: Path
+) -> None:
+    """No catalog (no models) is exit 2 with the NO_CATALOG line, not 3 (a budget refusal)."""
     assert invoke(bare, "source", "add", "s1").exit_code == 0
-    worker = CliRunner().invoke(cli, ["--home", str(bare), "worker", "run", "--once"])
-    assert f"warning: {NO_CATALOG}" in worker.stderr
+    before = _dump(bare)
+    for extra in ((), ("--json",)):
+        worker = CliRunner().invoke(cli, ["--home", str(bare), "worker", "run", "--once", *extra])
+        assert worker.exit_code == 2, worker.output
+        if extra:
+            assert json.loads(worker.stdout)["error"]["message"] == NO_CATALOG
+        else:
+            assert worker.stderr.splitlines() == [f"ledger: {NO_CATALOG}"]
+            assert worker.stdout == ""
+    assert _dump(bare) == before  # nothing written: the source was not even claimed
+    fresh = tmp_path / "fresh"
+    worker = CliRunner().invoke(cli, ["--home", str(fresh), "worker", "run"])
+    assert worker.exit_code == 2
+    assert worker.stderr.splitlines() == [f"ledger: {NO_CATALOG}"]
+    assert not fresh.exists()
 
 
 def test_issue15_item4_a_catalog_without_the_model_keeps_the_plain_message(home: Path) -> None:

@@ -194,6 +194,62 @@ def test_issue12_item3_a_second_worker_process_cannot_take_a_source_during_a_lon
     assert len(standin.requests) == 1
 
 
+def test_r_q_1_a_commit_slower_than_the_lease_keeps_it_and_commits_once(tmp_path: Path) -> None:
+    """leaseMs 1 s, a 3 s commit: a second worker process started meanwhile claims nothing."""
+    reply = '{"ok": true}'
+    log = tmp_path / "commits.log"
+    with StandIn({"m1": [Scripted(text=reply)]}, Scripted(text=reply)) as standin:
+        home = standin_home(tmp_path / "home", standin, leaseMs=1000, timeoutMs=10_000)
+        led = open_ledger(home)
+        led.add_source("s", "payload")
+        env = cli_env(LEDGER_TEST_LOG=str(log))
+        handler = "tests.procs:slow_commit_handler"
+        first = subprocess.Popen(
+            worker_argv(home, "--once", "--json", "--handler", handler, "--worker-id", "A"),
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        try:
+            while not (log.exists() and log.read_text()) and first.poll() is None:
+                time.sleep(0.02)
+            started = q.ledger_now(led.db)
+            while q.ledger_now(led.db) <= started + 1500:  # past leaseMs, the commit running
+                time.sleep(0.05)
+            second = subprocess.run(
+                worker_argv(home, "--once", "--json", "--handler", handler, "--worker-id", "B"),
+                cwd=ROOT, env=env, capture_output=True, timeout=120, check=False,
+            )
+            out, err = first.communicate(timeout=120)
+        finally:
+            if first.poll() is None:
+                first.kill()
+        led.close()
+    assert first.returncode == 0, err.decode()
+    assert second.returncode == 0, second.stderr.decode()
+    assert json.loads(second.stdout)["items"] == 0  # B found nothing to claim
+    assert json.loads(out)["done"] == 1
+    assert log.read_text().split("\n") == ["start s", "s", ""]  # committed once
+    assert len(standin.requests) == 1
+    assert _state(led) == ("done", None)
+
+
+def test_r_q_1_a_lease_lost_during_the_commit_does_not_finish_the_source(
+    make_ledger: LedgerFactory,
+) -> None:
+    led = make_ledger(defaultModel="alpha/small")
+    led.add_source("s", None)
+
+    def robbed(job: Job) -> HandlerResult:
+        def commit() -> None:  # the lease is lost mid-commit: another worker takes the source
+            db_rows_write(led, "UPDATE sources SET lease_expires_ms = 0")
+            assert q.claim(led.db, "rival", 60_000) is not None
+
+        return HandlerResult.success(commit=commit)
+
+    report = _item(led, robbed)
+    assert report.outcome is ItemOutcome.LOST_LEASE
+    assert _state(led) == ("leased", "rival")  # the new holder keeps it, unfinished
+
+
 def test_issue12_item3_a_worker_whose_lease_was_lost_does_not_commit(
     make_ledger: LedgerFactory,
 ) -> None:
@@ -507,3 +563,23 @@ def test_issue12_item9_settle_kind_cancelled_goes_through_the_cancelled_branch(
         ("cancelled", "cancelled")
     ]
     assert db_rows(led.state.path, "SELECT failures, retry_at_ms FROM sources") == [(0, None)]
+
+
+def test_r_res_3_a_source_paused_before_the_follow_up_ends_its_item_paused(
+    make_ledger: LedgerFactory,
+) -> None:
+    """A failed first attempt permits a correction; the source is paused before it is reserved:
+    the follow-up is refused `source_paused` and the item (and the summary) say `paused`."""
+    led = make_ledger(defaultModel="alpha/small")
+    led.add_source("s", None)
+    calls: list[AttemptRole] = []
+
+    def handler(job: Job) -> HandlerResult:
+        calls.append(job.role)
+        led.set_source_state("s", "pause")  # an operator's `ledger source pause` meanwhile
+        return HandlerResult.failure(FailureKind.INVALID_OUTPUT, "json_contract")
+
+    summary = drain(led, handler, worker_id="w")
+    assert calls == [AttemptRole.PRIMARY]  # the correction was refused, never called
+    assert (summary.items, summary.paused, summary.failed) == (1, 1, 0)
+    assert _state(led) == ("paused", None)

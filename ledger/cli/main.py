@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable
@@ -19,10 +20,14 @@ from typing import Any, NoReturn
 import click
 
 from ledger.api import Ledger
+from ledger.catalog import Catalog
 from ledger.cli.commands import COMMANDS
 from ledger.errors import LedgerError
 from ledger.home import StateDir, state_dir, symlink_warning
 from ledger.store.engine import network_filesystem
+
+COMMAND_WORD = re.compile(r"[a-z0-9-]{1,32}")
+"""What an unknown command must look like to be echoed back (anything else may be a secret)."""
 
 
 class AppContext:
@@ -35,16 +40,17 @@ class AppContext:
         self.debug = debug
         self._ledger: Ledger | None = None
 
-    def ledger(self, create: bool = True) -> Ledger:
+    def ledger(self, create: bool = True, catalog: Catalog | None = None) -> Ledger:
         """Open the ledger once per command (policy and catalog read at start, R-HOME-3).
 
-        Read-only commands pass `create=False`: they create no directory and no database.
+        Read-only commands pass `create=False`: they create no directory and no database. A
+        command that checked the catalog first passes it, so the file is read only once.
         """
         if self._ledger is None:
             warning = symlink_warning(self.state.path)
             if warning:
                 click.echo(warning, err=True)
-            self._ledger = Ledger.open(self.home, self.db, create=create)
+            self._ledger = Ledger.open(self.home, self.db, create=create, catalog=catalog)
             path = self._ledger.state.db_path
             fs = network_filesystem(path) if path is not None else None
             if fs:
@@ -110,8 +116,10 @@ class LedgerGroup(click.Group):
         name = args[0] if args else ""
         missing = args and not name.startswith("-") and self.get_command(ctx, name) is None
         if missing and not ctx.resilient_parsing:
+            # a pasted secret is not echoed (R-DIAG-3): only a command-like word is shown
+            message = None if COMMAND_WORD.fullmatch(name) else _("No such command.")
             raise click.exceptions.NoSuchCommand(
-                name, possibilities=self.list_commands(ctx), ctx=ctx
+                name, message, possibilities=self.list_commands(ctx), ctx=ctx
             )
         return super().resolve_command(ctx, args)
 

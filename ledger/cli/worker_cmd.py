@@ -7,7 +7,9 @@ import sys
 
 import click
 
-from ledger.cli.main import AppContext, emit_json, pass_app, run
+from ledger.catalog import NO_CATALOG, load_catalog
+from ledger.cli.main import AppContext, emit_json, fail, pass_app, run
+from ledger.errors import UsageError
 from ledger.inert import config_findings
 from ledger.queue import DrainSummary, ItemReport
 from ledger.worker import MAX_SLEEP_MS, Stopper, drain, load_handler
@@ -69,12 +71,16 @@ def run_cmd(
     """Drain due sources: claim, at most two immediate attempts, release (R-POL-4).
 
     Exit codes: 0 worked or nothing due; 3 every item claimed was refused (budget, cooldown,
-    source limits) before any call; 2 bad usage; 4 database busy or unusable.
+    source limits) before any call; 2 bad usage or configuration (e.g. a catalog with no models);
+    4 database busy or unusable.
     """
     if worker_id is not None and not (1 <= len(worker_id) <= 200 and worker_id.isprintable()):
         raise click.BadParameter("must be 1 to 200 printable characters", param_hint="--worker-id")
     handler = run(as_json, lambda: load_handler(handler_spec))
-    ledger = app.ledger()
+    catalog = run(as_json, lambda: load_catalog(app.state.path))
+    if not catalog.models:  # bad configuration, not a budget refusal (R-Q-3): nothing is written
+        fail(UsageError(NO_CATALOG), as_json)
+    ledger = app.ledger(catalog=catalog)
     for warning in config_findings(ledger.policy, ledger.catalog, ledger.env).warnings():
         click.echo(f"warning: {warning}", err=True)  # issue 15 item 8: inert entries at start
     stopper = Stopper()

@@ -1,0 +1,65 @@
+"""Lease heartbeat: keeps a worker's lease alive while a handler's commit runs (R-Q-1, R-Q-2).
+
+Invariant: each renewal is its own short write transaction through `store.queue.renew` (never a
+transaction held open across the commit); once a renewal finds the lease lost, `lost` stays set
+and the heartbeat stops renewing, so the worker never finishes a source another worker now holds.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from ledger.errors import LedgerError
+from ledger.store import queue as store_queue
+from ledger.store.engine import Database
+
+MIN_INTERVAL_S = 0.05
+"""The shortest pause between renewals (a tiny leaseMs must not spin the write lock)."""
+
+
+class LeaseHeartbeat:
+    """Renews one lease every leaseMs/3 on a daemon thread until stopped."""
+
+    def __init__(self, db: Database, source_id: str, worker_id: str, lease_ms: int) -> None:
+        self._db = db
+        self._source_id = source_id
+        self._worker_id = worker_id
+        self._lease_ms = lease_ms
+        self._interval_s = max(MIN_INTERVAL_S, lease_ms / 3000)
+        self._stop = threading.Event()
+        self._lost = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ledger-lease", daemon=True)
+
+    @property
+    def lost(self) -> bool:
+        """True once a renewal found the lease taken (expired and claimed, or released)."""
+        return self._lost.is_set()
+
+    def renew(self) -> bool:
+        """One renewal now; False (and `lost` set) when the lease is no longer ours."""
+        if self._lost.is_set():
+            return False
+        try:
+            held = store_queue.renew(self._db, self._source_id, self._worker_id, self._lease_ms)
+        except LedgerError:  # busy: try again at the next beat, the lease is still running
+            return True
+        if not held:
+            self._lost.set()
+        return held
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            if not self.renew():
+                return
+
+    @contextmanager
+    def running(self) -> Iterator[LeaseHeartbeat]:
+        """Renew in the background while inside; stopped (and joined) on the way out."""
+        self._thread.start()
+        try:
+            yield self
+        finally:
+            self._stop.set()
+            self._thread.join()
