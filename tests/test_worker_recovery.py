@@ -156,6 +156,34 @@ def test_issue12_item3_the_lease_covers_the_call_when_lease_ms_is_shorter(
     assert committed == ["s"]
 
 
+def _second_worker_meanwhile(
+    home: Path, handler: str, env: dict[str, str], started: Callable[[], bool], after_ms: int
+) -> tuple[subprocess.CompletedProcess[bytes], int, bytes, bytes]:
+    """Worker A runs one item; once `started()` and `after_ms` of ledger time later (past its
+    lease), worker B runs one item too. Returns B's result and A's exit code, stdout, stderr."""
+    led = open_ledger(home)
+    first = subprocess.Popen(
+        worker_argv(home, "--once", "--json", "--handler", handler, "--worker-id", "A"),
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        while not started() and first.poll() is None:
+            time.sleep(0.02)
+        since = q.ledger_now(led.db)
+        while q.ledger_now(led.db) <= since + after_ms:
+            time.sleep(0.05)
+        second = subprocess.run(
+            worker_argv(home, "--once", "--json", "--handler", handler, "--worker-id", "B"),
+            cwd=ROOT, env=env, capture_output=True, timeout=120, check=False,
+        )
+        out, err = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+        led.close()
+    return second, first.returncode, out, err
+
+
 def test_issue12_item3_a_second_worker_process_cannot_take_a_source_during_a_long_call(
     tmp_path: Path,
 ) -> None:
@@ -167,26 +195,11 @@ def test_issue12_item3_a_second_worker_process_cannot_take_a_source_during_a_lon
         led.add_source("s", "payload")
         env = cli_env(LEDGER_TEST_LOG=str(log))
         handler = "tests.test_queue:appending_handler"
-        first = subprocess.Popen(
-            worker_argv(home, "--once", "--json", "--handler", handler, "--worker-id", "A"),
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        second, code, out, err = _second_worker_meanwhile(
+            home, handler, env, lambda: bool(standin.requests), 1500  # the call in flight
         )
-        try:
-            while not standin.requests and first.poll() is None:
-                time.sleep(0.02)
-            reserved = db_rows(home, "SELECT created_ms FROM reservations")[0][0]
-            while q.ledger_now(led.db) <= reserved + 1500:  # past leaseMs, the call in flight
-                time.sleep(0.05)
-            second = subprocess.run(
-                worker_argv(home, "--once", "--json", "--handler", handler, "--worker-id", "B"),
-                cwd=ROOT, env=env, capture_output=True, timeout=120, check=False,
-            )
-            out, err = first.communicate(timeout=120)
-        finally:
-            if first.poll() is None:
-                first.kill()
         led.close()
-    assert first.returncode == 0, err.decode()
+    assert code == 0, err.decode()
     assert second.returncode == 0, second.stderr.decode()
     assert json.loads(second.stdout)["items"] == 0  # B found nothing to claim
     assert json.loads(out)["done"] == 1
@@ -204,26 +217,11 @@ def test_r_q_1_a_commit_slower_than_the_lease_keeps_it_and_commits_once(tmp_path
         led.add_source("s", "payload")
         env = cli_env(LEDGER_TEST_LOG=str(log))
         handler = "tests.procs:slow_commit_handler"
-        first = subprocess.Popen(
-            worker_argv(home, "--once", "--json", "--handler", handler, "--worker-id", "A"),
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        second, code, out, err = _second_worker_meanwhile(
+            home, handler, env, lambda: log.exists() and bool(log.read_text()), 1500  # committing
         )
-        try:
-            while not (log.exists() and log.read_text()) and first.poll() is None:
-                time.sleep(0.02)
-            started = q.ledger_now(led.db)
-            while q.ledger_now(led.db) <= started + 1500:  # past leaseMs, the commit running
-                time.sleep(0.05)
-            second = subprocess.run(
-                worker_argv(home, "--once", "--json", "--handler", handler, "--worker-id", "B"),
-                cwd=ROOT, env=env, capture_output=True, timeout=120, check=False,
-            )
-            out, err = first.communicate(timeout=120)
-        finally:
-            if first.poll() is None:
-                first.kill()
         led.close()
-    assert first.returncode == 0, err.decode()
+    assert code == 0, err.decode()
     assert second.returncode == 0, second.stderr.decode()
     assert json.loads(second.stdout)["items"] == 0  # B found nothing to claim
     assert json.loads(out)["done"] == 1
