@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from ledger.classify import Classification, classify_http, classify_kind
 from ledger.kinds import CooldownOrigin, CooldownScope, FailureKind
 from ledger.policy_table import (
+    FALLBACK_PERMITTED,
+    NO_FALLBACK,
     POLICY_TABLE,
     CooldownAction,
     Decision,
@@ -288,6 +290,23 @@ def test_r_pol_7_side_effects_forbid_fallback_and_correction(
     assert with_effects.fallback is None
     assert not with_effects.use_correction
     assert with_effects.cooldowns == without.cooldowns
+
+
+@pytest.mark.parametrize(
+    "classification", [_http(401), _http(429), _http(400), classify_kind("invalid_output", "json")]
+)
+def test_r_pol_4_a_follow_ups_failure_permits_no_immediate_follow_up(
+    classification: Classification,
+) -> None:
+    plain = _decide(classification)
+    follow = _decide(classification, was_follow_up=True)
+    assert plain.fallback is not None or plain.use_correction
+    assert follow.fallback is None
+    assert FALLBACK_PERMITTED not in " ".join(follow.actions)
+    assert NO_FALLBACK in follow.actions
+    # a granted correction stays owed to the next queue item (persisted), just not immediately
+    assert follow.use_correction == plain.use_correction
+    assert follow.cooldowns == plain.cooldowns
 
 
 @pytest.mark.parametrize(

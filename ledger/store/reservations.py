@@ -27,13 +27,7 @@ from ledger.kinds import (
     RefusalReason,
     SourceState,
 )
-from ledger.policy_table import (
-    FALLBACK_PERMITTED,
-    NO_FALLBACK,
-    Decision,
-    FailureContext,
-    decide,
-)
+from ledger.policy_table import Decision, FailureContext, decide
 from ledger.records import Cancelled, Failed, Outcome, Reservation, SettleResult, Success
 from ledger.store import reads
 from ledger.store.cooldowns import upsert_cooldown
@@ -506,23 +500,18 @@ def _settle_failure(
             backoff_steps=int(src["backoff_steps"]),
             correction_used=bool(src["correction_used"]),
             side_effects=outcome.side_effects,
+            was_follow_up=r["after_id"] is not None,
             existing_cooldowns=existing,
         ),
         jitter,
     )
     actual = _usage_cost(model, outcome.input_tokens, outcome.output_tokens, None)
     cost = actual if actual is not None else r["estimate_micro"]
-    fallback = decision.fallback
     actions = list(decision.actions)
-    if r["after_id"] is not None and (fallback is not None or decision.use_correction):
-        fallback = None  # R-POL-4: never a follow-up after a follow-up
-        # the table's grant is withdrawn, so the printed actions must not still claim it
-        actions = [NO_FALLBACK if a.startswith(FALLBACK_PERMITTED) else a for a in actions]
-        actions.append("no immediate follow-up: this attempt was the item's one follow-up")
     follow_up = None
-    if r["after_id"] is None and decision.use_correction:
+    if decision.use_correction and r["after_id"] is None:
         follow_up = FollowUp.CORRECTION.value
-    elif fallback is not None:
+    elif decision.fallback is not None:
         follow_up = FollowUp.FALLBACK.value
     conn.execute(
         update(reservations)
@@ -608,7 +597,7 @@ def _settle_failure(
         subkind=decision.subkind,
         reason=decision.reason,
         actions=tuple(actions),
-        fallback=None if fallback is None else fallback.value,
+        fallback=None if decision.fallback is None else decision.fallback.value,
         use_correction=decision.use_correction,
         paused=pause_reason,
         cost_micro=cost,
