@@ -24,6 +24,7 @@ from typing import Any
 
 from ledger.api import Ledger
 from ledger.errors import UsageError
+from ledger.home import expand
 from ledger.queue import DrainSummary, ItemReport
 from ledger.standin import Scripted, StandIn
 from ledger.store.queue import QueueTotals, totals
@@ -156,7 +157,7 @@ def _state_dir(home: str | Path | None, discard: bool) -> Iterator[Path]:
     else:
         if discard:
             raise UsageError("--discard applies only to the demo's own temporary directory")
-        path = Path(home).expanduser()
+        path = expand(str(home), "--home")
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
             raise UsageError("the demo needs an empty or new state directory for --home")
         path.mkdir(mode=0o700, parents=True, exist_ok=True)

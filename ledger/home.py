@@ -57,15 +57,15 @@ def resolve_home(home: str | None, env: Mapping[str, str] | None = None) -> Path
     """--home, else $LEDGER_HOME, else $XDG_STATE_HOME/ledger, else ~/.local/state/ledger."""
     env = os.environ if env is None else env
     if home:
-        return _expand(home, "--home")
+        return expand(home, "--home")
     if env.get("LEDGER_HOME"):
-        return _expand(env["LEDGER_HOME"], "$LEDGER_HOME")
+        return expand(env["LEDGER_HOME"], "$LEDGER_HOME")
     if env.get("XDG_STATE_HOME"):
-        return _expand(env["XDG_STATE_HOME"], "$XDG_STATE_HOME") / "ledger"
-    return _expand("~/.local/state/ledger", "the default state directory")
+        return expand(env["XDG_STATE_HOME"], "$XDG_STATE_HOME") / "ledger"
+    return expand("~/.local/state/ledger", "the default state directory")
 
 
-def _expand(value: str, what: str) -> Path:
+def expand(value: str, what: str) -> Path:
     """`~` and `~user` expanded; an unknown user is bad input (the value is never echoed)."""
     try:
         return Path(value).expanduser()
@@ -81,7 +81,7 @@ def resolve_db_url(home: Path, db: str | None, env: Mapping[str, str] | None = N
         return f"sqlite:///{(home / DB_FILE).absolute()}"
     if "://" in value:
         return value
-    return f"sqlite:///{_expand(value, '--db').absolute()}"
+    return f"sqlite:///{expand(value, '--db').absolute()}"
 
 
 def ensure_home(path: Path) -> Path:

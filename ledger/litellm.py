@@ -190,12 +190,11 @@ def _resolve_alias(document: Mapping[Any, Any], entry: Any) -> Any:
     return entry
 
 
-def _completeness(model: Model) -> tuple[bool, bool, int]:
-    """Rank duplicates: a known non-zero price first, then any known price, then known sizes."""
-    prices = model.max_prices()
+def _completeness(model: Model) -> tuple[bool, int]:
+    """Rank duplicates: a known price first (an imported 0 price counts as unknown: the import
+    never marks a model `billed: false`), then known sizes."""
     return (
-        prices is not None and prices[0] > 0 and prices[1] > 0,
-        prices is not None,
+        model.max_prices() is not None,
         (model.context_window is not None) + (model.max_output_tokens is not None),
     )
 

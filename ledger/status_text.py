@@ -34,7 +34,8 @@ class Column:
     min_width: int = 10
 
 
-def _cut(text: str, width: int) -> str:
+def cut(text: str, width: int) -> str:
+    """Text of at most `width` characters (an ellipsis marks a cut)."""
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
 
@@ -63,28 +64,28 @@ def table(
     shown = list(range(len(columns)))
     while True:
         widths = {i: max(len(r[i]) for r in [head, *cells]) for i in shown}
-        cut = [i for i in shown if columns[i].cut]
+        narrow = [i for i in shown if columns[i].cut]
         spare = width - indent - 2 * (len(shown) - 1)
-        spare -= sum(widths[i] for i in shown if i not in cut)
+        spare -= sum(widths[i] for i in shown if i not in narrow)
         droppable = [i for i in shown if columns[i].drop > 0]
-        if sum(min(widths[i], columns[i].min_width) for i in cut) <= spare or not droppable:
+        if sum(min(widths[i], columns[i].min_width) for i in narrow) <= spare or not droppable:
             break
         shown.remove(max(droppable, key=lambda i: columns[i].drop))
     # share the spare width among the cut columns, narrowest first (they keep their own width)
-    for n, i in enumerate(sorted(cut, key=lambda i: widths[i])):
-        widths[i] = min(widths[i], max(columns[i].min_width, spare // (len(cut) - n)))
+    for n, i in enumerate(sorted(narrow, key=lambda i: widths[i])):
+        widths[i] = min(widths[i], max(columns[i].min_width, spare // (len(narrow) - n)))
         spare -= widths[i]
     lines = []
     for row in [head, *cells] if header else cells:
         parts = []
         for i in shown:
-            text = _cut(row[i], widths[i]) if columns[i].cut else row[i]
+            text = cut(row[i], widths[i]) if columns[i].cut else row[i]
             parts.append(text.rjust(widths[i]) if columns[i].right else text.ljust(widths[i]))
         lines.append((" " * indent + "  ".join(parts)).rstrip())
     return lines
 
 
-def _time(value: str | None) -> str:
+def short_time(value: str | None) -> str:
     """`2027-01-15T08:00:00.000Z` shown as `01-15 08:00:00`."""
     return "-" if value is None else f"{value[5:10]} {value[11:19]}"
 
@@ -151,7 +152,7 @@ def _routes_lines(doc: dict[str, Any], width: int) -> list[str]:
             (
                 "" if i else "excluded",
                 e["model"],
-                e["reason"] + (f" until {_time(e['until'])}" if e["until"] else ""),
+                e["reason"] + (f" until {short_time(e['until'])}" if e["until"] else ""),
             )
             for i, e in enumerate(shown)
         ],
@@ -217,7 +218,7 @@ def _cooldown_lines(doc: dict[str, Any], width: int) -> list[str]:
             Column("origin"),
         ),
         [
-            (c["scope"], c["target"], _left(c["remaining_s"]), _time(c["until"]), c["kind"],
+            (c["scope"], c["target"], _left(c["remaining_s"]), short_time(c["until"]), c["kind"],
              c["origin"])
             for c in doc["cooldowns"]
         ],
@@ -268,9 +269,9 @@ def _next(source: dict[str, Any]) -> str:
     if source["state"] == "paused":
         return str(source["pause_reason"] or "paused")
     if source["state"] == "queued" and source["retry_at"]:
-        return f"retry {_time(source['retry_at'])}"
+        return f"retry {short_time(source['retry_at'])}"
     if source["state"] == "leased" and source["lease_expires"]:
-        return f"lease until {_time(source['lease_expires'])}"
+        return f"lease until {short_time(source['lease_expires'])}"
     return ""
 
 
@@ -283,9 +284,8 @@ def _recent_lines(doc: dict[str, Any], width: int) -> list[str]:
         outcome = a["status"] if not a["kind"] else f"{a['kind']}/{a['subkind'] or '-'}"
         if a["late"]:
             outcome += " LATE"
-        rows.append(
-            (_time(a["time"]), a["source"], a["model"], a["role"], outcome, took(a["duration_ms"]))
-        )
+        when = short_time(a["time"])
+        rows.append((when, a["source"], a["model"], a["role"], outcome, took(a["duration_ms"])))
     return lines + table(
         (
             Column("time"),
@@ -303,14 +303,8 @@ def _recent_lines(doc: dict[str, Any], width: int) -> list[str]:
 def _notice_lines(doc: dict[str, Any], width: int) -> list[str]:
     lines = []
     for n in doc["notices"]:
-        head = f"  {_time(n['last'])}  {n['category']:<9} {'x' + str(n['count']):>5}  "
-        lines += textwrap.wrap(
-            head + n["message"],
-            width,
-            subsequent_indent=" " * len(head),
-            break_long_words=False,
-            break_on_hyphens=False,
-        )
+        head = f"  {short_time(n['last'])}  {n['category']:<9} {'x' + str(n['count']):>5}  "
+        lines += _wrap(head + n["message"], width, len(head))
     return lines
 
 
@@ -321,7 +315,7 @@ def _store_lines(doc: dict[str, Any], width: int) -> list[str]:
     if chosen and chosen != mode:
         mode += f" (chosen {chosen})"
     writers = ", ".join(
-        f"{w['fingerprint']}{'' if w['current'] else ' (other)'} last {_time(w['last_seen'])}"
+        f"{w['fingerprint']}{'' if w['current'] else ' (other)'} last {short_time(w['last_seen'])}"
         for w in doc["policy"]["writers"][:3]
     )
     return [

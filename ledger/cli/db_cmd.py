@@ -7,20 +7,22 @@ import contextlib
 import click
 
 from ledger.cli.main import AppContext, emit_json, pass_app
-from ledger.config import load_policy
+from ledger.config import Policy, load_policy
 from ledger.db_target import NoLedgerError, check_db_target
 from ledger.home import ensure_home
 from ledger.store import Database, migrate
 
 
-def _database(app: AppContext, create: bool = True) -> Database:
-    """The database handle; `create=False` (a read) creates neither directory nor file."""
+def _database(app: AppContext, create: bool = True, policy: Policy | None = None) -> Database:
+    """The database handle; `create=False` (a read) creates neither directory nor file.
+    `policy`: the one already read by the command (R-HOME-3: read once)."""
     # `db current` reports a missing database as empty; nothing is opened for it below
     with contextlib.suppress(NoLedgerError):
         check_db_target(app.state.db_url, create=create, home=app.state.path.absolute())
     if create:
         ensure_home(app.state.path)
-    policy = load_policy(app.state.path)
+    if policy is None:
+        policy = load_policy(app.state.path)
     db = Database(app.state.db_url, busy_timeout_ms=policy.busy_timeout_ms)
     click.get_current_context().call_on_close(db.dispose)
     return db
@@ -86,12 +88,9 @@ def compact_cmd(app: AppContext, older_than: str | None, as_json: bool) -> None:
     policy = load_policy(app.state.path)
     age = parse_duration_ms(older_than) if older_than else policy.retention_days * DAY_MS
     check_older_than(age)
-    db = _database(app)
-    try:
-        migrate.open_checked(db)
-        summary = compact(db, now_ms(), age)
-    finally:
-        db.dispose()
+    db = _database(app, policy=policy)  # disposed when the command closes
+    migrate.open_checked(db)
+    summary = compact(db, now_ms(), age)
     if as_json:
         emit_json(
             {

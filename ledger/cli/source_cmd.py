@@ -10,7 +10,7 @@ from ledger.cli.main import AppContext, emit_json, pass_app, run
 from ledger.clock import iso
 from ledger.errors import NotFoundError
 from ledger.records import micro_to_usd
-from ledger.status_text import WIDTH, Column, table, took
+from ledger.status_text import WIDTH, Column, cut, short_time, table, took
 from ledger.store.views import source_detail, source_rows
 
 
@@ -153,7 +153,7 @@ def _show_lines(doc: dict[str, Any]) -> list[str]:
         lines.append(f"  finished {doc['finished']}")
     if doc["lease_owner"]:
         lines.append(f"  leased until {doc['lease_expires']}")
-    lines = [_cut(line, WIDTH) for line in lines]
+    lines = [cut(line, WIDTH) for line in lines]
     if not doc["attempts"]:
         return [*lines, "  no attempts"]
     rows = [_attempt_row(a) for a in doc["attempts"]]
@@ -181,12 +181,8 @@ def _attempt_row(a: dict[str, Any]) -> tuple[str, ...]:
         role = f"{role} after #{a['after']}"
     role = " ".join(filter(None, (role, "LATE" if a["late"] else "")))
     outcome = f"{a['kind']}/{a['subkind'] or '-'}" if a["kind"] else a["status"]
-    when = f"{a['created'][5:10]} {a['created'][11:19]}"
+    when = short_time(a["created"])
     return (f"#{a['id']}", when, a["model"], outcome, took(a["duration_ms"]), role)
-
-
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _state_command(action: str, help_text: str) -> click.Command:

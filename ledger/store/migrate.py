@@ -211,15 +211,15 @@ def upgrade(db: Database, target: str = "head") -> tuple[str | None, str, Path |
         _check_sqlite_header(path)
     before: str | None = None
     if path is None or path.exists():
-        before = current_revision(db)
+        with db.read() as conn:
+            before = read_revision(conn)
+            # tables but no ledger revision: another application's database (`--db` pointed at
+            # the wrong one); nothing is added to it
+            foreign = before is None and _has_tables(conn)
+        if foreign:
+            raise UnreadableDatabaseError()
     if before is not None and before not in known_revisions():
         raise SchemaTooNewError()
-    if before is None and (path is None or path.exists()):
-        # tables but no ledger revision: another application's database (`--db` pointed at
-        # the wrong one); nothing is added to it
-        with db.read() as conn:
-            if _has_tables(conn):
-                raise UnreadableDatabaseError()
     if path is not None and path.exists() and path.stat().st_size > 0 and before is not None:
         backup = backup_sqlite(path, before)
     _prepare_file(db)
