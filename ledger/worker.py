@@ -437,9 +437,8 @@ def _commit(
                 result.commit()
             except Exception:  # the handler's own store refused: the result is not taken
                 return _Step(report, settled, commit_failed=True)
-        if not heartbeat.renew():  # the lease was lost during the commit: not ours to finish
-            return _Step(report, settled, lost_lease=True)
-    ledger.set_source_state(claim.source_id, "done")
+    if not store_queue.finish(ledger.db, claim.source_id, claim.worker_id):
+        return _Step(report, settled, lost_lease=True)  # lost meanwhile: not ours to finish
     return _Step(report, settled, accepted=True)
 
 

@@ -153,6 +153,22 @@ def test_r_q_2_release_moves_behind_and_only_owner_may_release(
     assert second.source_id == "b"  # a was looked at more recently
 
 
+def test_r_q_1_only_the_lease_holder_finishes_a_source(
+    make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    led = make_ledger()
+    led.add_source("a", None)
+    assert q.claim(led.db, "w1", LEASE) is not None
+    clock.advance(LEASE + 1)
+    assert q.claim(led.db, "w2", LEASE) is not None  # w1's lease expired and was taken
+    assert not q.finish(led.db, "a", "w1")  # check and write in one transaction
+    state = "SELECT state, lease_owner FROM sources WHERE id = 'a'"
+    assert db_rows(led.state.path, state) == [("leased", "w2")]
+    assert q.finish(led.db, "a", "w2")
+    assert db_rows(led.state.path, state) == [("done", None)]
+    assert not q.finish(led.db, "a", "w2")  # finished once
+
+
 def test_r_q_2_backoff_and_not_queued_sources_are_not_due(
     make_ledger: LedgerFactory, clock: Clock
 ) -> None:

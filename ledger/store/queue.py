@@ -223,6 +223,24 @@ def renew(
         return bool(result.rowcount)
 
 
+def finish(db: Database, source_id: str, worker_id: str) -> bool:
+    """Mark the source done only while this worker still holds its lease (R-Q-1, R-RES-3): the
+    check and the write are one transaction, so a lease lost in between cannot finish a source
+    another worker now holds. False when the lease was lost."""
+    with db.write() as txn:
+        result = txn.conn.execute(
+            update(sources)
+            .where(*_held_by(source_id, worker_id))
+            .values(
+                state=SourceState.DONE.value,
+                finished_ms=txn.now,
+                lease_owner=None,
+                lease_expires_ms=None,
+            )
+        )
+        return bool(result.rowcount)
+
+
 def release(db: Database, source_id: str, worker_id: str) -> bool:
     """Back to `queued` with last_checked = now, lease cleared; only the owner may (one txn).
 
