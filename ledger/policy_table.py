@@ -29,7 +29,7 @@ FAILURE_CAP = 5
 OUTPUT_FAILURE_CAP = 3
 
 FALLBACK_PERMITTED = "fallback permitted"
-"""The action text that grants an immediate fallback (the store withdraws it after a follow-up)."""
+"""The action text that grants an immediate fallback (never after a follow-up: `was_follow_up`)."""
 NO_FALLBACK = "no immediate fallback"
 
 

@@ -208,17 +208,7 @@ class DrainSummary:
         self.attempts += len(item.attempts)
         self.fallbacks += item.fallback
         self.corrections += item.correction
-        counter = {
-            ItemOutcome.DONE: "done",
-            ItemOutcome.FAILED: "failed",
-            ItemOutcome.PAUSED: "paused",
-            ItemOutcome.REFUSED: "refused",
-            ItemOutcome.UNROUTABLE: "unroutable",
-            ItemOutcome.LATE: "late",
-            ItemOutcome.CANCELLED: "cancelled",
-            ItemOutcome.LOST_LEASE: "lost_lease",
-            ItemOutcome.COMMIT_FAILED: "commit_failed",
-        }[item.outcome]
+        counter = item.outcome.value  # every outcome has a counter of the same name
         setattr(self, counter, getattr(self, counter) + 1)
         if item.refusal is not None:
             self.refusals[item.refusal] = self.refusals.get(item.refusal, 0) + 1

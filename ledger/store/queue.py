@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, and_, exists, func, or_, select, update
+from sqlalchemy import ColumnElement, Connection, Row, and_, exists, func, or_, select, update
 
 from ledger.kinds import AttemptRole, AttemptStatus, FailureKind, SourceState
 from ledger.policy_table import OUTPUT_FAILURE_CAP, backoff_ms
@@ -35,13 +36,12 @@ class OwedFallback:
     """The alternate model the source is owed after its 2nd output failure (SPEC 8, R-POL-4).
 
     Derived from the ledger on every claim, so it survives the end of the queue item, a
-    cancellation and a restart: `reservation_id` is the failed attempt, `failed_model` its model,
+    cancellation and a restart: `failed_model` is the failed attempt's model,
     `tried` every model that gave this source an output failure. `deferred` is True once the
     generic backoff was applied because no alternate was eligible; the same model may then be
     probed again.
     """
 
-    reservation_id: int
     failed_model: str
     tried: frozenset[str]
     deferred: bool
@@ -82,7 +82,8 @@ def claim(
     """
     with db.write() as txn:
         now = txn.now
-        query = select(sources.c.id, sources.c.payload_ref).where(_due(now))
+        # the whole row: the pending correction and the owed fallback are read from it too
+        query = select(sources).where(_due(now))
         if checked_before is not None:
             query = query.where(sources.c.last_checked_ms <= checked_before)
         row = txn.conn.execute(
@@ -102,18 +103,15 @@ def claim(
             worker_id=worker_id,
             claimed_ms=now,
             lease_expires_ms=expires,
-            correction=_pending_correction(txn.conn, str(row.id)),
-            owed_fallback=_owed_fallback(txn.conn, str(row.id)),
+            correction=_pending_correction(txn.conn, row),
+            owed_fallback=_owed_fallback(txn.conn, row),
         )
 
 
-def _pending_correction(conn: Connection, source_id: str) -> PendingCorrection | None:
-    """The corrective prompt granted after the first output failure, if it was never carried out."""
-    src = conn.execute(
-        select(sources.c.correction_used, sources.c.output_failures).where(
-            sources.c.id == source_id
-        )
-    ).one()
+def _pending_correction(conn: Connection, src: Row[Any]) -> PendingCorrection | None:
+    """The corrective prompt granted after the first output failure, if it was never carried out
+    (`src`: the claimed source's row, read in the same transaction)."""
+    source_id = str(src.id)
     if not src.correction_used or src.output_failures != 1:
         return None
     done = conn.execute(
@@ -143,18 +141,14 @@ def _pending_correction(conn: Connection, source_id: str) -> PendingCorrection |
     return PendingCorrection(str(failed.model_key), str(failed.reason or failed.subkind))
 
 
-def _owed_fallback(conn: Connection, source_id: str) -> OwedFallback | None:
-    """The alternate model owed after the 2nd output failure, if no attempt followed it yet."""
-    src = conn.execute(
-        select(sources.c.output_failures, sources.c.retry_at_ms).where(sources.c.id == source_id)
-    ).one()
+def _owed_fallback(conn: Connection, src: Row[Any]) -> OwedFallback | None:
+    """The alternate model owed after the 2nd output failure, if no attempt followed it yet
+    (`src`: the claimed source's row, read in the same transaction)."""
+    source_id = str(src.id)
     if src.output_failures != OUTPUT_FAILURE_CAP - 1:
         return None
     newest = conn.execute(
-        select(
-            reservations.c.id, reservations.c.model_key, reservations.c.kind,
-            reservations.c.settled_ms,
-        )
+        select(reservations.c.model_key, reservations.c.kind, reservations.c.settled_ms)
         .where(
             reservations.c.source_id == source_id,
             # only attempts with an outcome: a cancelled one adds no failure, and one that
@@ -177,9 +171,7 @@ def _owed_fallback(conn: Connection, source_id: str) -> OwedFallback | None:
         )
     ).scalars()
     deferred = src.retry_at_ms is not None and int(src.retry_at_ms) > int(newest.settled_ms or 0)
-    return OwedFallback(
-        int(newest.id), str(newest.model_key), frozenset(str(m) for m in tried), deferred
-    )
+    return OwedFallback(str(newest.model_key), frozenset(str(m) for m in tried), deferred)
 
 
 def _held_by(source_id: str, worker_id: str) -> tuple[ColumnElement[bool], ...]:
