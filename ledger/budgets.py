@@ -37,7 +37,6 @@ class BudgetState:
     hourly_count: int
     hourly_next_free_ms: int | None  # when the oldest reservation in the window leaves it
     daily_cost_micro: int
-    daily_next_free_ms: int | None
     source: SourceBudget
     provider_cooldown_until: int | None
     model_cooldown_until: int | None
@@ -164,7 +163,9 @@ def check(
         if estimate is None:
             return Refusal(RefusalReason.UNKNOWN_PRICE)
         if state.daily_cost_micro + estimate > ceiling:
-            return Refusal(RefusalReason.DAILY_COST_CEILING, state.daily_next_free_ms)
+            # when room frees needs the window's rows: the store reads them for a refusal only
+            # and fills in `ceiling_frees_at` (reading them on every reserve would cost a grant)
+            return Refusal(RefusalReason.DAILY_COST_CEILING)
     # R-RES-3: a settled source is never rerun; a paused one waits for resume
     if src.state == SourceState.DONE:
         return Refusal(RefusalReason.SOURCE_SETTLED)

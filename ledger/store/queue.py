@@ -357,7 +357,7 @@ def totals(db: Database, calls_per_hour: int) -> QueueTotals:
             if fallback_from and str(fallback_from).split("/", 1)[0] != provider:
                 cross += 1
         hourly, _ = reads.hourly_usage(conn, now, calls_per_hour)
-        daily, _ = reads.daily_cost(conn, now)
+        daily = reads.daily_cost(conn, now)
         return QueueTotals(
             now_ms=now,
             states=states,

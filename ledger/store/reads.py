@@ -21,8 +21,7 @@ _HOURLY_COUNT = (
 # the first hour boundary after `since`. The partial first hour is summed row by row (covering
 # index ix_reservations_created); every hour from the boundary on is summed from its cost_hours
 # total, which the write transactions keep equal to the SUM of its rows. So at most one hour of
-# reservations and about 24 bucket rows are read, however busy the ledger. The oldest
-# reservation in the window (for the retry time) is one index seek.
+# reservations and about 24 bucket rows are read, however busy the ledger.
 _PARTIAL_HOUR_COST = (
     select(func.coalesce(func.sum(reservations.c.cost_micro), 0))
     .where(
@@ -36,14 +35,7 @@ _FULL_HOURS_COST = (
     .where(cost_hours.c.hour_start_ms >= bindparam("boundary"))
     .scalar_subquery()
 )
-_OLDEST_IN_WINDOW = (
-    select(reservations.c.created_ms)
-    .where(reservations.c.created_ms > bindparam("since"))
-    .order_by(reservations.c.created_ms)
-    .limit(1)
-    .scalar_subquery()
-)
-_DAILY_COST = select(_PARTIAL_HOUR_COST, _FULL_HOURS_COST, _OLDEST_IN_WINDOW)
+_DAILY_COST = select(_PARTIAL_HOUR_COST, _FULL_HOURS_COST)
 # Time used: settled durations plus the whole allowance of reservations still open (R-RES-8).
 _TIME_USED = func.coalesce(
     func.sum(
@@ -123,15 +115,16 @@ def hour_start(ms: int) -> int:
     return ms - ms % HOUR_MS
 
 
-def daily_cost(conn: Connection, now: int) -> tuple[int, int | None]:
-    """Sum of cost (actual where known, else estimate) over the last 24 h, and the oldest + 24 h.
+def daily_cost(conn: Connection, now: int) -> int:
+    """Sum of cost (actual where known, else estimate) over the last 24 h.
 
     Exactly SUM(cost_micro) over the reservations created after now - 24 h (see _DAILY_COST).
+    When a refusal needs to say when room frees, `daily_window` reads the rows themselves.
     """
     since = now - DAY_MS
     boundary = hour_start(since) + HOUR_MS
-    partial, full, oldest = conn.execute(_DAILY_COST, {"since": since, "boundary": boundary}).one()
-    return int(partial) + int(full), None if oldest is None else int(oldest) + DAY_MS
+    partial, full = conn.execute(_DAILY_COST, {"since": since, "boundary": boundary}).one()
+    return int(partial) + int(full)
 
 
 _COST_LEAVING = (
@@ -143,12 +136,12 @@ _COST_LEAVING = (
 
 def daily_window(conn: Connection, now: int, ceiling_micro: int) -> DailyWindow:
     """The rolling 24 h cost and when each part of it leaves the window (R-RES-2, R-SEL-10)."""
-    spent, _ = daily_cost(conn, now)
     leaving = tuple(
         (int(created) + DAY_MS, int(cost))
         for created, cost in conn.execute(_COST_LEAVING, {"since": now - DAY_MS})
     )
-    return DailyWindow(spent, ceiling_micro, leaving)
+    # every costed row of the window is read here anyway: their sum is the spend
+    return DailyWindow(sum(cost for _, cost in leaving), ceiling_micro, leaving)
 
 
 def source_budget(conn: Connection, source_id: str) -> SourceBudget | None:

@@ -251,16 +251,15 @@ def reserve(
     if source is None:  # created on first use, but only with a grant (a refusal writes nothing)
         source = budgets.SourceBudget(SourceState.QUEUED, None, 0, frozenset(), 0)
     hourly, hourly_free = reads.hourly_usage(conn, now, policy.calls_per_hour)
-    daily, daily_free = (0, None)
+    daily = 0
     if policy.daily_estimated_usd is not None:
-        daily, daily_free = reads.daily_cost(conn, now)
+        daily = reads.daily_cost(conn, now)
     provider_until, model_until = reads.cooldowns_for(conn, model.provider, model.key, now)
     state = budgets.BudgetState(
         now_ms=now,
         hourly_count=hourly,
         hourly_next_free_ms=hourly_free,
         daily_cost_micro=daily,
-        daily_next_free_ms=daily_free,
         source=source,
         provider_cooldown_until=provider_until,
         model_cooldown_until=model_until,
@@ -279,7 +278,8 @@ def reserve(
     if isinstance(verdict, budgets.Refusal):
         ceiling = budgets.ceiling_micro(policy)
         if verdict.reason == RefusalReason.DAILY_COST_CEILING and ceiling is not None:
-            # when enough of the 24 h cost has left the window for this estimate (item 15)
+            # when enough of the 24 h cost has left the window for this estimate (item 15);
+            # only a refusal pays for reading the window's rows
             window = reads.daily_window(conn, now, ceiling)
             verdict = budgets.Refusal(
                 verdict.reason, budgets.ceiling_frees_at(now, window, estimate or 0)
