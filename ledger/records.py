@@ -17,21 +17,27 @@ MAX_COST_USD = 1e9
 """The largest provider-reported cost accepted, in USD."""
 
 
+def plausible_tokens(value: object) -> bool:
+    """An integer token count in 0..MAX_TOKENS (never negative: R-RES-2)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKENS
+
+
+def plausible_cost_usd(value: object) -> bool:
+    """A finite USD amount in 0..MAX_COST_USD."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return math.isfinite(value) and 0 <= value <= MAX_COST_USD
+
+
 def check_tokens(value: object) -> None:
-    """Reported token counts are absent or integers in 0..MAX_TOKENS (never negative: R-RES-2)."""
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKENS:
+    """Reported token counts are absent or plausible (API and CLI; adapters drop the rest)."""
+    if value is not None and not plausible_tokens(value):
         raise UsageError(f"token counts must be integers from 0 to {MAX_TOKENS}")
 
 
 def check_cost_usd(value: object) -> None:
-    """A reported cost is absent or a finite amount in 0..MAX_COST_USD."""
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise UsageError("a cost must be a finite non-negative amount")
-    if not math.isfinite(value) or not 0 <= value <= MAX_COST_USD:
+    """A reported cost is absent or plausible (API and CLI; adapters drop the rest)."""
+    if value is not None and not plausible_cost_usd(value):
         raise UsageError("a cost must be a finite non-negative amount")
 
 

@@ -437,9 +437,7 @@ def select(
             snapshot,
             policy,
             request,
-        )
-        if snapshot.daily is not None or not routes
-        else snapshot.hourly_next_free_ms,  # a route is reservable now, budget slot permitting
+        ),
     )
 
 

@@ -17,6 +17,7 @@ import httpx
 
 from ledger.catalog import Provider
 from ledger.provider_urls import NoBaseUrlError
+from ledger.records import plausible_cost_usd, plausible_tokens
 
 INVALID_RESPONSE = "invalid_response"
 """`stop_reason` of a 2xx reply whose body is unparsable or oversized: the worker classifies it as
@@ -143,14 +144,9 @@ class HttpAdapter:
 
 def token_count(value: object) -> int | None:
     """A usage count when it is a plausible non-negative integer, else None."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        return None
-    return value if 0 <= value <= 10**12 else None
+    return value if isinstance(value, int) and plausible_tokens(value) else None
 
 
 def reported_cost(value: object) -> float | None:
     """A provider-reported USD cost when finite and non-negative, else None."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    cost = float(value)
-    return cost if 0 <= cost < 1e9 else None
+    return float(value) if isinstance(value, int | float) and plausible_cost_usd(value) else None
