@@ -41,6 +41,12 @@ def _state(led: Ledger, source: str = "s") -> tuple[str, str | None]:
     return row[0][0], row[0][1]
 
 
+def _rival_takes_the_lease(led: Ledger) -> None:
+    """The lease runs out (e.g. a stalled process) and another worker claims the source."""
+    db_rows_write(led, "UPDATE sources SET lease_expires_ms = 0")
+    assert q.claim(led.db, "rival", 60_000) is not None
+
+
 # --------------------------------------------------------------------------- item 1 (R-Q-1)
 
 
@@ -238,8 +244,7 @@ def test_r_q_1_a_lease_lost_during_the_commit_does_not_finish_the_source(
 
     def robbed(job: Job) -> HandlerResult:
         def commit() -> None:  # the lease is lost mid-commit: another worker takes the source
-            db_rows_write(led, "UPDATE sources SET lease_expires_ms = 0")
-            assert q.claim(led.db, "rival", 60_000) is not None
+            _rival_takes_the_lease(led)
 
         return HandlerResult.success(commit=commit)
 
@@ -257,8 +262,7 @@ def test_issue12_item3_a_worker_whose_lease_was_lost_does_not_commit(
 
     def robbed(job: Job) -> HandlerResult:
         # the lease is lost (e.g. a stalled process): another worker takes the source
-        db_rows_write(led, "UPDATE sources SET lease_expires_ms = 0")
-        assert q.claim(led.db, "rival", 60_000) is not None
+        _rival_takes_the_lease(led)
         return HandlerResult.success(commit=lambda: committed.append(job.source_id))
 
     report = _item(led, robbed)
@@ -274,8 +278,7 @@ def test_issue12_item3_a_worker_that_lost_its_lease_before_the_call_sends_nothin
     led.add_source("s", None)
     stale = q.claim(led.db, "w1", 60_000)
     assert stale is not None
-    db_rows_write(led, "UPDATE sources SET lease_expires_ms = 0")
-    assert q.claim(led.db, "rival", 60_000) is not None
+    _rival_takes_the_lease(led)
     called: list[str] = []
 
     def handler(job: Job) -> HandlerResult:
