@@ -13,13 +13,24 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from bench import burst, contention, cycle, fleet, growth, report, selection, worker_overhead
+from bench import (
+    burst,
+    contention,
+    cycle,
+    fleet,
+    growth,
+    handoff,
+    report,
+    selection,
+    worker_overhead,
+)
 from bench.common import Row, Settings
 
 FIGURES: dict[str, Callable[[Path, Settings], list[Row]]] = {
     "cycle": cycle.run,
     "contention": contention.run,
     "burst": burst.run,
+    "handoff": handoff.run,
     "selection": selection.run,
     "growth": growth.run,
     "worker": worker_overhead.run,

@@ -55,9 +55,13 @@ def one_line(result: Result, error: type[Exception]) -> None:
 
 
 def fingerprint(home: Path) -> tuple[str, list[str]]:
-    """The database bytes' hash and the directory listing (no journal left behind)."""
+    """The database bytes' hash and the directory listing with each journal's size (no hot
+    journal left behind: the truncated rollback journal stays, empty)."""
     digest = hashlib.sha256((home / "ledger.db").read_bytes()).hexdigest()
-    return digest, sorted(p.name for p in home.iterdir())
+    return digest, sorted(
+        f"{p.name} {p.stat().st_size}" if p.name.endswith("-journal") else p.name
+        for p in home.iterdir()
+    )
 
 
 def reservation_count(home: Path) -> int:
@@ -177,6 +181,8 @@ def _can_chattr(path: Path) -> bool:
 def test_r_db_3_read_only_file_or_directory_exits_4(home: Path, target: str) -> None:
     create(home)
     path = home / "ledger.db" if target == "file" else home
+    if target == "directory":  # no journal file yet: the write needs to create one
+        (home / "ledger.db-journal").unlink()
     if os.geteuid() != 0:
         path.chmod(0o500 if target == "directory" else 0o400)
     elif not _can_chattr(path):
@@ -194,6 +200,30 @@ def test_r_db_3_read_only_file_or_directory_exits_4(home: Path, target: str) -> 
     assert result.exit_code == 4
     one_line(result, ReadOnlyError)
     assert fingerprint(home) == before
+
+
+def test_r_db_3_truncate_journal_needs_no_directory_write_once_it_exists(home: Path) -> None:
+    """The rollback journal is truncated, not deleted (durable commits): once the journal file
+    exists, a commit changes no directory entry, so a read-only directory still takes writes."""
+    create(home)
+    journal = home / "ledger.db-journal"
+    assert journal.is_file()
+    assert journal.stat().st_size == 0
+    if os.geteuid() == 0 and not _can_chattr(home):
+        pytest.skip("running as root without chattr +i: file modes do not stop root writing")
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "+i", str(home)], check=True)
+    else:
+        home.chmod(0o500)
+    try:
+        result = invoke(home, "reserve", "s1", "--model", "alpha/small")
+    finally:
+        if os.geteuid() == 0:
+            subprocess.run(["chattr", "-i", str(home)], check=True)
+        else:
+            home.chmod(0o700)
+    assert result.exit_code == 0, result.output
+    assert journal.stat().st_size == 0
 
 
 def test_r_db_3_read_only_bind_mount_exits_4(home: Path) -> None:
@@ -338,14 +368,14 @@ def test_r_db_3a_cli_warns_on_network_filesystem(
 @pytest.mark.parametrize(
     ("version", "mode"),
     [
-        ("3.7.0", "delete"),
-        ("3.40.1", "delete"),
-        ("3.44.5", "delete"),
+        ("3.7.0", "truncate"),
+        ("3.40.1", "truncate"),
+        ("3.44.5", "truncate"),
         ("3.44.6", "wal"),
-        ("3.45.0", "delete"),
-        ("3.50.6", "delete"),
+        ("3.45.0", "truncate"),
+        ("3.50.6", "truncate"),
         ("3.50.7", "wal"),
-        ("3.51.2", "delete"),
+        ("3.51.2", "truncate"),
         ("3.51.3", "wal"),
         ("3.52.0", "wal"),
     ],
@@ -355,7 +385,7 @@ def test_r_db_3a_wal_only_outside_the_reset_bug_range(version: str, mode: str) -
     assert chosen_journal_mode(version) == mode
 
 
-@pytest.mark.parametrize(("version", "mode"), [("3.51.2", "delete"), ("3.51.3", "wal")])
+@pytest.mark.parametrize(("version", "mode"), [("3.51.2", "truncate"), ("3.51.3", "wal")])
 def test_r_db_3a_patched_library_version_selects_the_journal(
     home: Path, monkeypatch: pytest.MonkeyPatch, version: str, mode: str
 ) -> None:
@@ -363,9 +393,12 @@ def test_r_db_3a_patched_library_version_selects_the_journal(
     led = Ledger.open(home, env={})
     led.reserve("s1", "alpha/small")
     assert led.db.journal_mode == mode
+    with led.db.read() as conn:  # a rollback journal mode belongs to the connection
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == mode
     led.close()
-    with sqlite3.connect(home / "ledger.db") as conn:
-        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == mode
+    if mode == "wal":  # WAL is a property of the file, seen by any connection
+        with sqlite3.connect(home / "ledger.db") as conn:
+            assert conn.execute("PRAGMA journal_mode").fetchone()[0] == mode
 
 
 def test_r_db_3_pragmas_on_every_ledger_connection(tmp_path: Path) -> None:

@@ -69,7 +69,8 @@ def test_r_db_5_upgrade_and_its_backup_stay_private(tmp_path: Path) -> None:
     assert mode(backup) == 0o600
     assert mode(home / "ledger.db") == 0o600
     assert mode(home) == 0o700
-    names = ["ledger.db", "ledger.db-writelock", backup.name]  # the lock file: issue 14
+    # the lock file (issue 14) and the truncated rollback journal (durable commits, R-DB-3)
+    names = ["ledger.db", "ledger.db-journal", "ledger.db-writelock", backup.name]
     assert sorted(p.name for p in home.iterdir()) == sorted(names)
     for path in home.iterdir():
         assert mode(path) == 0o600

@@ -21,7 +21,6 @@ from ledger.store.engine import Database
 from ledger.store.migrate import read_revision
 from ledger.store.schema import (
     daily_totals,
-    meta,
     notices,
     reservations,
     source_models,
@@ -155,7 +154,6 @@ def status_data(db: Database, calls_per_hour: int) -> StatusData:
     with db.read() as conn:
         now = db.read_now(conn)
         used, next_free = reads.hourly_usage(conn, now, calls_per_hour)
-        chosen = conn.execute(select(meta.c.value).where(meta.c.key == "journal_mode")).scalar()
         return StatusData(
             now_ms=now,
             cooldowns=active_cooldowns(conn, now),
@@ -172,7 +170,9 @@ def status_data(db: Database, calls_per_hour: int) -> StatusData:
             backend=db.engine.dialect.name,
             sqlite_version=sqlite3.sqlite_version if db.is_sqlite else None,
             journal_mode=_journal_mode(conn) if db.is_sqlite else None,
-            journal_mode_chosen=chosen if db.is_sqlite else None,
+            # what this ledger asks of the linked library (R-DB-3a); the value stored when the
+            # database was created may predate the durable rollback journal
+            journal_mode_chosen=db.journal_mode if db.is_sqlite else None,
             revision=read_revision(conn),  # a plain read: status never loads alembic
         )
 
