@@ -9,6 +9,7 @@ processes started together.
 from __future__ import annotations
 
 import fcntl
+import functools
 import multiprocessing
 import os
 import signal
@@ -16,8 +17,9 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
@@ -27,9 +29,9 @@ import pytest
 from ledger.api import Ledger
 from ledger.errors import BusyError
 from ledger.records import Success
-from ledger.store import migrate
+from ledger.store import migrate, writelock
 from ledger.store.engine import Database
-from ledger.store.writelock import LOCK_SUFFIX, WriteLock, lock_path, turns
+from ledger.store.writelock import LOCK_SUFFIX, WriteLock, lock_path, tickets, turns
 from tests.conftest import TEST_CATALOG
 from tests.procs import write_home
 
@@ -237,6 +239,193 @@ def test_issue14_holder_killed_with_sigkill_frees_the_lock_for_a_waiter(tmp_path
     assert granted.id == 1
     assert rows(home) == 1
     led.close()
+
+
+# --- first come, first served -------------------------------------------------------------------
+
+
+def _ticket_count(path: Path) -> int:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return tickets(fd)
+    finally:
+        os.close(fd)
+
+
+def _wait_for(predicate: Callable[[], bool], timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+def _more_tickets(path: Path, than: int) -> bool:
+    return _ticket_count(path) > than
+
+
+def _queue_in_order(path: Path, count: int, order: list[int]) -> list[threading.Thread]:
+    """Start `count` writers one after another, each only once the previous one has its place."""
+
+    def write(index: int) -> None:
+        with WriteLock(path, 60_000).held() as locked:
+            assert locked is True
+            order.append(index)
+            time.sleep(0.01)  # long enough for anyone who could overtake to try
+
+    threads = []
+    for index in range(count):
+        before = _ticket_count(path)
+        thread = threading.Thread(target=write, args=(index,))
+        thread.start()
+        _wait_for(functools.partial(_more_tickets, path, before))  # it holds its place now
+        threads.append(thread)
+    return threads
+
+
+def test_issue14_writers_get_the_lock_in_the_order_they_asked(tmp_path: Path) -> None:
+    """Six writers queue behind a holder and get the lock one after another, in that order."""
+    path = tmp_path / "q.db-writelock"
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with WriteLock(path, 60_000).held():
+            holding.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert holding.wait(60)
+    order: list[int] = []
+    queued = _queue_in_order(path, 6, order)
+    release.set()
+    for thread in [holder, *queued]:
+        thread.join(60)
+    assert order == [0, 1, 2, 3, 4, 5]
+
+
+def test_issue14_a_writer_that_just_released_cannot_jump_the_queue(tmp_path: Path) -> None:
+    """The writer that releases is on the CPU and asks again at once, before the woken waiter
+    runs: with flock alone it took the lock back, again and again (a worker in a tight loop
+    starved the others). In turn, its next write comes after everyone already waiting."""
+    path = tmp_path / "n.db-writelock"
+    holding, go = threading.Event(), threading.Event()
+    order: list[object] = []
+
+    def busy_writer() -> None:
+        with WriteLock(path, 60_000).held():
+            order.append("again")
+            holding.set()
+            go.wait(60)
+        for _ in range(4):
+            with WriteLock(path, 60_000).held():
+                order.append("again")
+                time.sleep(0.002)
+
+    writer = threading.Thread(target=busy_writer)
+    writer.start()
+    assert holding.wait(60)
+    queued = _queue_in_order(path, 4, order)  # type: ignore[arg-type]
+    go.set()
+    for thread in [writer, *queued]:
+        thread.join(60)
+    assert order[:5] == ["again", 0, 1, 2, 3], order
+
+
+def test_issue14_a_writer_killed_in_the_queue_does_not_stall_it(tmp_path: Path) -> None:
+    """A queued writer dies (SIGKILL) while waiting: the writer behind it still gets its turn as
+    soon as the holder leaves, not after a busy timeout."""
+    home = ledger_home(tmp_path)
+    path = home / "ledger.db-writelock"
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with WriteLock(path, 60_000).held():
+            holding.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert holding.wait(60)
+    before = _ticket_count(path)
+    doomed = subprocess.Popen(
+        [sys.executable, "-m", "ledger", "--home", str(home), "reserve", "doomed",
+         "--model", "alpha/small"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    _wait_for(lambda: _ticket_count(path) > before)
+    order: list[int] = []
+    behind = _queue_in_order(path, 1, order)
+    doomed.kill()
+    doomed.wait(60)
+    release.set()
+    holder.join(60)
+    behind[0].join(10)  # well inside the 60 s busy timeout it would otherwise wait out
+    assert order == [0]
+    assert rows(home) == 0
+
+
+def test_issue14_a_stopped_writer_keeps_its_turn_briefly_then_is_passed(tmp_path: Path) -> None:
+    """The writer next in turn is stopped (Ctrl-Z, a debugger, a frozen container) while the
+    lock is free: the one behind it waits its turn for a moment (with flock alone it went at
+    once), then goes around it instead of stalling until a busy timeout; the stopped writer
+    finishes when it is continued."""
+    home = ledger_home(tmp_path)
+    path = home / "ledger.db-writelock"
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with WriteLock(path, 60_000).held():
+            holding.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert holding.wait(60)
+    before = _ticket_count(path)
+    stopped = subprocess.Popen(
+        [sys.executable, "-m", "ledger", "--home", str(home), "reserve", "stopped",
+         "--model", "alpha/small"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        _wait_for(lambda: _ticket_count(path) > before)
+        time.sleep(0.3)  # past taking its ticket: it now waits for the holder's
+        os.kill(stopped.pid, signal.SIGSTOP)
+        granted: list[float] = []
+
+        def behind() -> None:
+            with WriteLock(path, 60_000).held():
+                granted.append(time.monotonic())
+
+        queued = _ticket_count(path)
+        writer = threading.Thread(target=behind)
+        writer.start()
+        _wait_for(lambda: _ticket_count(path) > queued)
+        released = time.monotonic()
+        release.set()
+        holder.join(60)
+        writer.join(30)  # well inside the 60 s busy timeout
+        assert granted, "the writer behind a stopped one never got the lock"
+        assert granted[0] - released >= 0.05  # the stopped writer's turn was kept for a moment
+        assert stopped.poll() is None  # still stopped: it was passed, not waited for
+    finally:
+        os.kill(stopped.pid, signal.SIGCONT)
+    _out, err = stopped.communicate(timeout=60)
+    assert stopped.returncode == 0, err
+    assert rows(home) == 1
+
+
+def test_issue14_without_byte_range_locks_flock_alone_still_excludes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No open-file-description locks (not Linux): writers still exclude each other, unordered."""
+    monkeypatch.setattr(writelock, "_OFD", (None, None))
+    path = tmp_path / "u.db-writelock"
+    with WriteLock(path, 1000).held() as locked:
+        assert locked is True
+        assert not free_now(path)
+    assert _ticket_count(path) == 0  # no ticket was taken
+    assert free_now(path)
 
 
 # --- threads, signals and forks in one process ---------------------------------------------------

@@ -14,15 +14,28 @@ contended wait blocks in a helper thread while the caller waits on an Event with
 Busy means *held*, not *queued*: every holder bumps a turn counter in the lock file, and a waiter
 gives up only when a whole busy timeout passes without the lock changing hands. A long queue that
 keeps moving (a burst of cron jobs on a starved CPU) never fails; a stuck holder still does.
+
+First come, first served: `flock` alone wakes its waiters in no fixed order and lets a newcomer
+take a lock that was just released before the woken waiter runs, so a writer could be overtaken
+again and again. Where open-file-description byte-range locks exist (Linux), a writer first
+takes a ticket (a counter in the file, incremented under a byte lock held for microseconds),
+locks the byte of its own ticket, and waits for the byte of the ticket before it; the holder lets
+its byte go after the `flock`, so the next ticket runs next. A writer that dies anywhere in the
+queue drops its bytes with its descriptor and the queue moves on; `flock` alone still decides
+who writes, so the order is only an order (an older `ledger` that takes just the `flock` is
+still kept out, it merely does not queue).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import stat
+import struct
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -83,10 +96,12 @@ os.register_at_fork(after_in_child=_forget_in_child)
 
 
 class _Waiter:
-    """A helper thread blocked in flock; whoever loses the race (caller or thread) releases."""
+    """A helper thread that waits out the rest of the queue (its turn, then the flock); whoever
+    loses the race (caller or thread) releases."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, place: _Place) -> None:
         self.fd = fd
+        self.place = place
         self.granted = threading.Event()
         self.failed = False
         self.abandoned = False
@@ -95,7 +110,7 @@ class _Waiter:
 
     def _run(self) -> None:
         try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
+            self.failed = not _advance(self.fd, self.place, block=True)
         except OSError:
             self.failed = True
         with self.mutex:
@@ -104,24 +119,46 @@ class _Waiter:
                 return
             self.granted.set()
 
-    def wait(self, timeout_s: float) -> bool:
-        """True once the lock is ours (the caller then owns `fd`); False once it has not changed
-        hands for `timeout_s`."""
+    def wait(self, path: Path, timeout_s: float) -> tuple[int, bool] | None:
+        """(descriptor, locked) once the lock is ours; None once it has not changed hands for
+        `timeout_s` while someone holds it (busy).
+
+        While nothing changes hands the caller looks every `_STALL_S` whether the flock is free:
+        free at two looks in a row means a writer ahead of us is stopped or starved in the queue,
+        and we take the lock outside the queue (on a new description) rather than wait for it."""
         seen = turns(self.fd)
+        moved = time.monotonic()
+        step = min(_STALL_S, timeout_s)
+        free_before = False  # the flock was free at the last look, and nothing moved since
         try:
-            while not self.granted.wait(timeout_s):
+            while not self.granted.wait(step):
                 now = turns(self.fd)
-                if now == seen:  # nobody got the lock for a whole timeout: it is truly held
+                if now != seen:
+                    seen, moved, free_before = now, time.monotonic(), False
+                    continue
+                jumped = _flock_now(path)
+                if jumped is not None and not free_before:
+                    _close(jumped)  # free once may be a hand-over in flight: look again
+                    free_before = True
+                elif jumped is not None:
+                    with self.mutex:
+                        if not self.granted.is_set():
+                            self.abandoned = True  # the thread lets its place go when it can
+                            return jumped, True
+                    _close(jumped)  # the queue answered meanwhile
                     break
-                seen = now
+                else:
+                    free_before = False
+                if time.monotonic() - moved >= timeout_s:
+                    break  # nobody got the lock for a whole timeout: it is truly held
         except BaseException:  # KeyboardInterrupt or another signal raised while waiting
             self._give_up()
             raise
         with self.mutex:
             if self.granted.is_set():
-                return True
+                return self.fd, not self.failed
             self.abandoned = True  # the thread closes the descriptor once it gets the lock
-            return False
+            return None
 
     def _give_up(self) -> None:
         with self.mutex:
@@ -144,26 +181,28 @@ class WriteLock:
 
         Raises BusyError when another writer holds it past the busy timeout.
         """
-        fd = None if self.path is None else _open(self.path)
-        if fd is None:
+        path = self.path
+        fd = None if path is None else _open(path)
+        if fd is None or path is None:
             yield False
             return
         owner = os.getpid()
         try:
-            locked = _try_lock(fd)
-            if locked is None:  # held elsewhere: wait in turn
-                waiter = _Waiter(fd)
+            place = _Place()
+            locked = _advance(fd, place, block=False)
+            if locked is None:  # others are ahead or hold it: wait in turn
+                waiter = _Waiter(fd, place)
                 fd = None  # the helper thread owns the descriptor until it is granted
-                if not waiter.wait(self.timeout_s):
+                got = waiter.wait(path, self.timeout_s)
+                if got is None:
                     raise BusyError()
-                fd = waiter.fd
-                locked = not waiter.failed
+                fd, locked = got
             if locked:
                 take_turn(fd)
             yield locked
         finally:
             if fd is not None and os.getpid() == owner:
-                _close(fd)
+                _release(fd)
 
 
 _TURN = 8  # bytes of the little-endian turn counter at the start of the lock file
@@ -183,12 +222,95 @@ def take_turn(fd: int) -> None:
         os.pwrite(fd, ((turns(fd) + 1) % 2**64).to_bytes(_TURN, "little"), 0)
 
 
-def _try_lock(fd: int) -> bool | None:
-    """True when taken at once, None when held elsewhere, False when flock is unsupported."""
+_TICKETS = (8, 8)  # the ticket counter's bytes, also the byte lock that guards it
+_SLOT_BASE = 4096  # ticket t waits on the byte _SLOT_BASE + (t - 1) % _SLOTS (past EOF is fine)
+_SLOTS = 1 << 20
+_STALL_S = 0.1  # no hand-over this long while the flock is free: a writer ahead has stalled
+_OFD = getattr(fcntl, "F_OFD_SETLK", None), getattr(fcntl, "F_OFD_SETLKW", None)
+
+
+class _Place:
+    """One writer's place in the queue: its ticket once taken, and whether its turn came."""
+
+    def __init__(self) -> None:
+        self.ordered = None not in _OFD  # byte-range queue available (else flock alone)
+        self.ticket: int | None = None
+        self.turn = False
+
+
+def _byte_lock(fd: int, kind: int, start: int, length: int, block: bool) -> bool:
+    """An open-file-description lock on bytes of the file; False when it would block."""
+    command = _OFD[1] if block else _OFD[0]
+    assert command is not None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.fcntl(fd, command, struct.pack("@hhqqi4x", kind, os.SEEK_SET, start, length, 0))
+    except BlockingIOError:
+        return False
+    except OSError as error:
+        if error.errno in (errno.EAGAIN, errno.EACCES):
+            return False
+        raise
+    return True
+
+
+def tickets(fd: int) -> int:
+    """How many places in the queue have been handed out (readable without holding anything)."""
+    try:
+        return int.from_bytes(os.pread(fd, 8, _TICKETS[0]), "little")
+    except OSError:
+        return 0
+
+
+def _slot(ticket: int) -> int:
+    return _SLOT_BASE + ticket % _SLOTS
+
+
+def _advance(fd: int, place: _Place, *, block: bool) -> bool | None:
+    """Take the next steps to the lock: ticket, turn, flock. True once held; None when a step
+    would block (`block=False`); False when flock is unsupported here (SQLite alone decides)."""
+    if place.ordered and not place.turn:
+        try:
+            if place.ticket is None:
+                if not _byte_lock(fd, fcntl.F_WRLCK, *_TICKETS, block):
+                    return None
+                try:
+                    place.ticket = tickets(fd)
+                    os.pwrite(fd, ((place.ticket + 1) % 2**64).to_bytes(8, "little"), _TICKETS[0])
+                    _byte_lock(fd, fcntl.F_WRLCK, _slot(place.ticket), 1, True)  # ours alone
+                finally:
+                    _byte_lock(fd, fcntl.F_UNLCK, *_TICKETS, True)
+            ahead = _slot(place.ticket - 1)
+            if not _byte_lock(fd, fcntl.F_WRLCK, ahead, 1, block):
+                return None
+            _byte_lock(fd, fcntl.F_UNLCK, ahead, 1, True)  # the one before us has gone
+            place.turn = True
+        except OSError:  # no byte-range locks here (read-only descriptor, odd filesystem)
+            place.ordered = False  # flock alone still excludes; only the order is lost
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if block else fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return None
     except OSError:
         return False
     return True
+
+
+def _flock_now(path: Path) -> int | None:
+    """The flock on a new description if it is free right now (outside the queue), else None."""
+    fd = _open(path)
+    if fd is None:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        _close(fd)
+        return None
+    return fd
+
+
+def _release(fd: int) -> None:
+    """Let the flock go before our ticket's byte (closing drops byte locks first), so the next
+    writer in turn finds the flock free; then close."""
+    with contextlib.suppress(OSError):
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    _close(fd)
