@@ -19,7 +19,13 @@ def test_bench_quick_mode_runs_and_writes_a_table(tmp_path: Path) -> None:
     assert main(["--quick", "--out", str(out), "--scratch", str(tmp_path)]) == 0
     text = out.read_text()
     assert "| figure | median |" in text
-    for figure in ("ledger cycle / floor", "contention: 2 processes", "selection:", "growth:"):
+    for figure in (
+        "ledger cycle / floor",
+        "contention: 2 processes",
+        "handoff: fair-turn ceiling at 2 processes",
+        "selection:",
+        "growth:",
+    ):
         assert figure in text
     assert "SQLite" in text
     assert "journal mode" in text

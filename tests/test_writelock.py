@@ -1,9 +1,9 @@
 """Issue 14, R-DB-3: the fair write lock beside the SQLite file (ledger/store/writelock.py).
 
-Writers queue in the kernel on `ledger.db-writelock` instead of sleeping in SQLite's busy handler;
-SQLite's own locking stays the guarantee and is what remains where no lock file can be used. Real
-processes hold the lock (and get killed holding it); the CLI burst runs real `ledger reserve`
-processes started together.
+Writers queue in the kernel on `ledger.db-writelock`, in the order they asked, instead of sleeping
+in SQLite's busy handler; SQLite's own locking stays the guarantee and is what remains where no
+lock file can be used. Real processes hold the lock (and get killed or stopped holding it or
+waiting for it); the CLI burst runs real `ledger reserve` processes started together.
 """
 
 from __future__ import annotations
