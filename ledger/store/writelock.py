@@ -139,7 +139,7 @@ class _Waiter:
                 jumped = _flock_now(path)
                 if jumped is not None and not free_before:
                     _close(jumped)  # free once may be a hand-over in flight: look again
-                    free_before = True
+                    free_before = True  # (a free lock is never `busy`, however long)
                 elif jumped is not None:
                     with self.mutex:
                         if not self.granted.is_set():
@@ -149,8 +149,8 @@ class _Waiter:
                     break
                 else:
                     free_before = False
-                if time.monotonic() - moved >= timeout_s:
-                    break  # nobody got the lock for a whole timeout: it is truly held
+                    if time.monotonic() - moved >= timeout_s:
+                        break  # held, and nobody got it for a whole timeout: truly held
         except BaseException:  # KeyboardInterrupt or another signal raised while waiting
             self._give_up()
             raise
