@@ -7,6 +7,7 @@ from runs taken side by side (interleaved) in the same process and on the same d
 from __future__ import annotations
 
 import json
+import multiprocessing
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -185,3 +186,23 @@ def per_cycle(fn: Callable[[int], None], start: int, count: int) -> float:
     for i in range(start, start + count):
         fn(i)
     return (time.perf_counter() - t0) / count
+
+
+def run_together(
+    target: Callable[..., None], procs: int, seconds: float, *args: Any, **kwargs: Any
+) -> list[Any]:
+    """Spawn `procs` children `target(n, barrier, out, *args, **kwargs)` that start their
+    measured part together (after `barrier.wait()`) and each put one result on `out`."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(procs)
+    out = ctx.Queue()
+    children = [
+        ctx.Process(target=target, args=(n, barrier, out, *args), kwargs=kwargs)
+        for n in range(procs)
+    ]
+    for child in children:
+        child.start()
+    results = [out.get(timeout=120 + seconds * 4) for _ in children]
+    for child in children:
+        child.join()
+    return results

@@ -9,13 +9,13 @@ N x the single-process p50. `bench/handoff.py` breaks the transaction time down.
 
 from __future__ import annotations
 
-import multiprocessing
 import time
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any
 
+from bench import common
 from bench.common import Row, Settings, Stats, ledger_cycle, make_home, ms, open_ledger, ratio_row
 
 PROCESS_COUNTS = (1, 4, 8)
@@ -25,9 +25,11 @@ TAIL_TARGET = 2.0  # p99 reserve latency at N processes <= 2 x N x single-proces
 
 
 def _child(
-    home: str, tag: str, barrier: Barrier, seconds: float, out: Queue[Any], db: str | None = None
+    n: int, barrier: Barrier, out: Queue[Any], home: str, tag: str, seconds: float,
+    db: str | None = None,
 ) -> None:
     """Run cycles for `seconds` after everyone is ready; report cycles and reserve latencies."""
+    tag = f"{tag}-p{n}"
     ledger = open_ledger(Path(home), db=db)
     latencies: list[float] = []
     from ledger.records import Success
@@ -52,22 +54,7 @@ def _child(
 def run_round(
     home: Path, procs: int, seconds: float, tag: str, db: str | None = None
 ) -> tuple[float, list[float]]:
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(procs)
-    out: Queue[Any] = ctx.Queue()
-    children = [
-        ctx.Process(
-            target=_child,
-            args=(str(home), f"{tag}-p{n}", barrier, seconds, out),
-            kwargs={"db": db},
-        )
-        for n in range(procs)
-    ]
-    for child in children:
-        child.start()
-    results = [out.get(timeout=120 + seconds * 4) for _ in children]
-    for child in children:
-        child.join()
+    results = common.run_together(_child, procs, seconds, str(home), tag, seconds, db=db)
     cycles = sum(r[0] for r in results)
     latencies = [lat for r in results for lat in r[1]]
     return cycles / seconds, latencies

@@ -17,7 +17,6 @@ it go (CLOCK_MONOTONIC, one clock for all processes). From those spans:
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import statistics
 import time
 from collections.abc import Iterator
@@ -26,7 +25,7 @@ from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any
 
-from bench.common import Row, Settings, Stats, make_home, ms, open_ledger, ratio_row
+from bench.common import Row, Settings, Stats, make_home, ms, open_ledger, ratio_row, run_together
 
 CALL_S = 0.02  # a (very fast) provider call between a worker's reserve and settle
 Span = tuple[int, int, int]  # asked, granted, released (ns, CLOCK_MONOTONIC)
@@ -54,9 +53,10 @@ def _instrument(spans: list[Span], no_lock: bool) -> None:
 
 
 def _child(
-    home: str, tag: str, barrier: Barrier, seconds: float, pause: float, no_lock: bool,
-    out: Queue[Any],
+    n: int, barrier: Barrier, out: Queue[Any], home: str, tag: str, seconds: float, pause: float,
+    no_lock: bool,
 ) -> None:
+    tag = f"{tag}-p{n}"
     from ledger.records import Success
 
     spans: list[Span] = []
@@ -85,19 +85,7 @@ def _child(
 def _round(
     home: Path, procs: int, seconds: float, tag: str, *, pause: float = 0.0, no_lock: bool = False
 ) -> dict[str, float]:
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(procs)
-    out: Queue[Any] = ctx.Queue()
-    children = [
-        ctx.Process(target=_child, args=(str(home), f"{tag}-p{n}", barrier, seconds, pause,
-                                         no_lock, out))
-        for n in range(procs)
-    ]
-    for child in children:
-        child.start()
-    results = [out.get(timeout=120 + seconds * 4) for _ in children]
-    for child in children:
-        child.join()
+    results = run_together(_child, procs, seconds, str(home), tag, seconds, pause, no_lock)
     spans = sorted(span for r in results for span in r[1])
     held = [(released - granted) / 1e9 for _, granted, released in spans]
     idle = [max(0, spans[k + 1][1] - spans[k][2]) / 1e9 for k in range(len(spans) - 1)]

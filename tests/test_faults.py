@@ -177,26 +177,34 @@ def _can_chattr(path: Path) -> bool:
     return probe.returncode == 0
 
 
+@contextmanager
+def read_only(path: Path) -> Iterator[None]:
+    """`path` (a file or directory) cannot be written for the block: its mode, or `chattr +i`
+    as root (modes do not stop root); skips where neither works."""
+    if os.geteuid() != 0:
+        path.chmod(0o500 if path.is_dir() else 0o400)
+    elif not _can_chattr(path):
+        pytest.skip("running as root without chattr +i: file modes do not stop root writing")
+    else:
+        subprocess.run(["chattr", "+i", str(path)], check=True)
+    try:
+        yield
+    finally:
+        if os.geteuid() == 0:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+        else:
+            path.chmod(0o700 if path.is_dir() else 0o600)
+
+
 @pytest.mark.parametrize("target", ["file", "directory"])
 def test_r_db_3_read_only_file_or_directory_exits_4(home: Path, target: str) -> None:
     create(home)
     path = home / "ledger.db" if target == "file" else home
     if target == "directory":  # no journal file yet: the write needs to create one
         (home / "ledger.db-journal").unlink()
-    if os.geteuid() != 0:
-        path.chmod(0o500 if target == "directory" else 0o400)
-    elif not _can_chattr(path):
-        pytest.skip("running as root without chattr +i: file modes do not stop root writing")
-    else:
-        subprocess.run(["chattr", "+i", str(path)], check=True)
     before = fingerprint(home)
-    try:
+    with read_only(path):
         result = invoke(home, "reserve", "s1", "--model", "alpha/small")
-    finally:
-        if os.geteuid() == 0:
-            subprocess.run(["chattr", "-i", str(path)], check=True)
-        else:
-            path.chmod(0o700 if target == "directory" else 0o600)
     assert result.exit_code == 4
     one_line(result, ReadOnlyError)
     assert fingerprint(home) == before
@@ -209,19 +217,8 @@ def test_r_db_3_truncate_journal_needs_no_directory_write_once_it_exists(home: P
     journal = home / "ledger.db-journal"
     assert journal.is_file()
     assert journal.stat().st_size == 0
-    if os.geteuid() == 0 and not _can_chattr(home):
-        pytest.skip("running as root without chattr +i: file modes do not stop root writing")
-    if os.geteuid() == 0:
-        subprocess.run(["chattr", "+i", str(home)], check=True)
-    else:
-        home.chmod(0o500)
-    try:
+    with read_only(home):
         result = invoke(home, "reserve", "s1", "--model", "alpha/small")
-    finally:
-        if os.geteuid() == 0:
-            subprocess.run(["chattr", "-i", str(home)], check=True)
-        else:
-            home.chmod(0o700)
     assert result.exit_code == 0, result.output
     assert journal.stat().st_size == 0
 

@@ -282,9 +282,8 @@ def _queue_in_order(path: Path, count: int, order: list[int]) -> list[threading.
     return threads
 
 
-def test_issue14_writers_get_the_lock_in_the_order_they_asked(tmp_path: Path) -> None:
-    """Six writers queue behind a holder and get the lock one after another, in that order."""
-    path = tmp_path / "q.db-writelock"
+def _held_by_a_thread(path: Path) -> tuple[threading.Thread, threading.Event]:
+    """A thread of this process holds the write lock (in the queue) until the event is set."""
     holding, release = threading.Event(), threading.Event()
 
     def hold() -> None:
@@ -295,6 +294,13 @@ def test_issue14_writers_get_the_lock_in_the_order_they_asked(tmp_path: Path) ->
     holder = threading.Thread(target=hold)
     holder.start()
     assert holding.wait(60)
+    return holder, release
+
+
+def test_issue14_writers_get_the_lock_in_the_order_they_asked(tmp_path: Path) -> None:
+    """Six writers queue behind a holder and get the lock one after another, in that order."""
+    path = tmp_path / "q.db-writelock"
+    holder, release = _held_by_a_thread(path)
     order: list[int] = []
     queued = _queue_in_order(path, 6, order)
     release.set()
@@ -336,16 +342,7 @@ def test_issue14_a_writer_killed_in_the_queue_does_not_stall_it(tmp_path: Path) 
     soon as the holder leaves, not after a busy timeout."""
     home = ledger_home(tmp_path)
     path = home / "ledger.db-writelock"
-    holding, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with WriteLock(path, 60_000).held():
-            holding.set()
-            release.wait(60)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    assert holding.wait(60)
+    holder, release = _held_by_a_thread(path)
     before = _ticket_count(path)
     doomed = subprocess.Popen(
         [sys.executable, "-m", "ledger", "--home", str(home), "reserve", "doomed",
@@ -375,16 +372,7 @@ def test_issue14_a_stopped_writer_keeps_its_turn_briefly_then_is_passed(
     passed since the writer queued (second case: the holder leaves just before it)."""
     home = ledger_home(tmp_path)
     path = home / "ledger.db-writelock"
-    holding, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with WriteLock(path, 60_000).held():
-            holding.set()
-            release.wait(60)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    assert holding.wait(60)
+    holder, release = _held_by_a_thread(path)
     before = _ticket_count(path)
     stopped = subprocess.Popen(
         [sys.executable, "-m", "ledger", "--home", str(home), "reserve", "stopped",
