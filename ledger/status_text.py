@@ -304,7 +304,9 @@ def _notice_lines(doc: dict[str, Any], width: int) -> list[str]:
     lines = []
     for n in doc["notices"]:
         head = f"  {short_time(n['last'])}  {n['category']:<9} {'x' + str(n['count']):>5}  "
-        lines += _wrap(head + n["message"], width, len(head))
+        # a notice is per source: without its name two sources failing alike read the same
+        whose = f" (source {cut(n['source'], 40)})" if n["source"] else ""
+        lines += _wrap(head + n["message"] + whose, width, len(head))
     return lines
 
 

@@ -126,3 +126,25 @@ def test_issue15_item3_source_show_never_cuts_a_kind(demo_home: Path) -> None:
     assert "  request_rejected/context_overflow  " in row
     assert re.search(r"  \d+ms$", row), row  # the primary attempt: no role
     assert re.search(r"  \d{2}-\d{2} \d{2}:\d{2}:\d{2}  ", row), row
+
+
+def test_a_notice_names_its_source(doc: dict[str, Any]) -> None:
+    """Two sources failing alike leave two notices; the text tells them apart (R-DIAG-4)."""
+    twin = copy.deepcopy(doc)
+    failure = {
+        "category": "failure", "message": "rate_limit (rate_limit_error) on acme/swift-1",
+        "first": "2026-12-01T06:00:00Z", "last": "2026-12-01T06:00:00Z",
+        "count": 1,
+    }
+    twin["notices"] = [
+        {**failure, "source": "nightly-a"},
+        {**failure, "source": "nightly-b"},
+        {**failure, "source": "s" * 200, "category": "pause", "message": "source paused: manual"},
+    ]
+    lines = [line for line in render_text(twin, 100).splitlines() if "rate_limit (" in line]
+    assert len(lines) == 2
+    assert lines[0] != lines[1]
+    assert lines[0].endswith("(source nightly-a)")
+    text = render_text(twin, 80)
+    assert "s" * 39 + "…)" in text  # a 200-character id is cut, never spills past the width
+    assert all(len(line) <= 80 for line in text.splitlines())
