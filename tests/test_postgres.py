@@ -58,20 +58,44 @@ def _server_now_ms(url: str) -> int:
 def test_issue16_item1_write_takes_the_ledger_lock_before_reading_the_server_clock(
     home: Path, pg: str
 ) -> None:
+    """A writer that waited for the lock stamps a time after it got it (R-DB-3b), and lock and
+    clock cost one round trip together."""
     led = _open(home, pg)
+    holder = create_engine(pg)
+    locked, release = threading.Event(), threading.Event()
+    released_at: list[int] = []
+
+    def hold() -> None:
+        with holder.connect() as conn, conn.begin():
+            conn.execute(text(f"SELECT pg_advisory_xact_lock({LEDGER_LOCK_KEY})"))
+            locked.set()
+            release.wait(60)
+            released_at.append(_server_now_ms(pg))  # before the commit lets the lock go
+
     seen: list[str] = []
 
     def capture(_c: Any, _cur: Any, sql: str, *_rest: Any) -> None:
         seen.append(" ".join(sql.split()))
 
-    event.listen(led.db.engine, "before_cursor_execute", capture)
+    thread = threading.Thread(target=hold)
+    thread.start()
     try:
-        led.reserve("s1", "alpha/small", input_bytes=10)
+        assert locked.wait(30)
+        threading.Timer(0.5, release.set).start()  # the reserve below waits about 0.5 s
+        event.listen(led.db.engine, "before_cursor_execute", capture)
+        res = led.reserve("s1", "alpha/small", input_bytes=10)
     finally:
+        release.set()
+        thread.join(30)
         event.remove(led.db.engine, "before_cursor_execute", capture)
         led.close()
-    assert seen[0] == f"SELECT pg_advisory_xact_lock({LEDGER_LOCK_KEY})"
-    assert "clock_timestamp()" in seen[1]  # time is read after the lock (R-DB-3b)
+        holder.dispose()
+    assert res.created_ms >= released_at[0]  # the clock was read after the wait, not before
+    assert seen[0] == (
+        "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint "
+        f"FROM (SELECT pg_advisory_xact_lock({LEDGER_LOCK_KEY})) AS locked"
+    )
+    assert not any("clock_timestamp" in sql for sql in seen[1:])  # one round trip, not two
 
 
 @pytestmark_pg

@@ -29,8 +29,15 @@ from ledger.home import parse_db_url
 
 # One key for every writer of one ledger database (advisory locks are scoped to a database).
 LEDGER_LOCK_KEY = 0x6C6564676572  # "ledger"
-_LOCK = f"SELECT pg_advisory_xact_lock({LEDGER_LOCK_KEY})"
-_SERVER_NOW = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+_NOW_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+_SERVER_NOW = f"SELECT {_NOW_MS}"
+# One round trip: the lock, then the clock. The lock sits in a FROM subquery, which PostgreSQL
+# never flattens (a volatile target list), so its row, and the lock, exist before the outer
+# select list reads the clock (R-DB-3b: a writer that waited never stamps an old time).
+_LOCK_THEN_NOW = (
+    f"SELECT {_NOW_MS} FROM (SELECT pg_advisory_xact_lock({LEDGER_LOCK_KEY})) AS locked"
+)
+_LOCKED_AT = "ledger_locked_at_ms"  # connection info: the server time read with the lock
 _READ_SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"
 
 
@@ -55,15 +62,21 @@ def make_engine(url: str, busy_timeout_ms: int) -> Engine:
 
 
 def postgres_begin(conn: Connection) -> None:
-    """First statement of a PostgreSQL transaction: the ledger lock for writes, a snapshot else."""
+    """First statement of a PostgreSQL transaction: the ledger lock (and the server's time
+    after it) for writes, a snapshot else."""
     if conn.get_execution_options().get("ledger_write"):
-        conn.exec_driver_sql(_LOCK)
+        conn.info[_LOCKED_AT] = int(conn.exec_driver_sql(_LOCK_THEN_NOW).scalar_one())
     else:
         conn.exec_driver_sql(_READ_SNAPSHOT)
 
 
-def server_now_ms(conn: Connection) -> int:
-    """The PostgreSQL server's wall clock in UTC ms (read after the lock, R-DB-3b)."""
+def server_now_ms(conn: Connection, *, locked: bool = False) -> int:
+    """The PostgreSQL server's wall clock in UTC ms. `locked`: in a write transaction, the time
+    read together with its lock (R-DB-3b), once; otherwise (reads) asked now."""
+    if locked:
+        at = conn.info.pop(_LOCKED_AT, None)
+        if at is not None:
+            return int(at)
     return int(conn.exec_driver_sql(_SERVER_NOW).scalar_one())
 
 

@@ -227,7 +227,7 @@ class Database:
 
     def _ledger_now(self, conn: Connection) -> int:
         """max(wall clock, newest stored time), stored back so time never moves backwards."""
-        wall = self._wall(conn)
+        wall = self._wall(conn, locked=True)
         if self._returning:
             newest = conn.execute(_ADVANCE_CLOCK, {"wall": wall}).scalar()
             if newest is not None:
@@ -246,10 +246,10 @@ class Database:
         newest = conn.execute(_READ_CLOCK).scalar()
         return max(self._wall(conn), int(newest or 0))
 
-    def _wall(self, conn: Connection) -> int:
+    def _wall(self, conn: Connection, *, locked: bool = False) -> int:
         if not self.server_clock:
             return int(self.clock_fn())
-        server = dialects.server_now_ms(conn)
+        server = dialects.server_now_ms(conn, locked=locked)
         self.server_offset_ms = server - now_ms()
         return server
 
