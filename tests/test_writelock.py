@@ -426,16 +426,7 @@ def test_issue14_without_byte_range_locks_flock_alone_still_excludes(
 
 def test_issue14_threads_of_one_process_contend_like_processes(tmp_path: Path) -> None:
     path = tmp_path / "t.db-writelock"
-    holding, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with WriteLock(path, 1000).held():
-            holding.set()
-            release.wait(60)
-
-    thread = threading.Thread(target=hold)
-    thread.start()
-    assert holding.wait(60)
+    thread, release = _held_by_a_thread(path)
     with pytest.raises(BusyError), WriteLock(path, 200).held():
         pass
     release.set()
