@@ -337,23 +337,30 @@ def test_issue14_a_writer_that_just_released_cannot_jump_the_queue(tmp_path: Pat
     assert order[:5] == ["again", 0, 1, 2, 3], order
 
 
+def _cli_reserve_in_the_queue(home: Path, source: str) -> subprocess.Popen[str]:
+    """A `ledger reserve` process, returned once it has taken its place in the queue."""
+    path = home / "ledger.db-writelock"
+    before = _ticket_count(path)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ledger", "--home", str(home), "reserve", source,
+         "--model", "alpha/small"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    _wait_for(functools.partial(_more_tickets, path, before))
+    return process
+
+
 def test_issue14_a_writer_killed_in_the_queue_does_not_stall_it(tmp_path: Path) -> None:
     """A queued writer dies (SIGKILL) while waiting: the writer behind it still gets its turn as
     soon as the holder leaves, not after a busy timeout."""
     home = ledger_home(tmp_path)
     path = home / "ledger.db-writelock"
     holder, release = _held_by_a_thread(path)
-    before = _ticket_count(path)
-    doomed = subprocess.Popen(
-        [sys.executable, "-m", "ledger", "--home", str(home), "reserve", "doomed",
-         "--model", "alpha/small"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    _wait_for(lambda: _ticket_count(path) > before)
+    doomed = _cli_reserve_in_the_queue(home, "doomed")
     order: list[int] = []
     behind = _queue_in_order(path, 1, order)
     doomed.kill()
-    doomed.wait(60)
+    doomed.communicate(timeout=60)
     release.set()
     holder.join(60)
     behind[0].join(10)  # well inside the 60 s busy timeout it would otherwise wait out
@@ -373,14 +380,8 @@ def test_issue14_a_stopped_writer_keeps_its_turn_briefly_then_is_passed(
     home = ledger_home(tmp_path)
     path = home / "ledger.db-writelock"
     holder, release = _held_by_a_thread(path)
-    before = _ticket_count(path)
-    stopped = subprocess.Popen(
-        [sys.executable, "-m", "ledger", "--home", str(home), "reserve", "stopped",
-         "--model", "alpha/small"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )
+    stopped = _cli_reserve_in_the_queue(home, "stopped")
     try:
-        _wait_for(lambda: _ticket_count(path) > before)
         time.sleep(0.3)  # past taking its ticket: it now waits for the holder's
         os.kill(stopped.pid, signal.SIGSTOP)
         granted: list[float] = []
