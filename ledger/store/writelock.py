@@ -8,12 +8,13 @@ degrades to nothing and SQLite's busy timeout alone decides, as before.
 
 Each acquisition opens its own file description and takes `flock(LOCK_EX)` on it, so threads of
 one process contend like processes do, and the kernel drops the lock of a process that dies. A
-contended wait blocks in a helper thread while the caller waits on an Event with the busy timeout
-(no polling); a waiter given up on releases the lock itself if it ever gets it.
+contended wait blocks in a helper thread while the caller waits on an Event (the hand-over wakes
+it; it is never polled for); a waiter given up on releases the lock itself if it ever gets it.
 
 Busy means *held*, not *queued*: every holder bumps a turn counter in the lock file, and a waiter
-gives up only when a whole busy timeout passes without the lock changing hands. A long queue that
-keeps moving (a burst of cron jobs on a starved CPU) never fails; a stuck holder still does.
+gives up only when a whole busy timeout passes without the lock changing hands while someone holds
+it. A long queue that keeps moving (a burst of cron jobs on a starved CPU) never fails; a stuck
+holder still does.
 
 First come, first served: `flock` alone wakes its waiters in no fixed order and lets a newcomer
 take a lock that was just released before the woken waiter runs, so a writer could be overtaken
@@ -24,6 +25,11 @@ its byte go after the `flock`, so the next ticket runs next. A writer that dies 
 queue drops its bytes with its descriptor and the queue moves on; `flock` alone still decides
 who writes, so the order is only an order (an older `ledger` that takes just the `flock` is
 still kept out, it merely does not queue).
+
+A writer stopped or starved while it is next (Ctrl-Z, a debugger, a frozen container) would stall
+everyone behind it: while nothing changes hands, a waiting caller looks every `_STALL_S` whether
+the `flock` is free, and after two such looks in a row takes it outside the queue on a new
+description; its place in the queue is let go by its helper thread once that gets through.
 """
 
 from __future__ import annotations
