@@ -120,6 +120,21 @@ def test_r_db_4_garbage_file_refused_and_never_modified(tmp_path: Path) -> None:
     assert sorted(p.name for p in home.iterdir()) == ["ledger.db"]
 
 
+def test_r_db_3a_meta_records_the_library_not_a_journal_mode(tmp_path: Path) -> None:
+    """The journal mode follows from the library in use; a stored one (older ledgers wrote
+    `delete`) would go stale, so a migration removes it and records only the library."""
+    path = tmp_path / "ledger.db"
+    migrate.upgrade(_db(path), "0002")
+    with sqlite3.connect(path) as raw:  # what an older ledger left behind
+        raw.execute("UPDATE meta SET value = 'delete' WHERE key = 'journal_mode'")
+        raw.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('journal_mode', 'delete')")
+    migrate.upgrade(_db(path))
+    with sqlite3.connect(path) as raw:
+        stored = dict(raw.execute("SELECT key, value FROM meta").fetchall())
+    assert "journal_mode" not in stored
+    assert stored["sqlite_version"] == sqlite3.sqlite_version
+
+
 def test_r_db_5_upgrade_backs_up_first_and_backup_restores(tmp_path: Path) -> None:
     home = tmp_path / "h"
     home.mkdir()

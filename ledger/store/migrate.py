@@ -142,12 +142,11 @@ def _upgrade_in_txn(db: Database, target: str = "head") -> None:
 
 
 def _record_meta(conn: Connection, db: Database) -> None:
-    if not db.is_sqlite:  # journal mode and library version are SQLite facts
-        return
-    values = {"journal_mode": db.journal_mode, "sqlite_version": sqlite3.sqlite_version}
-    for key, value in values.items():
-        conn.execute(meta.delete().where(meta.c.key == key))
-        conn.execute(meta.insert().values(key=key, value=value))
+    """The library that last migrated the file. The journal mode is not stored: it follows from
+    the library in use (R-DB-3a), and a stored one went stale when the rollback mode changed."""
+    conn.execute(meta.delete().where(meta.c.key.in_(("journal_mode", "sqlite_version"))))
+    if db.is_sqlite:  # the library version is a SQLite fact
+        conn.execute(meta.insert().values(key="sqlite_version", value=sqlite3.sqlite_version))
 
 
 def open_checked(db: Database, *, create: bool = True) -> str:

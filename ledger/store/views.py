@@ -12,7 +12,7 @@ from ledger.clock import iso
 from ledger.kinds import CooldownOrigin, CooldownScope
 from ledger.store import reads
 from ledger.store.engine import Database
-from ledger.store.schema import cooldowns, meta, reservations, source_models, sources
+from ledger.store.schema import cooldowns, reservations, source_models, sources
 
 
 @dataclass(frozen=True)
@@ -181,12 +181,6 @@ def source_rows(db: Database, limit: int = 1000) -> list[dict[str, Any]]:
             .limit(limit)
         ).all()
         return [dict(r._mapping) for r in rows]
-
-
-def meta_values(db: Database) -> dict[str, str]:
-    """The meta table."""
-    with db.read() as conn:
-        return {r.key: r.value for r in conn.execute(select(meta))}
 
 
 def policy_writers(conn: Connection, now: int) -> list[tuple[str, int, int]]:

@@ -211,21 +211,34 @@ class WriteLock:
                 _release(fd)
 
 
-_TURN = 8  # bytes of the little-endian turn counter at the start of the lock file
+# Two little-endian 8-byte counters at the start of the lock file: turns, then tickets.
+_TURNS_AT = 0
+
+
+def _count(fd: int, at: int) -> int:
+    """A counter's value, readable without holding anything (0 where it cannot be read)."""
+    try:
+        return int.from_bytes(os.pread(fd, 8, at), "little")
+    except OSError:
+        return 0
+
+
+def _bump(fd: int, at: int) -> int:
+    """Add one to a counter (its guard held by the caller); returns the value before."""
+    value = _count(fd, at)
+    os.pwrite(fd, ((value + 1) % 2**64).to_bytes(8, "little"), at)
+    return value
 
 
 def turns(fd: int) -> int:
     """How many times the lock has been taken (readable without holding it)."""
-    try:
-        return int.from_bytes(os.pread(fd, _TURN, 0), "little")
-    except OSError:
-        return 0
+    return _count(fd, _TURNS_AT)
 
 
 def take_turn(fd: int) -> None:
     """Count one more turn; only the holder calls it (a read-only descriptor just skips it)."""
     with contextlib.suppress(OSError):
-        os.pwrite(fd, ((turns(fd) + 1) % 2**64).to_bytes(_TURN, "little"), 0)
+        _bump(fd, _TURNS_AT)
 
 
 _TICKETS = (8, 8)  # the ticket counter's bytes, also the byte lock that guards it
@@ -261,10 +274,7 @@ def _byte_lock(fd: int, kind: int, start: int, length: int, block: bool) -> bool
 
 def tickets(fd: int) -> int:
     """How many places in the queue have been handed out (readable without holding anything)."""
-    try:
-        return int.from_bytes(os.pread(fd, 8, _TICKETS[0]), "little")
-    except OSError:
-        return 0
+    return _count(fd, _TICKETS[0])
 
 
 def _slot(ticket: int) -> int:
@@ -280,8 +290,7 @@ def _advance(fd: int, place: _Place, *, block: bool) -> bool | None:
                 if not _byte_lock(fd, fcntl.F_WRLCK, *_TICKETS, block):
                     return None
                 try:
-                    place.ticket = tickets(fd)
-                    os.pwrite(fd, ((place.ticket + 1) % 2**64).to_bytes(8, "little"), _TICKETS[0])
+                    place.ticket = _bump(fd, _TICKETS[0])
                     _byte_lock(fd, fcntl.F_WRLCK, _slot(place.ticket), 1, True)  # ours alone
                 finally:
                     _byte_lock(fd, fcntl.F_UNLCK, *_TICKETS, True)
