@@ -180,6 +180,36 @@ def ledger_cycle(ledger: Ledger, i: int, sources: int = 1000, prefix: str = "src
     ledger.settle(res.id, Success(input_tokens=500, output_tokens=200))
 
 
+CHUNK = 10  # cycles on one side before switching, so a change in disk load hits both alike
+Chunk = Callable[[int, int], float]  # (first index, count) -> mean seconds per cycle
+
+
+def side_by_side(first: Chunk, second: Chunk, settings: Settings, start: int) -> tuple[
+    list[float], list[float]
+]:
+    """Per run, the mean seconds per cycle of both sides, measured alternately in chunks."""
+    firsts: list[float] = []
+    seconds: list[float] = []
+    offset = start
+    for _ in range(settings.runs):
+        a = b = 0.0
+        done = 0
+        while done < settings.cycles:
+            n = min(CHUNK, settings.cycles - done)
+            a += n * first(offset, n)
+            b += n * second(offset, n)
+            offset += n
+            done += n
+        firsts.append(a / done)
+        seconds.append(b / done)
+    return firsts, seconds
+
+
+def cycles_of(ledger: Ledger) -> Chunk:
+    """The chunk function of reserve+settle cycles on one ledger."""
+    return lambda start, count: per_cycle(lambda i: ledger_cycle(ledger, i), start, count)
+
+
 def per_cycle(fn: Callable[[int], None], start: int, count: int) -> float:
     """Mean seconds per call of fn(i) for i in [start, start + count)."""
     t0 = time.perf_counter()

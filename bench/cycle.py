@@ -12,17 +12,18 @@ from bench.common import (
     Row,
     Settings,
     Stats,
+    cycles_of,
     ledger_cycle,
     make_home,
     open_ledger,
     per_cycle,
     ratio_row,
+    side_by_side,
     time_row,
 )
 from bench.floor import connect, floor_per_cycle, prepare
 
 TARGET_RATIO = 2.0
-CHUNK = 10
 
 
 def run(root: Path, settings: Settings) -> list[Row]:
@@ -36,23 +37,11 @@ def run(root: Path, settings: Settings) -> list[Row]:
         warm = max(3, settings.cycles // 10)
         floor_per_cycle(conn, 0, warm)
         per_cycle(lambda i: ledger_cycle(ledger, i), 0, warm)
-        floors: list[float] = []
-        cycles: list[float] = []
-        ratios: list[float] = []
-        offset = warm
-        for _ in range(settings.runs):
-            # alternate in small chunks so a change in disk load hits both sides alike
-            f_total = c_total = 0.0
-            done = 0
-            while done < settings.cycles:
-                n = min(CHUNK, settings.cycles - done)
-                f_total += n * floor_per_cycle(conn, offset, n)
-                c_total += n * per_cycle(lambda i: ledger_cycle(ledger, i), offset, n)
-                offset += n
-                done += n
-            floors.append(f_total / done)
-            cycles.append(c_total / done)
-            ratios.append(c_total / f_total)
+        floors, cycles = side_by_side(
+            lambda start, count: floor_per_cycle(conn, start, count), cycles_of(ledger),
+            settings, warm,
+        )
+        ratios = [c / f for c, f in zip(cycles, floors, strict=True)]
     finally:
         conn.close()
         ledger.close()

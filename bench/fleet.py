@@ -21,12 +21,14 @@ from bench.common import (
     Row,
     Settings,
     Stats,
+    cycles_of,
     ledger_cycle,
     make_home,
     ms,
     open_ledger,
     per_cycle,
     ratio_row,
+    side_by_side,
     time_row,
 )
 from bench.contention import percentile, run_round
@@ -34,7 +36,6 @@ from bench.contention import percentile, run_round
 PG_ENV = ("LEDGER_BENCH_PG_URL", "LEDGER_TEST_PG_URL")
 PROCESSES = 8
 QUICK_PROCESSES = 2
-CHUNK = 10
 
 
 def server_url() -> str | None:
@@ -82,20 +83,7 @@ def _cycles(root: Path, settings: Settings, pg: str) -> tuple[Stats, Stats, Stat
         warm = max(3, settings.cycles // 10)
         per_cycle(lambda i: ledger_cycle(sqlite_led, i), 0, warm)
         per_cycle(lambda i: ledger_cycle(pg_led, i), 0, warm)
-        lite: list[float] = []
-        post: list[float] = []
-        offset = warm
-        for _ in range(settings.runs):
-            s_total = p_total = 0.0
-            done = 0
-            while done < settings.cycles:
-                n = min(CHUNK, settings.cycles - done)
-                s_total += n * per_cycle(lambda i: ledger_cycle(sqlite_led, i), offset, n)
-                p_total += n * per_cycle(lambda i: ledger_cycle(pg_led, i), offset, n)
-                offset += n
-                done += n
-            lite.append(s_total / done)
-            post.append(p_total / done)
+        lite, post = side_by_side(cycles_of(sqlite_led), cycles_of(pg_led), settings, warm)
     finally:
         sqlite_led.close()
         pg_led.close()

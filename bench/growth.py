@@ -21,11 +21,13 @@ from bench.common import (
     Settings,
     Stats,
     bench_policy,
+    cycles_of,
     ledger_cycle,
     make_home,
     open_ledger,
     per_cycle,
     ratio_row,
+    side_by_side,
     time_row,
 )
 from ledger.clock import now_ms
@@ -34,7 +36,6 @@ DAY_MS = 86_400_000
 DAYS = 60
 TARGET_RATIO = 1.2
 STATUS_TARGET_S = 0.3
-CHUNK = 10
 COMPACT_BATCH = 5_000
 _STATUSES = ("succeeded",) * 16 + ("failed", "failed", "cancelled", "expired")
 
@@ -120,21 +121,11 @@ def build_history(db_path: Path, rows: int, now: int, days: int = DAYS, seed: in
 def _side_by_side(big: Path, empty: Path, settings: Settings, daily: bool) -> Stats:
     policy = bench_policy(**({"dailyEstimatedUsd": 10**9} if daily else {}))
     led_big, led_empty = open_ledger(big, policy), open_ledger(empty, policy)
-    ratios: list[float] = []
     try:
         per_cycle(lambda i: ledger_cycle(led_big, i), 0, 5)
         per_cycle(lambda i: ledger_cycle(led_empty, i), 0, 5)
-        offset = 5
-        for _ in range(settings.runs):
-            b = e = 0.0
-            done = 0
-            while done < settings.cycles:
-                n = min(CHUNK, settings.cycles - done)
-                b += per_cycle(lambda i: ledger_cycle(led_big, i), offset, n)
-                e += per_cycle(lambda i: ledger_cycle(led_empty, i), offset, n)
-                offset += n
-                done += n
-            ratios.append(b / e)
+        big_s, empty_s = side_by_side(cycles_of(led_big), cycles_of(led_empty), settings, 5)
+        ratios = [b / e for b, e in zip(big_s, empty_s, strict=True)]
     finally:
         led_big.close()
         led_empty.close()
