@@ -69,7 +69,8 @@ from ledger.classify import Classification, classify_exception, classify_stop_re
 from ledger.errors import BusyError, Refused, UsageError
 from ledger.heartbeat import LeaseHeartbeat
 from ledger.kinds import AttemptRole, FailureKind, RefusalReason
-from ledger.providers.base import CallRequest, Message, ProviderResponse, adapter_for
+from ledger.providers.base import CallRequest, Message, ProviderResponse
+from ledger.providers.registry import adapter_for
 from ledger.queue import (
     GLOBAL_REFUSALS,
     AttemptReport,

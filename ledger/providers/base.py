@@ -78,24 +78,6 @@ class ProviderAdapter(Protocol):
         ...
 
 
-def adapter_for(
-    provider: Provider, env: Mapping[str, str], *, client: httpx.Client | None = None
-) -> ProviderAdapter:
-    """The built-in adapter for `provider.api`; `env` is consulted for the credential per call.
-
-    The provider must carry its base URL (`Catalog.provider_for_call` resolves known ones): there
-    is no default host, so a credential never goes to another provider (NoBaseUrlError).
-    """
-    if provider.base_url is None:
-        raise NoBaseUrlError
-    from ledger.providers.anthropic_messages import AnthropicMessagesAdapter
-    from ledger.providers.openai_chat import OpenAIChatAdapter
-
-    if provider.api == "anthropic-messages":
-        return AnthropicMessagesAdapter(provider, env, client=client)
-    return OpenAIChatAdapter(provider, env, client=client)
-
-
 class HttpAdapter:
     """Common ground of the built-in httpx adapters: credential lookup, headers, safe repr."""
 
