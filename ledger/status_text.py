@@ -174,6 +174,7 @@ def _budget_lines(doc: dict[str, Any], width: int) -> list[str]:
         f"  daily cost     {_money(d['spent_usd'])} estimated in 24 h; {ceiling}; "
         f"{d['unknown_cost_attempts']} attempt(s) of unknown cost",
         f"  tokens (24 h)  in {d['input_tokens']:,}  out {d['output_tokens']:,}  "
+        f"cache write {d['cache_write_tokens']:,}  cache read {d['cache_read_tokens']:,}  "
         f"over {d['attempts']} attempt(s)",
     ):
         lines += _wrap(text, width)

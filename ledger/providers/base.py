@@ -65,9 +65,14 @@ class ProviderResponse:
     text: str | None = field(default=None, repr=False)
     stop_reason: str | None = None
     input_tokens: int | None = None
+    """Prompt tokens billed at the input price (cache writes and reads not included)."""
     output_tokens: int | None = None
     cost_usd: float | None = None
     elapsed_ms: int = 0
+    cache_write_tokens: int | None = None
+    """Prompt tokens written to the provider's prompt cache."""
+    cache_read_tokens: int | None = None
+    """Prompt tokens read from the provider's prompt cache."""
 
 
 class ProviderAdapter(Protocol):
