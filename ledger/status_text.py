@@ -184,7 +184,17 @@ def _budget_lines(doc: dict[str, Any], width: int) -> list[str]:
             [Column("day")]
             + [
                 Column(h, right=True)
-                for h in ("attempts", "ok", "failed", "input tok", "output tok", "spent", "unknown")
+                for h in (
+                    "attempts",
+                    "ok",
+                    "failed",
+                    "input tok",
+                    "output tok",
+                    "cache wr",
+                    "cache rd",
+                    "spent",
+                    "unknown",
+                )
             ],
             [
                 (
@@ -194,6 +204,8 @@ def _budget_lines(doc: dict[str, Any], width: int) -> list[str]:
                     x["failed"],
                     f"{x['input_tokens']:,}",
                     f"{x['output_tokens']:,}",
+                    f"{x['cache_write_tokens']:,}",
+                    f"{x['cache_read_tokens']:,}",
                     _money(x["spent_usd"]),
                     x["unknown_cost_attempts"],
                 )

@@ -39,9 +39,12 @@ from ledger.providers.openai_chat import parse_chat_completion
 from ledger.queue import HandlerResult
 from ledger.records import Failed, Success
 from ledger.standin import Scripted, StandIn
+from ledger.store import queue as q
 from ledger.store.compact import compact
+from ledger.worker import echo_handler, run_item
 from tests.backends import BACKENDS
 from tests.conftest import Clock
+from tests.test_queue import db_rows, open_ledger, standin_home
 
 _register()
 
@@ -116,6 +119,15 @@ def test_issue20_item4_bad_cache_price_is_a_config_error(field: str, bad: object
     document["models"][1]["pricing"][0][field] = bad
     with pytest.raises(ConfigError):
         parse_catalog(json.dumps(document))
+
+
+def test_issue20_item4_catalog_show_prints_cache_prices(tmp_path: Path) -> None:
+    home = _home(tmp_path)
+    shown = CliRunner().invoke(cli, ["--home", str(home), "catalog", "show"])
+    assert shown.exit_code == 0, shown.output
+    assert "reasoning=no  cache=3.75/0.3 <=200000; 7.5/0.6\n" in shown.output
+    assert "reasoning=no  cache=?/0.1\n" in shown.output
+    assert "oai/nocache" in shown.output
 
 
 def test_issue20_item4_example_catalog_documents_cache_prices() -> None:
@@ -394,6 +406,37 @@ def test_issue20_item4_openai_sdk_usage_shape_over_http(standin: StandIn) -> Non
         usage.prompt_tokens - cached, cached)  # fmt: skip
 
 
+@pytest.mark.parametrize(("default", "model"), [("p1/m1", "m1"), ("p2/m2", "m2")])
+@pytest.mark.parametrize("text", ['{"ok": true}', "not json"])
+def test_issue20_item4_worker_records_cached_usage_over_http(
+    tmp_path: Path, standin: StandIn, default: str, model: str, text: str
+) -> None:
+    """The worker's echo handler over real HTTP, both wire formats, success and invalid output:
+    the attempt stores the cached tokens apart and pays for them (no cache price in this
+    catalog: the highest input price)."""
+    led = open_ledger(standin_home(tmp_path / "h", standin, defaultModel=default))
+    try:
+        standin.set_script(model, [Scripted(text=text, input_tokens=100, output_tokens=10,
+                                            cache_write_tokens=1000, cache_read_tokens=5000)])
+        led.add_source("s", "payload")
+        claim = q.claim(led.db, "w", led.policy.lease_ms)
+        assert claim is not None
+        run_item(led, claim, echo_handler)
+        price = _catalog_price(led, default)
+    finally:
+        led.close()
+    query = ("SELECT input_tokens, output_tokens, cache_write_tokens, cache_read_tokens,"
+             " actual_micro, status FROM reservations ORDER BY id")  # fmt: skip
+    rows = db_rows(led.state.path, query)
+    status = "succeeded" if text.startswith("{") else "failed"
+    expected = _micro((100 + 1000 + 5000, price), (10, str(2 * Decimal(price))))
+    assert rows[0] == (100, 10, 1000, 5000, expected, status)  # (a correction may follow)
+
+
+def _catalog_price(led: Ledger, key: str) -> str:
+    return str((led.catalog.require_model(key).pricing or [])[0].input_usd_per_mtok)
+
+
 # ------------------------------------------------------------------------------ the ledger
 
 
@@ -484,3 +527,8 @@ def test_issue20_item4_compacted_history_keeps_cached_tokens(tmp_path: Path) -> 
     (day,) = doc["history"]
     assert (day["input_tokens"], day["cache_write_tokens"], day["cache_read_tokens"]) == (1, 3, 4)
     assert doc["daily"]["cache_read_tokens"] == 0
+    text = _status(home)
+    assert max(len(line) for line in text.splitlines()) <= 100
+    header = next(line for line in text.splitlines() if "input tok" in line)
+    assert "cache wr" in header
+    assert "cache rd" in header
