@@ -20,7 +20,8 @@ from bench.common import (
     open_ledger,
 )
 from ledger.api import Ledger
-from ledger.providers.base import CallRequest, Message, adapter_for
+from ledger.providers.base import CallRequest, Message
+from ledger.providers.registry import adapter_for
 from ledger.records import Success
 from ledger.standin import StandIn
 

@@ -96,36 +96,53 @@ def ceiling_frees_at(now_ms: int, window: DailyWindow, estimate: int) -> int | N
 
 
 def estimate_micro(model: Model, input_bytes: int, reply_tokens: int) -> int | None:
-    """Input bytes x highest input tier + reply reservation x highest output tier, in micro-USD.
+    """Input bytes x highest input price + reply reservation x highest output tier, in micro-USD.
 
-    A token is at least one byte, so bytes bound tokens from above; USD/MTok x tokens = micro-USD.
-    None when the price is unknown.
+    A token is at least one byte, so bytes bound tokens from above; the highest input price is the
+    highest per-token price any prompt token can be billed at (a cache write may cost more than
+    plain input). USD/MTok x tokens = micro-USD. None when the price is unknown.
     """
     prices = model.max_prices()
-    if prices is None:
+    in_price = model.max_input_price()
+    if prices is None or in_price is None:
         return None
-    in_price, out_price = prices
     allowance = model.reply_reservation(reply_tokens)
-    return math.ceil(Decimal(input_bytes) * in_price + Decimal(allowance) * out_price)
+    return math.ceil(Decimal(input_bytes) * in_price + Decimal(allowance) * prices[1])
 
 
-def actual_micro(model: Model, input_tokens: int, output_tokens: int) -> int | None:
-    """Cost of reported usage at the tier the input size falls in; None when prices are unknown."""
+def actual_micro(
+    model: Model,
+    input_tokens: int,
+    output_tokens: int,
+    cache_write_tokens: int = 0,
+    cache_read_tokens: int = 0,
+) -> int | None:
+    """Cost of reported usage in micro-USD; None when prices are unknown.
+
+    `input_tokens` are the uncached prompt tokens; cache writes and reads come on top. The tier is
+    the one the whole prompt (cached tokens included) falls in. A cache price that is missing or
+    zero is never taken as free: such tokens cost the highest input price the model can bill.
+    """
     if not model.price_known():
         return None
     if model.unbilled:
         return 0
-    tiers = model.pricing or []
-    tier = next(
-        (t for t in tiers if t.up_to_input_tokens is None or input_tokens <= t.up_to_input_tokens),
-        tiers[-1],
-    )
+    tier = model.tier_for(input_tokens + cache_write_tokens + cache_read_tokens)
+    fallback = model.max_input_price()
     assert tier.input_usd_per_mtok is not None
     assert tier.output_usd_per_mtok is not None
+    assert fallback is not None
     return math.ceil(
         Decimal(input_tokens) * Decimal(str(tier.input_usd_per_mtok))
         + Decimal(output_tokens) * Decimal(str(tier.output_usd_per_mtok))
+        + Decimal(cache_write_tokens) * _cache_price(tier.cache_write_usd_per_mtok, fallback)
+        + Decimal(cache_read_tokens) * _cache_price(tier.cache_read_usd_per_mtok, fallback)
     )
+
+
+def _cache_price(price: float | None, fallback: Decimal) -> Decimal:
+    """A tier's cache price; a missing or zero one is the fallback (never free)."""
+    return Decimal(str(price)) if price else fallback
 
 
 def usd_to_micro(usd: float) -> int:

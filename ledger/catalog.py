@@ -66,6 +66,22 @@ class PriceTier(BaseModel):
     up_to_input_tokens: Count | None = Field(None, alias="upToInputTokens")
     input_usd_per_mtok: Price | None = Field(None, alias="inputUsdPerMTok")
     output_usd_per_mtok: Price | None = Field(None, alias="outputUsdPerMTok")
+    cache_write_usd_per_mtok: Price | None = Field(None, alias="cacheWriteUsdPerMTok")
+    """Prompt tokens written to the provider's cache (Anthropic bills them above input)."""
+    cache_read_usd_per_mtok: Price | None = Field(None, alias="cacheReadUsdPerMTok")
+    """Prompt tokens read from the provider's cache (usually a fraction of the input price)."""
+
+    def input_prices(self) -> tuple[float | None, float | None, float | None]:
+        """Every price a prompt token can be billed at in this tier: input, cache write, read."""
+        return (
+            self.input_usd_per_mtok,
+            self.cache_write_usd_per_mtok,
+            self.cache_read_usd_per_mtok,
+        )
+
+
+def _covers(tier: PriceTier, prompt_tokens: int) -> bool:
+    return tier.up_to_input_tokens is None or prompt_tokens <= tier.up_to_input_tokens
 
 
 class Model(BaseModel):
@@ -139,6 +155,28 @@ class Model(BaseModel):
         return (
             max(Decimal(str(t.input_usd_per_mtok)) for t in tiers),
             max(Decimal(str(t.output_usd_per_mtok)) for t in tiers),
+        )
+
+    def max_input_price(self) -> Decimal | None:
+        """The highest per-token price a prompt token can be billed at (USD/MTok): every tier's
+        input, cache-write and cache-read price; None when the price is unknown."""
+        if not self.price_known():
+            return None
+        if self.unbilled:
+            return Decimal(0)
+        return max(
+            Decimal(str(price))
+            for t in self.pricing or []
+            for price in t.input_prices()
+            if price is not None
+        )
+
+    def tier_for(self, prompt_tokens: int) -> PriceTier:
+        """The pricing tier a prompt of this many tokens (cached ones included) is billed at."""
+        tiers = self.pricing or []
+        return next(
+            (t for t in tiers if _covers(t, prompt_tokens)),
+            tiers[-1],
         )
 
     def reply_reservation(self, reply_tokens: int) -> int:

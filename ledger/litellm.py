@@ -3,8 +3,9 @@
 Invariant: conversion is pure and total. Every top-level entry is either imported as one valid
 catalog Model or counted under exactly one fixed skip reason; malformed input never raises
 (except a document that is not a JSON object at all, which is a UsageError). Only `mode: "chat"`
-entries are imported, and only base and input-size-tiered per-token prices are read; cache,
-batch, priority, flex and other prices are ignored. Messages never echo file content.
+entries are imported, and only base and input-size-tiered per-token prices are read: input,
+output, cache write (the dearer of the 5-minute and 1-hour writes) and cache read; batch,
+priority, flex, audio and other prices are ignored. Messages never echo file content.
 """
 
 from __future__ import annotations
@@ -62,7 +63,20 @@ class _BadEntry(Exception):
 
 
 DOCUMENTATION_KEYS = frozenset({"sample_spec"})
-_TIER_KEY = re.compile(r"(input|output)_cost_per_token_above_([0-9]{1,9})(k|m)?_tokens")
+_PRICE_KEY = re.compile(
+    r"(?P<side>input_cost_per_token|output_cost_per_token|cache_creation_input_token_cost"
+    r"|cache_read_input_token_cost|input_cost_per_token_cache_hit)"
+    r"(?P<hour>_above_1hr)?(?:_above_(?P<number>[0-9]{1,9})(?P<unit>k|m)?_tokens)?"
+)
+_SIDES = {
+    "input_cost_per_token": "input",
+    "output_cost_per_token": "output",
+    "cache_creation_input_token_cost": "cache_write",
+    "cache_read_input_token_cost": "cache_read",
+    "input_cost_per_token_cache_hit": "cache_hit",
+}
+"""LiteLLM price names → our tier fields; `cache_hit` (DeepSeek's name) is a cache read price
+used where no `cache_read_input_token_cost` is given."""
 _MODALITY_FLAGS = (
     ("supports_vision", "image"),
     ("supports_pdf_input", "pdf"),
@@ -269,24 +283,40 @@ def _model(key: str, entry: Mapping[str, Any]) -> Model:
 
 
 def _pricing(entry: Mapping[str, Any]) -> list[PriceTier] | None:
-    """Base prices plus one tier per `*_cost_per_token_above_<N>k_tokens` threshold, ordered."""
-    sides = ("input", "output")
-    base = {side: _usd_per_mtok(entry.get(f"{side}_cost_per_token")) for side in sides}
-    above: dict[str, dict[int, float]] = {"input": {}, "output": {}}
+    """Base prices plus one tier per `*_above_<N>k_tokens` threshold, ordered by threshold.
+
+    A cache write is priced at the dearest write price listed for its tier (the 5-minute or the
+    1-hour cache; a reply need not say which one it wrote), so it is never under-counted.
+    """
+    prices: dict[int, dict[str, float]] = {}  # threshold (0: base) → side → USD per MTok
     for name, value in entry.items():
-        match = _TIER_KEY.fullmatch(name) if isinstance(name, str) else None
+        match = _PRICE_KEY.fullmatch(name) if isinstance(name, str) else None
         if match is None or value is None:
             continue
-        side, number, unit = match.groups()
-        threshold = int(number) * {"k": 1_000, "m": 1_000_000, None: 1}[unit]
+        side = _SIDES[match["side"]]
+        if match["hour"] and side != "cache_write":
+            continue
+        threshold = 0
+        if match["number"] is not None:
+            threshold = int(match["number"]) * {"k": 1_000, "m": 1_000_000, None: 1}[match["unit"]]
+            if not 0 < threshold <= _MAX_COUNT:
+                raise _BadEntry
         price = _usd_per_mtok(value)
-        if price is None or not 0 < threshold <= _MAX_COUNT:
+        if price is None:
             raise _BadEntry
-        above[side][threshold] = price
-    thresholds = sorted(set(above["input"]) | set(above["output"]))
+        if price == 0 and side.startswith("cache"):
+            continue  # a zero cache price is priced like a missing one (never free): leave it out
+        tier = prices.setdefault(threshold, {})
+        tier[side] = max(price, tier.get(side, price))
+    for tier in prices.values():
+        hit = tier.pop("cache_hit", None)
+        if hit is not None:
+            tier.setdefault("cache_read", hit)
+    thresholds = sorted(t for t in prices if t > 0)
     if len(thresholds) >= _MAX_TIERS:
         raise _BadEntry
-    if not thresholds and base["input"] is None and base["output"] is None:
+    base = prices.get(0, {})
+    if not thresholds and base.get("input") is None and base.get("output") is None:
         return None
     bounds: list[int | None] = [*thresholds, None]
     tiers: list[PriceTier] = []
@@ -294,13 +324,14 @@ def _pricing(entry: Mapping[str, Any]) -> list[PriceTier] | None:
     for i, bound in enumerate(bounds):
         if i > 0:
             # above a threshold a side without its own tier price keeps its previous price
-            for side in sides:
-                current[side] = above[side].get(thresholds[i - 1], current[side])
+            current.update(prices[thresholds[i - 1]])
         tiers.append(
             PriceTier(
                 up_to_input_tokens=bound,
-                input_usd_per_mtok=current["input"],
-                output_usd_per_mtok=current["output"],
+                input_usd_per_mtok=current.get("input"),
+                output_usd_per_mtok=current.get("output"),
+                cache_write_usd_per_mtok=current.get("cache_write"),
+                cache_read_usd_per_mtok=current.get("cache_read"),
             )
         )
     return tiers

@@ -50,6 +50,8 @@ class HandlerResult:
     reason: str | None = None
     side_effects: bool = False
     commit: Callable[[], None] | None = field(default=None, repr=False, compare=False)
+    cache_write_tokens: int | None = None
+    cache_read_tokens: int | None = None
 
     @classmethod
     def success(
@@ -67,6 +69,8 @@ class HandlerResult:
             output_tokens=response.output_tokens,
             cost_usd=response.cost_usd,
             commit=commit,
+            cache_write_tokens=response.cache_write_tokens,
+            cache_read_tokens=response.cache_read_tokens,
         )
 
     @classmethod
@@ -80,6 +84,8 @@ class HandlerResult:
             output_tokens=response.output_tokens,
             response=response,
             side_effects=side_effects,
+            cache_write_tokens=response.cache_write_tokens,
+            cache_read_tokens=response.cache_read_tokens,
         )
 
     @classmethod
@@ -96,6 +102,8 @@ class HandlerResult:
             ok=False,
             input_tokens=None if response is None else response.input_tokens,
             output_tokens=None if response is None else response.output_tokens,
+            cache_write_tokens=None if response is None else response.cache_write_tokens,
+            cache_read_tokens=None if response is None else response.cache_read_tokens,
             kind=kind,
             reason=reason,
             side_effects=side_effects,

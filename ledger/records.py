@@ -35,6 +35,17 @@ def check_tokens(value: object) -> None:
         raise UsageError(f"token counts must be integers from 0 to {MAX_TOKENS}")
 
 
+def check_usage(outcome: Success | Failed) -> None:
+    """Every reported token count of an outcome is absent or plausible."""
+    for value in (
+        outcome.input_tokens,
+        outcome.output_tokens,
+        outcome.cache_write_tokens,
+        outcome.cache_read_tokens,
+    ):
+        check_tokens(value)
+
+
 def check_cost_usd(value: object) -> None:
     """A reported cost is absent or plausible (API and CLI; adapters drop the rest)."""
     if value is not None and not plausible_cost_usd(value):
@@ -79,17 +90,23 @@ class Reservation:
 
 @dataclass(frozen=True)
 class Success:
-    """The call returned a usable answer (usage as reported; any may be unknown)."""
+    """The call returned a usable answer (usage as reported; any may be unknown).
+
+    `input_tokens` are the prompt tokens billed at the input price; prompt-cache writes and reads
+    come on top of them (Anthropic's own reading; from OpenAI's `prompt_tokens`, subtract the
+    cached tokens). Unreported cache counts are taken as none.
+    """
 
     input_tokens: int | None = None
     output_tokens: int | None = None
     cost_usd: float | None = None
     finish: bool = False
+    cache_write_tokens: int | None = None
+    cache_read_tokens: int | None = None
 
     def __post_init__(self) -> None:
         """Usage is validated here, so the API refuses what the CLI refuses (never a raw error)."""
-        check_tokens(self.input_tokens)
-        check_tokens(self.output_tokens)
+        check_usage(self)
         check_cost_usd(self.cost_usd)
 
 
@@ -106,11 +123,12 @@ class Failed:
     side_effects: bool = False
     input_tokens: int | None = None
     output_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    cache_read_tokens: int | None = None
 
     def __post_init__(self) -> None:
         """Usage is validated as for a success."""
-        check_tokens(self.input_tokens)
-        check_tokens(self.output_tokens)
+        check_usage(self)
 
 
 Outcome = Success | Cancelled | Failed

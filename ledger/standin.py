@@ -47,7 +47,13 @@ class Scripted:
     delay_s: float = 0.0
     trickle_body: bool = False
     input_tokens: int = 10
+    """Uncached prompt tokens (OpenAI's `prompt_tokens` adds the cached ones to them)."""
     output_tokens: int = 5
+    cache_write_tokens: int = 0
+    """Prompt tokens written to the cache (Anthropic: `cache_creation_input_tokens`)."""
+    cache_read_tokens: int = 0
+    """Prompt tokens read from the cache (Anthropic: `cache_read_input_tokens`; OpenAI:
+    `prompt_tokens_details.cached_tokens`)."""
     cost_usd: float | None = None
     """Sent as OpenRouter-style `usage.cost` on OpenAI-format successes."""
     headers: tuple[tuple[str, str], ...] = ()
@@ -64,6 +70,10 @@ class Scripted:
     """The error body's `message` text (default `scripted error`), e.g. a marker for leak tests."""
     error_detail_code: str | None = None
     """Anthropic `error.details.error_code` (e.g. `enforced_spend_limit_reached` on a 429)."""
+
+
+def _cache(reply: Scripted) -> tuple[int, int]:
+    return reply.cache_write_tokens, reply.cache_read_tokens
 
 
 class ReceivedRequest(NamedTuple):
@@ -271,11 +281,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(reply.status, document, extra)
         elif anthropic:
             document = anthropic_success(model, reply.text, reply.stop_reason, reply.input_tokens,
-                                         reply.output_tokens)  # fmt: skip
+                                         reply.output_tokens, cache=_cache(reply))  # fmt: skip
             self._send(reply.status, document, extra, cut=reply.cut_body)
         else:
             document = openai_success(model, reply.text, reply.stop_reason, reply.input_tokens,
-                                      reply.output_tokens, reply.cost_usd)  # fmt: skip
+                                      reply.output_tokens, reply.cost_usd,
+                                      cache=_cache(reply))  # fmt: skip
             self._send(reply.status, document, extra, cut=reply.cut_body)
 
     def _send(

@@ -137,12 +137,20 @@ def openai_success(
     input_tokens: int,
     output_tokens: int,
     cost_usd: float | None = None,
+    *,
+    cache: tuple[int, int] = (0, 0),
 ) -> dict[str, Any]:
-    """A chat.completion object."""
+    """A chat.completion object; `prompt_tokens` includes the cached (`cache`: written, read)."""
+    written, read = cache
+    prompt = input_tokens + written + read
+    details: dict[str, Any] = {"cached_tokens": read, "audio_tokens": 0}
+    if written:
+        details["cache_write_tokens"] = written  # OpenRouter-style, in the SDK's type
     usage: dict[str, Any] = {
-        "prompt_tokens": input_tokens,
+        "prompt_tokens": prompt,
         "completion_tokens": output_tokens,
-        "total_tokens": input_tokens + output_tokens,
+        "total_tokens": prompt + output_tokens,
+        "prompt_tokens_details": details,
     }
     if cost_usd is not None:
         usage["cost"] = cost_usd
@@ -164,9 +172,16 @@ def openai_success(
 
 
 def anthropic_success(
-    model: str, text: str, stop_reason: str | None, input_tokens: int, output_tokens: int
+    model: str,
+    text: str,
+    stop_reason: str | None,
+    input_tokens: int,
+    output_tokens: int,
+    *,
+    cache: tuple[int, int] = (0, 0),
 ) -> dict[str, Any]:
-    """A messages `message` object."""
+    """A messages `message` object; `input_tokens` leaves out the cache (written, read)."""
+    written, read = cache
     return {
         "id": "msg_standin",
         "type": "message",
@@ -175,5 +190,14 @@ def anthropic_success(
         "content": [{"type": "text", "text": text}],
         "stop_reason": stop_reason or "end_turn",
         "stop_sequence": None,
-        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
+        "usage": {
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "cache_creation_input_tokens": written,
+            "cache_read_input_tokens": read,
+            "cache_creation": {
+                "ephemeral_5m_input_tokens": written,
+                "ephemeral_1h_input_tokens": 0,
+            },
+        },
     }

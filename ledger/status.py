@@ -127,6 +127,8 @@ def status_document(
             "unknown_cost_attempts": data.daily.unknown_cost_attempts,
             "input_tokens": data.daily.input_tokens,
             "output_tokens": data.daily.output_tokens,
+            "cache_write_tokens": data.daily.cache_write_tokens,
+            "cache_read_tokens": data.daily.cache_read_tokens,
         },
         "history": [
             {
@@ -136,6 +138,8 @@ def status_document(
                 "failed": d.failed,
                 "input_tokens": d.input_tokens,
                 "output_tokens": d.output_tokens,
+                "cache_write_tokens": d.cache_write_tokens,
+                "cache_read_tokens": d.cache_read_tokens,
                 "spent_usd": _usd(d.cost_micro),
                 "unknown_cost_attempts": d.unknown_cost,
             }
@@ -280,10 +284,12 @@ def render_prometheus(doc: dict[str, Any]) -> str:
     )
     out.family(
         "ledger_daily_tokens",
-        "Tokens reported in the last 24 h, by direction.",
+        "Tokens reported in the last 24 h, by direction (input: uncached prompt tokens).",
         [
             ({"direction": "input"}, d["input_tokens"]),
             ({"direction": "output"}, d["output_tokens"]),
+            ({"direction": "cache_write"}, d["cache_write_tokens"]),
+            ({"direction": "cache_read"}, d["cache_read_tokens"]),
         ],
     )
     out.family(

@@ -174,6 +174,7 @@ def _budget_lines(doc: dict[str, Any], width: int) -> list[str]:
         f"  daily cost     {_money(d['spent_usd'])} estimated in 24 h; {ceiling}; "
         f"{d['unknown_cost_attempts']} attempt(s) of unknown cost",
         f"  tokens (24 h)  in {d['input_tokens']:,}  out {d['output_tokens']:,}  "
+        f"cache write {d['cache_write_tokens']:,}  cache read {d['cache_read_tokens']:,}  "
         f"over {d['attempts']} attempt(s)",
     ):
         lines += _wrap(text, width)
@@ -183,7 +184,17 @@ def _budget_lines(doc: dict[str, Any], width: int) -> list[str]:
             [Column("day")]
             + [
                 Column(h, right=True)
-                for h in ("attempts", "ok", "failed", "input tok", "output tok", "spent", "unknown")
+                for h in (
+                    "attempts",
+                    "ok",
+                    "failed",
+                    "input tok",
+                    "output tok",
+                    "cache wr",
+                    "cache rd",
+                    "spent",
+                    "unknown",
+                )
             ],
             [
                 (
@@ -193,6 +204,8 @@ def _budget_lines(doc: dict[str, Any], width: int) -> list[str]:
                     x["failed"],
                     f"{x['input_tokens']:,}",
                     f"{x['output_tokens']:,}",
+                    f"{x['cache_write_tokens']:,}",
+                    f"{x['cache_read_tokens']:,}",
                     _money(x["spent_usd"]),
                     x["unknown_cost_attempts"],
                 )

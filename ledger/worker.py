@@ -69,7 +69,8 @@ from ledger.classify import Classification, classify_exception, classify_stop_re
 from ledger.errors import BusyError, Refused, UsageError
 from ledger.heartbeat import LeaseHeartbeat
 from ledger.kinds import AttemptRole, FailureKind, RefusalReason
-from ledger.providers.base import CallRequest, Message, ProviderResponse, adapter_for
+from ledger.providers.base import CallRequest, Message, ProviderResponse
+from ledger.providers.registry import adapter_for
 from ledger.queue import (
     GLOBAL_REFUSALS,
     AttemptReport,
@@ -375,7 +376,13 @@ def _attempt(
         # settled without finishing: the source is done only once the commit was accepted (R-Q-1)
         settled = ledger.settle(
             reservation.id,
-            Success(result.input_tokens, result.output_tokens, result.cost_usd),
+            Success(
+                result.input_tokens,
+                result.output_tokens,
+                result.cost_usd,
+                cache_write_tokens=result.cache_write_tokens,
+                cache_read_tokens=result.cache_read_tokens,
+            ),
             overran=overran,
         )
         report = AttemptReport(reservation.id, route, reservation.role, None, settled.late)
@@ -385,14 +392,16 @@ def _attempt(
     elif result is not None:
         classification = _classify(result, now)
     assert classification is not None
-    side_effects = bool(result.side_effects) if isinstance(result, HandlerResult) else False
+    usage = result if isinstance(result, HandlerResult) else HandlerResult(ok=False)
     settled = ledger.settle(
         reservation.id,
         Failed(
             classification,
-            side_effects=side_effects,
-            input_tokens=result.input_tokens if isinstance(result, HandlerResult) else None,
-            output_tokens=result.output_tokens if isinstance(result, HandlerResult) else None,
+            side_effects=bool(usage.side_effects),
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+            cache_read_tokens=usage.cache_read_tokens,
         ),
         overran=overran,
     )

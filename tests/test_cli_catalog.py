@@ -245,7 +245,8 @@ def test_r_cat_2_show_never_prints_credentials(tmp_path: Path) -> None:
     mini = next(m for m in shown["models"] if m["key"] == "openai/gpt-4.1-mini")
     assert mini == {"key": "openai/gpt-4.1-mini", "contextWindow": 1047576,
                     "maxOutputTokens": 32768, "reasoning": False,
-                    "pricing": [{"inputUsdPerMTok": 0.4, "outputUsdPerMTok": 1.6}]}
+                    "pricing": [{"inputUsdPerMTok": 0.4, "outputUsdPerMTok": 1.6,
+                                 "cacheReadUsdPerMTok": 0.1}]}
 
 
 def test_r_cat_1_show_without_catalog(tmp_path: Path) -> None:

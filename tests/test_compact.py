@@ -120,7 +120,10 @@ def _random_history(led: Ledger, clock: Clock, seed: int) -> None:
         clock.advance(rng.randrange(1, 30_000))
         kind = rng.randrange(4)
         if kind == 0:
-            led.settle(res.id, Success(rng.randrange(900), rng.randrange(300)))
+            write, read = rng.randrange(50), rng.randrange(500)
+            usage = Success(rng.randrange(900), rng.randrange(300), cache_write_tokens=write,
+                            cache_read_tokens=read)  # fmt: skip
+            led.settle(res.id, usage)
         elif kind == 1:
             led.settle(res.id, Failed(classify_kind("unknown"), input_tokens=7))
         elif kind == 2:
@@ -154,6 +157,8 @@ def test_r_db_6_daily_totals_sum_the_folded_rows(
                 "output_tokens",
                 "cost_micro",
                 "unknown_cost",
+                "cache_write_tokens",
+                "cache_read_tokens",
             ],
             0,
         )
@@ -164,6 +169,8 @@ def test_r_db_6_daily_totals_sum_the_folded_rows(
         e[str(r["status"])] += 1
         e["input_tokens"] += int(r["input_tokens"] or 0)  # type: ignore[call-overload]
         e["output_tokens"] += int(r["output_tokens"] or 0)  # type: ignore[call-overload]
+        e["cache_write_tokens"] += int(r["cache_write_tokens"] or 0)  # type: ignore[call-overload]
+        e["cache_read_tokens"] += int(r["cache_read_tokens"] or 0)  # type: ignore[call-overload]
         if r["cost_micro"] is None:
             e["unknown_cost"] += 1
         else:

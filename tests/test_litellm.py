@@ -166,10 +166,10 @@ def test_r_cat_4_price_per_mtok_exact(per_token: float, per_mtok: float) -> None
         ),
         pytest.param(
             {"input_cost_per_token_above_200k_tokens_priority": 9e-06,
-             "cache_read_input_token_cost_above_200k_tokens": 9e-06,
+             "cache_read_input_token_cost_above_200k_tokens_priority": 9e-06,
              "input_cost_per_token_flex": 9e-06},
             [(None, 1.0, 2.0)],
-            id="priority-cache-flex-ignored",
+            id="priority-flex-ignored",  # cache prices are imported since issue 20
         ),
     ],
 )

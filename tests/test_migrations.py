@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import stat
 from pathlib import Path
@@ -17,6 +18,7 @@ from ledger.errors import SchemaTooOldError, UnreadableDatabaseError
 from ledger.store import Database, migrate
 from ledger.store.schema import metadata
 from tests.backends import BACKENDS
+from tests.conftest import T0
 
 _register()
 
@@ -186,7 +188,7 @@ def test_issue12_item6_0003b_adds_follow_up_columns_and_keeps_data(tmp_path: Pat
     db.dispose()
     db = _db(path)
     migrate.upgrade(db)
-    assert migrate.current_revision(db) == "0003b"
+    assert migrate.current_revision(db) == migrate.head_revision()
     db.dispose()
     with sqlite3.connect(path) as raw:
         query = "SELECT id, follow_up, after_id, cost_micro FROM reservations"
@@ -210,6 +212,58 @@ def test_issue12_item6_0003b_adds_follow_up_columns_and_keeps_data(tmp_path: Pat
     assert "follow_up" not in columns
     assert "after_id" not in columns
     assert kept == [(1, "failed", 7)]
+def test_issue20_item4_0004_adds_cached_token_columns_and_keeps_data(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    db = _db(path)
+    migrate.upgrade(db, "0003b")
+    db.dispose()
+    with sqlite3.connect(path) as raw:
+        raw.execute(
+            "INSERT INTO sources (id, state, created_ms, last_checked_ms)"
+            f" VALUES ('src', 'queued', {T0}, {T0})"
+        )
+        raw.execute(
+            "INSERT INTO reservations (source_id, model_key, provider, role, created_ms,"
+            " deadline_ms, input_bytes, estimate_micro, status, input_tokens, output_tokens,"
+            " actual_micro, cost_micro, policy_fp)"
+            f" VALUES ('src', 'alpha/small', 'alpha', 'primary', {T0}, {T0 + 1000}, 10, 7,"
+            " 'succeeded', 11, 12, 5, 5, 'fp')"
+        )
+        raw.execute(
+            "INSERT INTO daily_totals (day, model_key, attempts, succeeded, failed, cancelled,"
+            " expired, input_tokens, output_tokens, cost_micro, unknown_cost)"
+            " VALUES ('2027-01-01', 'alpha/small', 1, 1, 0, 0, 0, 3, 4, 5, 0)"
+        )
+    db = _db(path)
+    migrate.upgrade(db)
+    assert migrate.current_revision(db) == "0004"
+    db.dispose()
+    with sqlite3.connect(path) as raw:
+        rows = raw.execute(
+            "SELECT input_tokens, output_tokens, cache_write_tokens, cache_read_tokens, cost_micro"
+            " FROM reservations"
+        ).fetchall()
+        totals = raw.execute(
+            "SELECT input_tokens, cache_write_tokens, cache_read_tokens FROM daily_totals"
+        ).fetchall()
+    assert rows == [(11, 12, None, None, 5)]  # usage from before the upgrade: cache unknown
+    assert totals == [(3, 0, 0)]
+    status = CliRunner().invoke(cli, ["--home", str(tmp_path), "status", "--json"])
+    (day,) = json.loads(status.output)["history"]
+    assert (day["input_tokens"], day["cache_write_tokens"], day["cache_read_tokens"]) == (3, 0, 0)
+    db = _db(path)
+    migrate.downgrade(db, "0003b")
+    db.dispose()
+    with sqlite3.connect(path) as raw:
+        columns = {r[1] for r in raw.execute("PRAGMA table_info(reservations)")}
+        total_columns = {r[1] for r in raw.execute("PRAGMA table_info(daily_totals)")}
+        kept = raw.execute("SELECT input_tokens, cost_micro FROM reservations").fetchall()
+        kept_totals = raw.execute("SELECT input_tokens, cost_micro FROM daily_totals").fetchall()
+    assert not {"cache_write_tokens", "cache_read_tokens"} & (columns | total_columns)
+    assert kept == [(11, 5)]
+    assert kept_totals == [(3, 5)]
+
+
 SQLITE_SCHEMA_0002 = Path(__file__).with_name("sqlite_schema_0002.sql")
 
 

@@ -576,7 +576,7 @@ def test_r_diag_3_request_and_response_reprs_hide_text() -> None:
 def test_r_diag_3_unencodable_credential_is_a_fact_not_an_exception() -> None:
     from ledger.catalog import Provider
     from ledger.classify import classify_exception
-    from ledger.providers.base import CallRequest, Message, adapter_for
+    from ledger.providers import CallRequest, Message, adapter_for
 
     secret = "sk-ünïcode-SECRET"
     provider = Provider.model_validate(

@@ -173,8 +173,9 @@ def test_r_diag_2_daily_ceiling_and_history(
     led.settle(r.id, Success(1000, 1000))
     with led.db.write() as txn:
         txn.conn.exec_driver_sql(
-            "INSERT INTO daily_totals VALUES ('2026-12-01', 'alpha/small', 3, 2, 1, 0, 0, "
-            "300, 200, 1500, 1)"
+            "INSERT INTO daily_totals (day, model_key, attempts, succeeded, failed, cancelled, "
+            "expired, input_tokens, output_tokens, cost_micro, unknown_cost) "
+            "VALUES ('2026-12-01', 'alpha/small', 3, 2, 1, 0, 0, 300, 200, 1500, 1)"
         )
     doc = status_json(home)
     assert doc["daily"]["ceiling_usd"] == 2.5
@@ -187,6 +188,8 @@ def test_r_diag_2_daily_ceiling_and_history(
             "failed": 1,
             "input_tokens": 300,
             "output_tokens": 200,
+            "cache_write_tokens": 0,
+            "cache_read_tokens": 0,
             "spent_usd": 0.0015,
             "unknown_cost_attempts": 1,
         }
@@ -254,7 +257,7 @@ def test_r_diag_2_prometheus_parses_with_real_parser(scene: Scene, home: Path) -
     assert families["ledger_hourly_calls_used"].samples[0].value == 6
     assert families["ledger_hourly_calls_limit"].samples[0].value == 30
     tokens = {s.labels["direction"]: s.value for s in families["ledger_daily_tokens"].samples}
-    assert tokens == {"input": 100, "output": 50}
+    assert tokens == {"input": 100, "output": 50, "cache_write": 0, "cache_read": 0}
     states = {s.labels["state"]: s.value for s in families["ledger_sources"].samples}
     assert states["paused"] == 1
     cool = {s.labels["target"]: s for s in families["ledger_cooldown_remaining_seconds"].samples}

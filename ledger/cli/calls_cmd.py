@@ -95,7 +95,7 @@ def _outcome(
     code: str | None,
     retry_after: str | None,
     reason: str | None,
-    usage: tuple[int | None, int | None, float | None],
+    usage: tuple[int | None, int | None, float | None, int | None, int | None],
     finish: bool,
     side_effects: bool,
 ) -> Outcome:
@@ -107,7 +107,7 @@ def _outcome(
     if http_status is None and (code is not None or retry_after is not None):
         raise UsageError("--code and --retry-after go with --http-status")
     if ok:
-        return Success(usage[0], usage[1], usage[2], finish)
+        return Success(usage[0], usage[1], usage[2], finish, usage[3], usage[4])
     if cancelled:
         return Cancelled()
     if http_status is not None:
@@ -121,8 +121,12 @@ def _outcome(
 @click.command("settle")
 @click.argument("reservation", type=click.IntRange(min=1, max=2**62))
 @click.option("--ok", is_flag=True, help="The call succeeded.")
-@click.option("--input-tokens", type=NONNEG)
+@click.option(
+    "--input-tokens", type=NONNEG, help="Prompt tokens billed at the input price (uncached)."
+)
 @click.option("--output-tokens", type=NONNEG)
+@click.option("--cache-write-tokens", type=NONNEG, help="Prompt tokens written to the cache.")
+@click.option("--cache-read-tokens", type=NONNEG, help="Prompt tokens read from the cache.")
 @click.option("--cost-usd", type=float, callback=_finite_usd)
 @click.option("--finish", is_flag=True, help="The source is finished (never rerun).")
 @click.option("--http-status", type=click.IntRange(min=100, max=599))
@@ -140,6 +144,8 @@ def settle(
     ok: bool,
     input_tokens: int | None,
     output_tokens: int | None,
+    cache_write_tokens: int | None,
+    cache_read_tokens: int | None,
     cost_usd: float | None,
     finish: bool,
     http_status: int | None,
@@ -162,7 +168,7 @@ def settle(
             code,
             retry_after,
             reason,
-            (input_tokens, output_tokens, cost_usd),
+            (input_tokens, output_tokens, cost_usd, cache_write_tokens, cache_read_tokens),
             finish,
             side_effects,
         )

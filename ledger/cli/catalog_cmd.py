@@ -130,7 +130,7 @@ def show(app: AppContext, as_json: bool) -> None:
         click.echo(
             f"  {model.key}  window={_num(model.context_window)}"
             f"  max_output={_num(model.max_output_tokens)}  price={_prices(model)}"
-            f"  reasoning={_yes(model.reasoning)}"
+            f"  reasoning={_yes(model.reasoning)}" + _cache_prices(model)
         )
 
 
@@ -188,6 +188,19 @@ def _prices(model: Model) -> str:
             text += f" <={tier.up_to_input_tokens}"
         parts.append(text)
     return "; ".join(parts)
+
+
+def _cache_prices(model: Model) -> str:
+    """`  cache=write/read` USD per MTok per tier when any is set (`?`: the input price applies)."""
+    tiers = model.pricing or []
+    if all(t.cache_write_usd_per_mtok is None and t.cache_read_usd_per_mtok is None for t in tiers):
+        return ""
+    parts = [
+        f"{_num(t.cache_write_usd_per_mtok)}/{_num(t.cache_read_usd_per_mtok)}"
+        + (f" <={t.up_to_input_tokens}" if t.up_to_input_tokens is not None else "")
+        for t in tiers
+    ]
+    return "  cache=" + "; ".join(parts)
 
 
 def _num(value: float | None) -> str:

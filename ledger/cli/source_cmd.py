@@ -99,6 +99,8 @@ def _attempt_json(a: dict[str, Any]) -> dict[str, Any]:
         "deadline": iso(a["deadline_ms"]),
         "input_tokens": a["input_tokens"],
         "output_tokens": a["output_tokens"],
+        "cache_write_tokens": a["cache_write_tokens"],
+        "cache_read_tokens": a["cache_read_tokens"],
         "estimate_usd": micro_to_usd(a["estimate_micro"]),
         "cost_usd": micro_to_usd(a["actual_micro"]),
     }

@@ -8,8 +8,8 @@ from ledger.providers.base import (
     Message,
     ProviderAdapter,
     ProviderResponse,
-    adapter_for,
 )
+from ledger.providers.registry import adapter_for
 
 __all__ = [
     "INVALID_RESPONSE",

@@ -66,7 +66,10 @@ def parse_message(reply: JsonReply) -> ProviderResponse:
         status=reply.status,
         text="".join(texts),
         stop_reason=stop,
+        # input_tokens leaves out the cache writes and reads, which are billed at their own prices
         input_tokens=token_count(usage.get("input_tokens")),
         output_tokens=token_count(usage.get("output_tokens")),
+        cache_write_tokens=token_count(usage.get("cache_creation_input_tokens")),
+        cache_read_tokens=token_count(usage.get("cache_read_input_tokens")),
         elapsed_ms=reply.elapsed_ms(),
     )

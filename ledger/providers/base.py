@@ -65,9 +65,14 @@ class ProviderResponse:
     text: str | None = field(default=None, repr=False)
     stop_reason: str | None = None
     input_tokens: int | None = None
+    """Prompt tokens billed at the input price (cache writes and reads not included)."""
     output_tokens: int | None = None
     cost_usd: float | None = None
     elapsed_ms: int = 0
+    cache_write_tokens: int | None = None
+    """Prompt tokens written to the provider's prompt cache."""
+    cache_read_tokens: int | None = None
+    """Prompt tokens read from the provider's prompt cache."""
 
 
 class ProviderAdapter(Protocol):
@@ -76,24 +81,6 @@ class ProviderAdapter(Protocol):
     def call(self, request: CallRequest, *, now_ms: Callable[[], int]) -> ProviderResponse:
         """Call the provider within `request.deadline_ms`."""
         ...
-
-
-def adapter_for(
-    provider: Provider, env: Mapping[str, str], *, client: httpx.Client | None = None
-) -> ProviderAdapter:
-    """The built-in adapter for `provider.api`; `env` is consulted for the credential per call.
-
-    The provider must carry its base URL (`Catalog.provider_for_call` resolves known ones): there
-    is no default host, so a credential never goes to another provider (NoBaseUrlError).
-    """
-    if provider.base_url is None:
-        raise NoBaseUrlError
-    from ledger.providers.anthropic_messages import AnthropicMessagesAdapter
-    from ledger.providers.openai_chat import OpenAIChatAdapter
-
-    if provider.api == "anthropic-messages":
-        return AnthropicMessagesAdapter(provider, env, client=client)
-    return OpenAIChatAdapter(provider, env, client=client)
 
 
 class HttpAdapter:

@@ -80,13 +80,31 @@ def parse_chat_completion(reply: JsonReply) -> ProviderResponse:
     usage = data.get("usage")
     if not isinstance(usage, dict):
         usage = {}
+    details = usage.get("prompt_tokens_details")
+    if not isinstance(details, dict):
+        details = {}
+    cache_read = token_count(details.get("cached_tokens"))
+    cache_write = token_count(details.get("cache_write_tokens"))
     return ProviderResponse(
         ok=True,
         status=reply.status,
         text=content if isinstance(content, str) else "",
         stop_reason=stop,
-        input_tokens=token_count(usage.get("prompt_tokens")),
+        input_tokens=_uncached(token_count(usage.get("prompt_tokens")), cache_read, cache_write),
         output_tokens=token_count(usage.get("completion_tokens")),
         cost_usd=reported_cost(usage.get("cost")),
         elapsed_ms=reply.elapsed_ms(),
+        cache_write_tokens=cache_write,
+        cache_read_tokens=cache_read,
     )
+
+
+def _uncached(prompt: int | None, *cached: int | None) -> int | None:
+    """`prompt_tokens` includes the cached ones: the rest are billed at the input price.
+
+    Never negative: a reply claiming more cached than prompt tokens is counted in full (an
+    over-count, never an under-count).
+    """
+    if prompt is None:
+        return None
+    return max(0, prompt - sum(n or 0 for n in cached))

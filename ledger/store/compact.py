@@ -45,6 +45,8 @@ _CANDIDATES = (
         reservations.c.duration_ms,
         reservations.c.input_tokens,
         reservations.c.output_tokens,
+        reservations.c.cache_write_tokens,
+        reservations.c.cache_read_tokens,
         reservations.c.cost_micro,
     )
     .where(
@@ -73,6 +75,8 @@ _ADD_TOTALS = (
         expired=daily_totals.c.expired + bindparam("b_expired"),
         input_tokens=daily_totals.c.input_tokens + bindparam("b_input_tokens"),
         output_tokens=daily_totals.c.output_tokens + bindparam("b_output_tokens"),
+        cache_write_tokens=daily_totals.c.cache_write_tokens + bindparam("b_cache_write_tokens"),
+        cache_read_tokens=daily_totals.c.cache_read_tokens + bindparam("b_cache_read_tokens"),
         cost_micro=daily_totals.c.cost_micro + bindparam("b_cost_micro"),
         unknown_cost=daily_totals.c.unknown_cost + bindparam("b_unknown_cost"),
     )
@@ -85,9 +89,14 @@ _TOTAL_FIELDS = (
     "expired",
     "input_tokens",
     "output_tokens",
+    "cache_write_tokens",
+    "cache_read_tokens",
     "cost_micro",
     "unknown_cost",
 )
+
+
+_TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens")
 
 
 @dataclass(frozen=True)
@@ -136,8 +145,8 @@ def fold_batch(conn: Connection, now: int, older_than_ms: int, batch: int) -> tu
         t = totals[(utc_day(int(r.created_ms)), r.model_key)]
         t["attempts"] += 1
         t[_STATUS_COLUMNS[r.status]] += 1
-        t["input_tokens"] += int(r.input_tokens or 0)
-        t["output_tokens"] += int(r.output_tokens or 0)
+        for name in _TOKEN_FIELDS:
+            t[name] += int(getattr(r, name) or 0)
         if r.cost_micro is None:
             t["unknown_cost"] += 1
         else:

@@ -382,14 +382,27 @@ def settle(
     return _settle_failure(conn, now, row, model, outcome, late, base, jitter)
 
 
-def _usage_cost(
-    model: Model | None, input_tokens: int | None, output_tokens: int | None, cost_usd: float | None
-) -> int | None:
+def _usage(model: Model | None, outcome: Success | Failed) -> dict[str, int | None]:
+    """The reported usage columns and its actual cost (a reported USD cost wins), or None.
+
+    Cache writes and reads are priced on top of the (uncached) input tokens; unreported ones are
+    taken as none.
+    """
+    cost_usd = outcome.cost_usd if isinstance(outcome, Success) else None
+    inp, out = outcome.input_tokens, outcome.output_tokens
+    actual = None
     if cost_usd is not None:
-        return budgets.usd_to_micro(cost_usd)
-    if model is not None and input_tokens is not None and output_tokens is not None:
-        return budgets.actual_micro(model, input_tokens, output_tokens)
-    return None
+        actual = budgets.usd_to_micro(cost_usd)
+    elif model is not None and inp is not None and out is not None:
+        cached = (outcome.cache_write_tokens or 0, outcome.cache_read_tokens or 0)
+        actual = budgets.actual_micro(model, inp, out, *cached)
+    return {
+        "input_tokens": inp,
+        "output_tokens": out,
+        "cache_write_tokens": outcome.cache_write_tokens,
+        "cache_read_tokens": outcome.cache_read_tokens,
+        "actual_micro": actual,
+    }
 
 
 def _settle_success(
@@ -402,16 +415,15 @@ def _settle_success(
     base: dict[str, object],
 ) -> SettleResult:
     r = row._mapping
-    actual = _usage_cost(model, outcome.input_tokens, outcome.output_tokens, outcome.cost_usd)
+    usage = _usage(model, outcome)
+    actual = usage["actual_micro"]
     cost = actual if actual is not None else r["estimate_micro"]
     conn.execute(
         _UPDATE_RESERVATION,
         {
             "b_id": r["id"],
             "status": AttemptStatus.SUCCEEDED.value,
-            "input_tokens": outcome.input_tokens,
-            "output_tokens": outcome.output_tokens,
-            "actual_micro": actual,
+            **usage,
             "cost_micro": cost,
             **base,
         },
@@ -505,7 +517,8 @@ def _settle_failure(
         ),
         jitter,
     )
-    actual = _usage_cost(model, outcome.input_tokens, outcome.output_tokens, None)
+    usage = _usage(model, outcome)
+    actual = usage["actual_micro"]
     cost = actual if actual is not None else r["estimate_micro"]
     actions = list(decision.actions)
     follow_up = None
@@ -523,9 +536,7 @@ def _settle_failure(
             subkind=decision.subkind,
             reason=decision.reason,
             side_effects=outcome.side_effects,
-            input_tokens=outcome.input_tokens,
-            output_tokens=outcome.output_tokens,
-            actual_micro=actual,
+            **usage,
             cost_micro=cost,
             **base,
         )

@@ -116,6 +116,9 @@ reservations = Table(
     # 'correction'; NULL none); on a follow-up: the failed reservation it follows (issue 12 item 6)
     Column("follow_up", String(16), nullable=True),
     Column("after_id", Integer, nullable=True),
+    # prompt-cache tokens, apart from input_tokens (which are the uncached ones; issue 20)
+    Column("cache_write_tokens", BigInteger, nullable=True),
+    Column("cache_read_tokens", BigInteger, nullable=True),
     CheckConstraint(
         "status IN ('open', 'succeeded', 'failed', 'cancelled', 'expired')", name="status"
     ),
@@ -178,6 +181,8 @@ daily_totals = Table(
     Column("output_tokens", BigInteger, nullable=False),
     Column("cost_micro", BigInteger, nullable=False),
     Column("unknown_cost", Integer, nullable=False),
+    Column("cache_write_tokens", BigInteger, nullable=False, server_default=ZERO),
+    Column("cache_read_tokens", BigInteger, nullable=False, server_default=ZERO),
 )
 
 # Per-hour cost totals of reservations (R-RES-2): reserve adds a reservation's cost to the hour it

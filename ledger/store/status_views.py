@@ -45,6 +45,8 @@ class DailyUsage:
     unknown_cost_attempts: int
     input_tokens: int
     output_tokens: int
+    cache_write_tokens: int
+    cache_read_tokens: int
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,8 @@ class DayTotal:
     output_tokens: int
     cost_micro: int
     unknown_cost: int
+    cache_write_tokens: int
+    cache_read_tokens: int
 
 
 @dataclass(frozen=True)
@@ -192,6 +196,8 @@ def daily_usage(conn: Connection, now: int) -> DailyUsage:
             func.coalesce(func.sum(case((r.cost_micro.is_(None), 1), else_=0)), 0),
             func.coalesce(func.sum(r.input_tokens), 0),
             func.coalesce(func.sum(r.output_tokens), 0),
+            func.coalesce(func.sum(r.cache_write_tokens), 0),
+            func.coalesce(func.sum(r.cache_read_tokens), 0),
         ).where(r.created_ms > now - DAY_MS)
     ).one()
     return DailyUsage(*(int(v) for v in row))
@@ -210,6 +216,8 @@ def day_totals(conn: Connection, days: int = HISTORY_DAYS) -> list[DayTotal]:
             func.sum(d.output_tokens),
             func.sum(d.cost_micro),
             func.sum(d.unknown_cost),
+            func.sum(d.cache_write_tokens),
+            func.sum(d.cache_read_tokens),
         )
         .group_by(d.day)
         .order_by(d.day.desc())

@@ -1,0 +1,32 @@
+"""The built-in adapters by wire format (R-HTTP-1): the one module that knows them all.
+
+It imports `base` and every adapter; no provider module imports it back, so the package has no
+import circle (issue 20).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import httpx
+
+from ledger.catalog import Provider
+from ledger.provider_urls import NoBaseUrlError
+from ledger.providers.anthropic_messages import AnthropicMessagesAdapter
+from ledger.providers.base import ProviderAdapter
+from ledger.providers.openai_chat import OpenAIChatAdapter
+
+
+def adapter_for(
+    provider: Provider, env: Mapping[str, str], *, client: httpx.Client | None = None
+) -> ProviderAdapter:
+    """The built-in adapter for `provider.api`; `env` is consulted for the credential per call.
+
+    The provider must carry its base URL (`Catalog.provider_for_call` resolves known ones): there
+    is no default host, so a credential never goes to another provider (NoBaseUrlError).
+    """
+    if provider.base_url is None:
+        raise NoBaseUrlError
+    if provider.api == "anthropic-messages":
+        return AnthropicMessagesAdapter(provider, env, client=client)
+    return OpenAIChatAdapter(provider, env, client=client)
