@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Row, bindparam, delete, func, insert, select, update
+from sqlalchemy import Connection, Row, RowMapping, bindparam, delete, func, insert, select, update
 
 from ledger import budgets
 from ledger.catalog import Catalog, Model
@@ -541,48 +541,10 @@ def _settle_failure(
             action.kind.value,
             action.origin,
         )
-    changes: dict[str, object] = {}
-    if decision.counts_failure:
-        changes["failures"] = sources.c.failures + 1
-    if decision.counts_output_failure:
-        changes["output_failures"] = sources.c.output_failures + 1
-    if decision.backoff_until_ms is not None:
-        changes["retry_at_ms"] = decision.backoff_until_ms
-        changes["backoff_steps"] = sources.c.backoff_steps + 1
-    if decision.use_correction:
-        changes["correction_used"] = True
-        changes["correction_reason"] = decision.reason
-    pause_reason = decision.pause_reason
-    if src["state"] == SourceState.DONE.value:
-        pause_reason = None  # R-RES-3: finished is final, never flipped to paused
-    if pause_reason is not None:
-        # the lease stays with its worker, which releases it (resume cannot hand it out)
-        changes["state"] = SourceState.PAUSED.value
-        changes["pause_reason"] = pause_reason
-    if changes:
-        conn.execute(update(sources).where(sources.c.id == r["source_id"]).values(**changes))
+    pause_reason = apply_to_source(conn, now, src, decision, str(r["model_key"]))
     if decision.transport_strike:
         conn.execute(insert(transport_strikes).values(model_key=r["model_key"], at_ms=now))
     source_id = str(r["source_id"])
-    if decision.counts_failure:
-        record_notice(
-            conn,
-            now,
-            "failure",
-            # keyed by everything the message says, so a count never misstates it (R-DIAG-4)
-            f"failure:{source_id}:{decision.kind.value}:{decision.subkind}:{r['model_key']}",
-            f"{decision.kind.value} ({decision.subkind}) on {r['model_key']}",
-            source_id,
-        )
-    if pause_reason is not None:
-        record_notice(
-            conn,
-            now,
-            "pause",
-            f"pause:{source_id}:{pause_reason}",
-            f"source paused: {pause_reason}",
-            source_id,
-        )
     if pause_reason != decision.pause_reason:
         actions.append("not paused: the source is finished (R-RES-3)")
     if late:
@@ -602,3 +564,58 @@ def _settle_failure(
         paused=pause_reason,
         cost_micro=cost,
     )
+
+
+def apply_to_source(
+    conn: Connection,
+    now: int,
+    src: RowMapping,
+    decision: Decision,
+    model_key: str,
+    message: str | None = None,
+) -> str | None:
+    """Write one failure's decision to its source (`src`: its row, read in the caller's write
+    transaction): counters, backoff, owed correction, pause, and the deduplicated failure and
+    pause notices (R-DIAG-4). Returns the pause reason written; a finished source is never
+    paused (R-RES-3)."""
+    changes: dict[str, object] = {}
+    if decision.counts_failure:
+        changes["failures"] = sources.c.failures + 1
+    if decision.counts_output_failure:
+        changes["output_failures"] = sources.c.output_failures + 1
+    if decision.backoff_until_ms is not None:
+        changes["retry_at_ms"] = decision.backoff_until_ms
+        changes["backoff_steps"] = sources.c.backoff_steps + 1
+    if decision.use_correction:
+        changes["correction_used"] = True
+        changes["correction_reason"] = decision.reason
+    pause_reason = decision.pause_reason
+    if src["state"] == SourceState.DONE.value:
+        pause_reason = None  # R-RES-3: finished is final, never flipped to paused
+    if pause_reason is not None:
+        # the lease stays with its worker, which releases it (resume cannot hand it out)
+        changes["state"] = SourceState.PAUSED.value
+        changes["pause_reason"] = pause_reason
+    source_id = str(src["id"])
+    if changes:
+        conn.execute(update(sources).where(sources.c.id == source_id).values(**changes))
+    if decision.counts_failure:
+        record_notice(
+            conn,
+            now,
+            "failure",
+            # keyed by everything the message says, so a count never misstates it (R-DIAG-4)
+            f"failure:{source_id}:{decision.kind.value}:{decision.subkind}:{model_key}",
+            message or f"{decision.kind.value} ({decision.subkind}) on {model_key}",
+            source_id,
+        )
+    if pause_reason is not None:
+        record_notice(
+            conn,
+            now,
+            "pause",
+            f"pause:{source_id}:{pause_reason}",
+            f"source paused: {pause_reason}",
+            source_id,
+        )
+    return pause_reason
