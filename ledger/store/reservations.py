@@ -35,6 +35,9 @@ from ledger.store.notices import record_notice
 from ledger.store.schema import cost_hours, reservations, source_models, sources, transport_strikes
 
 STRIKE_WINDOW_MS = 15 * 60_000
+FOLLOW_UP_GRACE_MS = 10_000
+"""How long after the failed reservation's deadline its immediate follow-up may still be
+reserved (a settle and a reserve of the same queue item, each maybe waiting for the write lock)."""
 
 # Hot-path statements, built once (construction and cache-key work is most of the Python cost).
 _BY_REQUEST_ID = select(reservations).where(reservations.c.request_id == bindparam("request_id"))
@@ -165,19 +168,23 @@ class _Role:
 
 
 def _permitted_follow_up(
-    conn: Connection, request: ReserveRequest, after_id: int
+    conn: Connection, now: int, request: ReserveRequest, after_id: int
 ) -> _Role | None:
     """The follow-up `after_id` permits for this request, or None (R-POL-4, issue 12 item 6).
 
     Granted only when the named reservation is this source's newest one, failed, stored a
     follow-up permission, was not itself a follow-up, and the request fits that permission: a
-    fallback goes to another model, a correction to the same one.
+    fallback goes to another model, a correction to the same one. Only within the failed
+    reservation's own queue item (issue 20 item 3): never after its deadline plus
+    FOLLOW_UP_GRACE_MS, and never once a worker released the source after the failure.
     """
     failed = conn.execute(_BY_ID, {"b_id": after_id}).first()
     if failed is None or failed.source_id != request.source_id:
         # a typo must not silently turn into a plain reservation: bad input, nothing written
         raise UsageError("after names no reservation of this source")
     if failed.status != AttemptStatus.FAILED.value or failed.after_id is not None:
+        return None
+    if now > failed.deadline_ms + FOLLOW_UP_GRACE_MS or _released_since(conn, failed):
         return None
     newest = conn.execute(_NEWEST_OF_SOURCE, {"source_id": request.source_id}).scalar()
     if newest != after_id or failed.follow_up is None:
@@ -190,8 +197,23 @@ def _permitted_follow_up(
     return None
 
 
+_RELEASED_AFTER = select(sources.c.id).where(
+    sources.c.id == bindparam("source_id"),
+    sources.c.in_queue.is_(True),
+    sources.c.last_checked_ms > bindparam("settled_ms"),
+)
+
+
+def _released_since(conn: Connection, failed: Row[Any]) -> bool:
+    """A queued source's item ended after this failure: a worker's release stamps
+    `last_checked_ms`. Within an item only a reserve refused for a cooling route moves it too,
+    and such a refusal ends a worker's item anyway."""
+    params = {"source_id": failed.source_id, "settled_ms": failed.settled_ms}
+    return conn.execute(_RELEASED_AFTER, params).first() is not None
+
+
 def _checked_role(
-    conn: Connection, request: ReserveRequest, source: budgets.SourceBudget
+    conn: Connection, now: int, request: ReserveRequest, source: budgets.SourceBudget
 ) -> tuple[_Role, bool]:
     """The role to record and whether this is the permitted immediate follow-up (item 10).
 
@@ -202,7 +224,7 @@ def _checked_role(
         return _Role(AttemptRole.OVERRIDE), False
     follow = None
     if request.immediate_after is not None:
-        follow = _permitted_follow_up(conn, request, request.immediate_after)
+        follow = _permitted_follow_up(conn, now, request, request.immediate_after)
     if follow is not None:
         if request.role not in (AttemptRole.PRIMARY, follow.role) or (
             request.fallback_from not in (None, follow.fallback_from)
@@ -265,7 +287,7 @@ def reserve(
         model_cooldown_until=model_until,
     )
     estimate = budgets.estimate_micro(model, request.input_bytes, policy.reply_tokens)
-    recorded, immediate = _checked_role(conn, request, source)
+    recorded, immediate = _checked_role(conn, now, request, source)
     verdict = budgets.check(
         state,
         policy,
@@ -501,6 +523,7 @@ def _settle_failure(
             correction_used=bool(src["correction_used"]),
             side_effects=outcome.side_effects,
             was_follow_up=r["after_id"] is not None,
+            override=r["role"] == AttemptRole.OVERRIDE.value,
             existing_cooldowns=existing,
         ),
         jitter,
@@ -509,7 +532,8 @@ def _settle_failure(
     cost = actual if actual is not None else r["estimate_micro"]
     actions = list(decision.actions)
     follow_up = None
-    if decision.use_correction and r["after_id"] is None:
+    immediate = r["after_id"] is None and r["role"] != AttemptRole.OVERRIDE.value
+    if decision.use_correction and immediate:
         follow_up = FollowUp.CORRECTION.value
     elif decision.fallback is not None:
         follow_up = FollowUp.FALLBACK.value
