@@ -41,8 +41,9 @@ Handler contract: ``handler(job: Job) -> HandlerResult``.
 Leases (R-Q-2): after each reservation the lease is extended to cover the call's deadline
 (whatever ``leaseMs`` is), and it is checked again just before ``commit``; a worker that lost it
 never commits (outcome ``lost_lease``). While ``commit`` runs, a heartbeat renews the lease every
-leaseMs/3 (each renewal its own short write transaction); a worker whose lease was lost during
-the commit does not finish the source (outcome ``lost_lease``).
+leaseMs/4 (each renewal its own short write transaction; leaseMs is at least 1 s, so a renewal
+may wait for the write lock well before the lease could run out); a worker whose lease was lost
+during the commit does not finish the source (outcome ``lost_lease``).
 
 Invariant: every attempt that was reserved is settled exactly once (success, failure or
 `Cancelled()` on SIGINT/SIGTERM), and every claimed lease is released by its owner (R-Q-4).

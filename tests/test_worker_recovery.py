@@ -696,3 +696,61 @@ def _cli() -> Any:
 
     _register()
     return cli
+
+
+# --------------------------------------------------------------------------- issue 20 item 2
+
+
+@pytest.mark.parametrize("lease_ms", [10, 40, 1000])
+def test_issue20_item2_r_q_2_four_worker_processes_commit_a_slow_commit_once(
+    tmp_path: Path, lease_ms: int
+) -> None:
+    """Four `worker run --loop` processes, one source whose commit takes 3 s (3 leases at the
+    floor): the heartbeat keeps the lease, so it is called and committed once. A lease shorter
+    than the heartbeat can keep is refused before any work (before issue 20: 3 calls and 3
+    commits at 10 ms here, 4 at 40 ms in the issue's run)."""
+    reply = '{"ok": true}'
+    log = tmp_path / "commits.log"
+    with StandIn(default=Scripted(text=reply)) as standin:
+        home = standin_home(tmp_path / "home", standin, leaseMs=1000, timeoutMs=10_000)
+        led = open_ledger(home)
+        led.add_source("s", "payload")
+        led.close()
+        policy = json.loads((home / "recovery.json").read_text())
+        (home / "recovery.json").write_text(json.dumps({**policy, "leaseMs": lease_ms}))
+        env = cli_env(LEDGER_TEST_LOG=str(log))
+        workers = [
+            subprocess.Popen(
+                worker_argv(home, "--loop", "--handler", "tests.procs:slow_commit_handler",
+                            "--worker-id", f"w{i}"),
+                cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            )
+            for i in range(4)
+        ]
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and any(w.poll() is None for w in workers):
+                if db_rows(home, "SELECT state FROM sources") == [("done",)]:
+                    time.sleep(1.5)  # past another lease: any rival would have claimed by now
+                    break
+                time.sleep(0.1)
+            for w in workers:
+                if w.poll() is None:
+                    w.terminate()
+            errors = [w.communicate(timeout=60)[1].decode() for w in workers]
+            results = [(w.returncode, err) for w, err in zip(workers, errors, strict=True)]
+        finally:
+            for w in workers:
+                if w.poll() is None:
+                    w.kill()
+                    w.communicate()
+    if lease_ms < 1000:
+        assert [code for code, _ in results] == [2] * 4
+        assert all("leaseMs: must be at least 1000" in err for _, err in results)
+        assert not log.exists()
+        assert standin.requests == []
+        return
+    assert [code for code, _ in results] == [0] * 4, results
+    assert log.read_text().split("\n") == ["start s", "s", ""]  # committed once
+    assert len(standin.requests) == 1
+    assert db_rows(home, "SELECT state, lease_owner FROM sources") == [("done", None)]
