@@ -23,6 +23,7 @@ from ledger.kinds import AttemptRole, ExclusionReason
 from ledger.records import Failed, Reservation, SettleResult
 from ledger.store import queue as q
 from ledger.store.reservations import FOLLOW_UP_GRACE_MS
+from tests.backends import BACKENDS
 from tests.conftest import Clock, LedgerFactory
 
 _register()
@@ -353,6 +354,7 @@ def _failed_with_a_fallback(led: Ledger) -> Reservation:
     ("after_deadline_ms", "granted"),
     [(-1, True), (FOLLOW_UP_GRACE_MS, True), (FOLLOW_UP_GRACE_MS + 1, False), (50 * 60_000, False)],
 )
+@pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
 def test_issue20_item3_after_is_honoured_until_the_deadline_plus_a_short_grace(
     make_ledger: LedgerFactory, clock: Clock, after_deadline_ms: int, granted: bool
 ) -> None:
@@ -369,6 +371,7 @@ def test_issue20_item3_after_is_honoured_until_the_deadline_plus_a_short_grace(
 
 
 @pytest.mark.parametrize("released", [False, True])
+@pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
 def test_issue20_item3_after_is_honoured_only_in_the_failed_reservations_queue_item(
     make_ledger: LedgerFactory, clock: Clock, released: bool
 ) -> None:

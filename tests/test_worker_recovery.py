@@ -25,6 +25,8 @@ from ledger.records import Failed, Success
 from ledger.standin import Scripted, StandIn
 from ledger.store import queue as q
 from ledger.worker import Job, drain, echo_handler, run_item
+from tests.backends import BACKENDS
+from tests.backends import rows as stored
 from tests.conftest import Clock, LedgerFactory
 from tests.test_queue import ROOT, cli_env, db_rows, open_ledger, standin_home, worker_argv
 
@@ -607,11 +609,11 @@ def _always_failing_commit(clock: Clock, calls: list[str]) -> Handler:
 
 
 def _source_row(led: Ledger, source: str = "s") -> tuple[Any, ...]:
-    return db_rows(
-        led.state.path,
+    return stored(
+        led.state.db_url,
         "SELECT state, failures, backoff_steps, retry_at_ms, pause_reason FROM sources "
-        "WHERE id = ?",
-        source,
+        "WHERE id = :id",
+        id=source,
     )[0]
 
 
@@ -648,6 +650,7 @@ def test_issue20_item1_r_pol_3_a_failing_commit_backs_off_and_costs_one_call_per
     assert shown["retry_at"] is not None
 
 
+@pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
 def test_issue20_item1_r_pol_5_failing_commits_reach_the_failure_cap(
     make_ledger: LedgerFactory, clock: Clock
 ) -> None:
