@@ -28,9 +28,8 @@ Handler contract: ``handler(job: Job) -> HandlerResult``.
   finished only after ``commit`` returned (R-Q-1): a commit that raises is a failure of the item
   (outcome ``commit_failed``): it counts as one failure of the source with the generic backoff
   (R-POL-3) toward the failure cap (R-POL-5), so the source is claimable again only after its
-  backoff, and the worker goes on; a worker
-  that dies before or inside the commit loses nothing (the source is rerun after its lease
-  expires), so a commit should be idempotent.
+  backoff, and the worker goes on; a worker that dies before or inside the commit loses nothing
+  (the source is rerun after its lease expires), so a commit should be idempotent.
 - ``HandlerResult.failed_call(response)``: the worker classifies the adapter's facts.
   ``HandlerResult.failure(kind, reason)``: an explicit kind, e.g. ``invalid_output`` with
   reason ``json_contract``. ``side_effects=True`` forbids fallback and correction (R-POL-7).
