@@ -17,6 +17,9 @@ _MODEL_KEY = r"^[^/\s]{1,100}/[^\s]{1,200}$"
 _GLOB = r"^[^\s]{1,300}$"
 
 PositiveInt = Annotated[int, Field(gt=0, le=10**12)]
+MIN_LEASE_MS = 1000
+"""The shortest lease a worker's heartbeat can keep: it renews every leaseMs/4 (250 ms at the
+floor), each renewal a write transaction that may wait its turn for the write lock."""
 ModelKey = Annotated[str, Field(pattern=_MODEL_KEY)]
 Glob = Annotated[str, Field(pattern=_GLOB)]
 
@@ -52,7 +55,7 @@ class Policy(BaseModel):
     reply_tokens: PositiveInt = Field(4096, alias="replyTokens")
     routes: RouteRules = Field(default_factory=RouteRules)
     busy_timeout_ms: PositiveInt = Field(10_000, alias="busyTimeoutMs")
-    lease_ms: PositiveInt = Field(360_000, alias="leaseMs")
+    lease_ms: Annotated[int, Field(ge=MIN_LEASE_MS, le=10**12)] = Field(360_000, alias="leaseMs")
     retention_days: PositiveInt = Field(30, alias="retentionDays")
 
     @field_validator("fallback_models")

@@ -214,6 +214,8 @@ class FailureContext:
     side_effects: bool = False
     # this attempt was its queue item's one immediate follow-up (R-POL-4): it permits none itself
     was_follow_up: bool = False
+    # an override (R-RES-9) is one explicit attempt outside any queue item: it permits none either
+    override: bool = False
     existing_cooldowns: Mapping[tuple[CooldownScope, str], int] = field(default_factory=dict)
 
 
@@ -309,10 +311,14 @@ def decide(ctx: FailureContext, jitter: Callable[[], float]) -> Decision:
     if ctx.side_effects and (use_correction or fallback is not None):
         use_correction, fallback = False, None
         actions.append("no fallback or correction: the attempt caused side effects (R-POL-7)")
-    if ctx.was_follow_up and (use_correction or fallback is not None):
+    if (ctx.was_follow_up or ctx.override) and (use_correction or fallback is not None):
         # a granted correction stays owed to the next queue item; nothing is immediate any more
         fallback = None
-        actions.append("no immediate follow-up: this attempt was the item's one follow-up")
+        actions.append(
+            "no immediate follow-up: an override is one explicit attempt"
+            if ctx.override
+            else "no immediate follow-up: this attempt was the item's one follow-up"
+        )
     if use_correction:
         actions.append("next attempt: one corrective prompt on the same model")
     actions.append(f"{FALLBACK_PERMITTED}: {fallback}" if fallback else NO_FALLBACK)

@@ -148,7 +148,7 @@ class ItemOutcome(StrEnum):
     LATE = "late"  # a success arrived after its deadline and was not used (R-RES-11)
     CANCELLED = "cancelled"  # SIGINT/SIGTERM during the call (R-Q-4)
     LOST_LEASE = "lost_lease"  # the lease expired and another worker took the source
-    COMMIT_FAILED = "commit_failed"  # the handler's commit raised: not finished, claimable again
+    COMMIT_FAILED = "commit_failed"  # the commit raised: a failure with backoff, not finished
 
 
 @dataclass(frozen=True)

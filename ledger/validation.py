@@ -137,6 +137,14 @@ def _walk_types(annotation: Any) -> Iterable[Any]:
         yield from _walk_types(arg)
 
 
+def _floor_rule(exc: ValidationError) -> str:
+    """`must be at least N` for a schema floor above zero (N is the schema's, never the input)."""
+    floor = (exc.errors(include_input=False, include_url=False)[0].get("ctx") or {}).get("ge")
+    if isinstance(floor, int) and not isinstance(floor, bool) and floor > 0:
+        return f"must be at least {floor}"
+    return _RULES["greater_than_equal"]
+
+
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -159,6 +167,8 @@ def parse_document(model: type[M], text: str | bytes, file: str) -> M:
         known = frozenset(_fields(model))
         loc = [x for x in err["loc"] if not (isinstance(x, str) and x.startswith("function-"))]
         rule = _RULES.get(err["type"])
+        if err["type"] == "greater_than_equal":
+            rule = _floor_rule(exc)
         shown = None
         if err["type"] == "extra_forbidden":
             shown = plausible_key(loc[-1]) if loc else None

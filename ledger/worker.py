@@ -26,9 +26,10 @@ Handler contract: ``handler(job: Job) -> HandlerResult``.
   ``commit`` is called only after the worker settled the attempt in time (a late result,
   R-RES-11, is never handed over) and only while the worker still holds its lease. The source is
   finished only after ``commit`` returned (R-Q-1): a commit that raises is a failure of the item
-  (outcome ``commit_failed``; the source is claimable again and the worker goes on); a worker
-  that dies before or inside the commit loses nothing (the source is rerun after its lease
-  expires), so a commit should be idempotent.
+  (outcome ``commit_failed``): it counts as one failure of the source with the generic backoff
+  (R-POL-3) toward the failure cap (R-POL-5), so the source is claimable again only after its
+  backoff, and the worker goes on; a worker that dies before or inside the commit loses nothing
+  (the source is rerun after its lease expires), so a commit should be idempotent.
 - ``HandlerResult.failed_call(response)``: the worker classifies the adapter's facts.
   ``HandlerResult.failure(kind, reason)``: an explicit kind, e.g. ``invalid_output`` with
   reason ``json_contract``. ``side_effects=True`` forbids fallback and correction (R-POL-7).
@@ -39,8 +40,9 @@ Handler contract: ``handler(job: Job) -> HandlerResult``.
 Leases (R-Q-2): after each reservation the lease is extended to cover the call's deadline
 (whatever ``leaseMs`` is), and it is checked again just before ``commit``; a worker that lost it
 never commits (outcome ``lost_lease``). While ``commit`` runs, a heartbeat renews the lease every
-leaseMs/3 (each renewal its own short write transaction); a worker whose lease was lost during
-the commit does not finish the source (outcome ``lost_lease``).
+leaseMs/4 (each renewal its own short write transaction; leaseMs is at least 1 s, so a renewal
+may wait for the write lock well before the lease could run out); a worker whose lease was lost
+during the commit does not finish the source (outcome ``lost_lease``).
 
 Invariant: every attempt that was reserved is settled exactly once (success, failure or
 `Cancelled()` on SIGINT/SIGTERM), and every claimed lease is released by its owner (R-Q-4).
@@ -261,7 +263,8 @@ class _Step:
     accepted: bool = False
     lost_lease: bool = False
     commit_failed: bool = False
-    paused: bool = False  # paused by an operator during the call: the result was not taken
+    paused: bool = False  # paused during the call or by a failed commit: the result was not taken
+    retry_at_ms: int | None = None  # the backoff a failed commit set
 
 
 def _input_bytes(handler: Handler, payload_ref: str | None) -> int:
@@ -432,7 +435,7 @@ def _commit(
     lost returns LOST_LEASE and leaves the source to its new holder. A source paused during the
     call (`ledger source pause`) is not committed nor finished: it stays paused, with its reason,
     until resumed. A commit that raises is a failure of the item: nothing is finished, the source
-    is claimable again (issue 12 item 1).
+    is claimable again after its backoff (issue 12 item 1, issue 20 item 1).
     """
     lease_ms = ledger.policy.lease_ms
     if not store_queue.renew(ledger.db, claim.source_id, claim.worker_id, lease_ms, unpaused=True):
@@ -444,11 +447,29 @@ def _commit(
         with heartbeat.running():
             try:
                 result.commit()
+                raised = False
             except Exception:  # the handler's own store refused: the result is not taken
-                return _Step(report, settled, commit_failed=True)
+                raised = True
+        if raised:
+            return _commit_failed(ledger, claim, report, settled)
     if not store_queue.finish(ledger.db, claim.source_id, claim.worker_id):
         return _Step(report, settled, lost_lease=True)  # lost meanwhile: not ours to finish
     return _Step(report, settled, accepted=True)
+
+
+def _commit_failed(
+    ledger: Ledger, claim: store_queue.Claim, report: AttemptReport, settled: SettleResult
+) -> _Step:
+    """A commit that raised is one failure of the source with its backoff (issue 20 item 1):
+    never a rerun at once, which would spend the source's calls in one drain."""
+    failure = store_queue.commit_failed(
+        ledger.db, claim.source_id, claim.worker_id, report.model, ledger.store.jitter
+    )
+    if failure is None:
+        return _Step(report, settled, lost_lease=True)
+    if failure.paused is not None:  # the failure cap (R-POL-5)
+        return _Step(report, settled, paused=True)
+    return _Step(report, settled, commit_failed=True, retry_at_ms=failure.retry_at_ms)
 
 
 def run_item(
@@ -540,7 +561,9 @@ def _end_of(step: _Step, attempts: list[AttemptReport], source: str) -> ItemRepo
     if step.lost_lease:
         return ItemReport(source, ItemOutcome.LOST_LEASE, tuple(attempts))
     if step.commit_failed:
-        return ItemReport(source, ItemOutcome.COMMIT_FAILED, tuple(attempts))
+        return ItemReport(
+            source, ItemOutcome.COMMIT_FAILED, tuple(attempts), retry_at_ms=step.retry_at_ms
+        )
     if step.paused:
         return ItemReport(source, ItemOutcome.PAUSED, tuple(attempts))
     settled = step.settled

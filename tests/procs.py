@@ -210,6 +210,19 @@ def dying_commit_handler(job: Any) -> Any:
     return HandlerResult.success(response, commit=commit)
 
 
+def failing_commit_handler(job: Any) -> Any:
+    """`worker run --handler` target: a good result whose commit always raises (its store is
+    down), so the worker must count a failure and back off instead of calling again."""
+    from ledger.queue import HandlerResult
+
+    response = job.call([])
+
+    def commit() -> None:
+        raise OSError("the handler's own store is down")
+
+    return HandlerResult.success(response, commit=commit)
+
+
 SLOW_COMMIT_S = 3.0
 
 

@@ -180,3 +180,26 @@ def test_r_cfg_4_inert_entries_are_warned_by_position(home: Path) -> None:
     assert text.exit_code == 0
     assert "warning: fallbackModels[1]" in text.output
     assert "alpha/smal" not in text.output  # the entry is named by position, never echoed
+
+
+@pytest.mark.parametrize("lease_ms", [10, 40, 999])
+def test_issue20_item2_a_lease_shorter_than_the_heartbeat_can_keep_fails_closed(
+    lease_ms: int, tmp_path: Path
+) -> None:
+    home = tmp_path / "h"
+    home.mkdir()
+    (home / "recovery.json").write_text(json.dumps({"leaseMs": lease_ms}))
+    result = CliRunner().invoke(cli, ["--home", str(home), "config", "validate"])
+    assert result.exit_code == 2
+    assert result.output.strip().endswith("recovery.json: leaseMs: must be at least 1000")
+    assert len(result.output.strip().splitlines()) == 1
+    assert not (home / "ledger.db").exists()
+
+
+def test_issue20_item2_the_schema_states_the_lease_floor() -> None:
+    schema = policy_schema()
+    assert schema["properties"]["leaseMs"]["minimum"] == 1000
+    jsonschema.validate({"leaseMs": 1000}, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"leaseMs": 999}, schema)
+    assert parse_policy('{"leaseMs": 1000}').lease_ms == 1000

@@ -21,6 +21,9 @@ from ledger.cli.main import _register, cli
 from ledger.errors import Refused, UsageError
 from ledger.kinds import AttemptRole, ExclusionReason
 from ledger.records import Failed, Reservation, SettleResult
+from ledger.store import queue as q
+from ledger.store.reservations import FOLLOW_UP_GRACE_MS
+from tests.backends import BACKENDS
 from tests.conftest import Clock, LedgerFactory
 
 _register()
@@ -307,3 +310,83 @@ def test_issue12_item10_reserve_refuses_exactly_what_select_keeps_out(
             )
         else:
             led.reserve(f"p{i}", model, override=True)
+
+
+# --------------------------------------------------------------------------- issue 20 item 3
+
+
+@pytest.mark.parametrize(("status", "kind"), [(429, ""), (401, ""), (None, "invalid_output")])
+def test_issue20_item3_r_res_9_a_failed_override_permits_no_follow_up(
+    make_ledger: LedgerFactory, status: int | None, kind: str
+) -> None:
+    led = make_ledger(sourceModels=3, sourceCalls=10)
+    fail(led, led.reserve("s1", "beta/mid"))  # unknown: the source backs off
+    assert refusal(lambda: led.reserve("s1", "alpha/small")) == "source_backoff"
+    override = led.evolve("s1", "alpha/small")
+    settled = fail(led, override, status, kind)  # in a queue item this would permit a follow-up
+    assert settled.fallback is None
+    assert not any(a.startswith("fallback permitted") for a in settled.actions)
+    assert "no immediate follow-up: an override is one explicit attempt" in settled.actions
+    assert stored_follow_up(led, override.id) == (None, None)
+    for model in ("beta/mid", "alpha/small", "alpha/big"):
+        assert refusal(lambda m=model: led.reserve("s1", m, after=override.id)) == (
+            "source_backoff"
+        )
+
+
+def _long_backoff_ahead(led: Ledger, clock: Clock) -> None:
+    """s1 with three earlier failures (overrides): its next backoff is 1 h."""
+    for _ in range(3):  # 1, 5, 15 min of backoff
+        fail(led, led.evolve("s1", "beta/mid"))
+    clock.advance(15 * 60_000 * 2)
+
+
+def _failed_with_a_fallback(led: Ledger) -> Reservation:
+    """A reservation of s1 on alpha/small whose transport failure cooled the model, permitted a
+    fallback and set the 1 h backoff."""
+    fail(led, led.reserve("s0", "alpha/small"), 503)  # first strike on the model
+    first = led.reserve("s1", "alpha/small")
+    assert fail(led, first, 503).fallback == "other_provider"  # second strike
+    return first
+
+
+@pytest.mark.parametrize(
+    ("after_deadline_ms", "granted"),
+    [(-1, True), (FOLLOW_UP_GRACE_MS, True), (FOLLOW_UP_GRACE_MS + 1, False), (50 * 60_000, False)],
+)
+@pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
+def test_issue20_item3_after_is_honoured_until_the_deadline_plus_a_short_grace(
+    make_ledger: LedgerFactory, clock: Clock, after_deadline_ms: int, granted: bool
+) -> None:
+    led = make_ledger(sourceModels=3, sourceCalls=10, timeoutMs=5_000)
+    _long_backoff_ahead(led, clock)
+    first = _failed_with_a_fallback(led)
+    clock.ms = first.deadline_ms + after_deadline_ms
+    if granted:
+        assert led.reserve("s1", "beta/mid", after=first.id).role is AttemptRole.FALLBACK
+    else:  # 50 minutes later, inside the 1 h backoff: refused like any plain reserve
+        assert refusal(lambda: led.reserve("s1", "beta/mid", after=first.id)) == (
+            "source_backoff"
+        )
+
+
+@pytest.mark.parametrize("released", [False, True])
+@pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
+def test_issue20_item3_after_is_honoured_only_in_the_failed_reservations_queue_item(
+    make_ledger: LedgerFactory, clock: Clock, released: bool
+) -> None:
+    led = make_ledger(sourceModels=3, sourceCalls=10)
+    led.add_source("s1", None)
+    _long_backoff_ahead(led, clock)
+    assert q.claim(led.db, "w", led.policy.lease_ms) is not None
+    first = _failed_with_a_fallback(led)
+    clock.advance(1)
+    if released:  # the item ended without its follow-up; a later one (or a script) asks for it
+        q.release(led.db, "s1", "w")
+        clock.advance(1)
+        assert q.claim(led.db, "w2", led.policy.lease_ms) is None  # backing off
+        assert refusal(lambda: led.reserve("s1", "beta/mid", after=first.id)) == (
+            "source_backoff"
+        )
+    else:  # still its own item: the one permitted fallback
+        assert led.reserve("s1", "beta/mid", after=first.id).role is AttemptRole.FALLBACK

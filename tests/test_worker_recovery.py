@@ -11,6 +11,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -24,6 +25,8 @@ from ledger.records import Failed, Success
 from ledger.standin import Scripted, StandIn
 from ledger.store import queue as q
 from ledger.worker import Job, drain, echo_handler, run_item
+from tests.backends import BACKENDS
+from tests.backends import rows as stored
 from tests.conftest import Clock, LedgerFactory
 from tests.test_queue import ROOT, cli_env, db_rows, open_ledger, standin_home, worker_argv
 
@@ -78,6 +81,7 @@ def test_issue12_item1_a_failed_commit_keeps_the_source_and_the_worker_goes_on(
     assert _state(led, "b") == ("done", None)
     rows = db_rows(led.state.path, "SELECT source_id, status FROM reservations ORDER BY id")
     assert rows == [("a", "succeeded"), ("b", "succeeded")]  # the call itself succeeded
+    clock.advance(60_001)  # after its backoff (issue 20 item 1)
     again = drain(led, handler, worker_id="w")
     assert again.done == 1
     assert committed == ["b", "a"]
@@ -584,3 +588,172 @@ def test_r_res_3_a_source_paused_before_the_follow_up_ends_its_item_paused(
     assert calls == [AttemptRole.PRIMARY]  # the correction was refused, never called
     assert (summary.items, summary.paused, summary.failed) == (1, 1, 0)
     assert _state(led) == ("paused", None)
+
+
+# --------------------------------------------------------------------------- issue 20 item 1
+
+
+def _always_failing_commit(clock: Clock, calls: list[str]) -> Handler:
+    """A good provider call whose commit always raises (the handler's own store is down)."""
+
+    def handler(job: Job) -> HandlerResult:
+        calls.append(job.source_id)
+        clock.advance(5)
+
+        def commit() -> None:
+            raise OSError("the handler's own store is full")
+
+        return HandlerResult.success(commit=commit)
+
+    return handler
+
+
+def _source_row(led: Ledger, source: str = "s") -> tuple[Any, ...]:
+    return stored(
+        led.state.db_url,
+        "SELECT state, failures, backoff_steps, retry_at_ms, pause_reason FROM sources "
+        "WHERE id = :id",
+        id=source,
+    )[0]
+
+
+def test_issue20_item1_r_pol_3_a_failing_commit_backs_off_and_costs_one_call_per_drain(
+    make_ledger: LedgerFactory, clock: Clock, home: Path
+) -> None:
+    led = make_ledger(defaultModel="alpha/small", sourceCalls=10)
+    led.add_source("s", "payload")
+    calls: list[str] = []
+    summary = drain(led, _always_failing_commit(clock, calls), worker_id="w")
+    assert calls == ["s"]  # one provider call, never rerun back to back
+    assert (summary.items, summary.commit_failed, summary.attempts) == (1, 1, 1)
+    now = q.ledger_now(led.db)
+    state, failures, steps, retry_at, paused = _source_row(led)
+    assert (state, failures, steps, paused) == ("queued", 1, 1, None)
+    assert retry_at == now + 60_000  # R-POL-3: the first backoff, 1 min (jitter 0 here)
+    # nothing due: another drain makes no call until the backoff ends
+    assert drain(led, _always_failing_commit(clock, calls), worker_id="w").items == 0
+    assert calls == ["s"]
+    # status and source show say so
+    doc = json.loads(CliRunner().invoke(_cli(), ["--home", str(home), "status", "--json"]).output)
+    listed = {s["id"]: s for s in doc["sources"]["list"]}
+    assert listed["s"]["failures"] == 1
+    assert listed["s"]["retry_at"] is not None
+    assert any(
+        n["source"] == "s" and "commit failed" in n["message"] for n in doc["notices"]
+    ), doc["notices"]
+    text = CliRunner().invoke(_cli(), ["--home", str(home), "status"]).output
+    assert "commit failed" in text
+    shown = json.loads(
+        CliRunner().invoke(_cli(), ["--home", str(home), "source", "show", "s", "--json"]).output
+    )
+    assert (shown["failures"], shown["backoff_steps"]) == (1, 1)
+    assert shown["retry_at"] is not None
+
+
+@pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
+def test_issue20_item1_r_pol_5_failing_commits_reach_the_failure_cap(
+    make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    led = make_ledger(defaultModel="alpha/small", sourceCalls=10)
+    led.add_source("s", "payload")
+    calls: list[str] = []
+    outcomes = []
+    for backoff_ms in (60_000, 300_000, 900_000, 3_600_000, 3_600_000):
+        summary = drain(led, _always_failing_commit(clock, calls), worker_id="w")
+        outcomes.append((summary.commit_failed, summary.paused))
+        retry_at = _source_row(led)[3]
+        if len(outcomes) < 5:
+            assert retry_at == q.ledger_now(led.db) + backoff_ms  # 1, 5, 15 min, then 1 h
+        clock.advance(backoff_ms + 1)
+    assert len(calls) == 5  # one call per backoff period
+    assert outcomes == [(1, 0)] * 4 + [(0, 1)]  # the 5th failure pauses the source
+    state, failures, _, _, paused = _source_row(led)
+    assert (state, failures, paused) == ("paused", 5, "failure_cap")
+    assert drain(led, _always_failing_commit(clock, calls), worker_id="w").items == 0
+    assert len(calls) == 5
+
+
+def test_issue20_item1_a_failing_commit_in_a_worker_process_makes_one_provider_call(
+    tmp_path: Path,
+) -> None:
+    with StandIn(default=Scripted(text='{"ok": true}')) as standin:
+        home = standin_home(tmp_path / "home", standin, sourceCalls=4)
+        led = open_ledger(home)
+        led.add_source("s", "payload")
+        led.close()
+        proc = subprocess.run(
+            worker_argv(home, "--once", "--json", "--handler",
+                        "tests.procs:failing_commit_handler"),
+            cwd=ROOT, env=cli_env(), capture_output=True, timeout=120, check=False,
+        )
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert json.loads(proc.stdout)["commit_failed"] == 1
+    assert len(standin.requests) == 1  # was 4 (every source call) before issue 20 item 1
+    assert db_rows(home, "SELECT state, failures, backoff_steps FROM sources") == [
+        ("queued", 1, 1)
+    ]
+
+
+def _cli() -> Any:
+    from ledger.cli.main import _register, cli
+
+    _register()
+    return cli
+
+
+# --------------------------------------------------------------------------- issue 20 item 2
+
+
+@pytest.mark.parametrize("lease_ms", [10, 40, 1000])
+def test_issue20_item2_r_q_2_four_worker_processes_commit_a_slow_commit_once(
+    tmp_path: Path, lease_ms: int
+) -> None:
+    """Four `worker run --loop` processes, one source whose commit takes 3 s (3 leases at the
+    floor): the heartbeat keeps the lease, so it is called and committed once. A lease shorter
+    than the heartbeat can keep is refused before any work (before issue 20: 3 calls and 3
+    commits at 10 ms here, 4 at 40 ms in the issue's run)."""
+    reply = '{"ok": true}'
+    log = tmp_path / "commits.log"
+    with StandIn(default=Scripted(text=reply)) as standin:
+        home = standin_home(tmp_path / "home", standin, leaseMs=1000, timeoutMs=10_000)
+        led = open_ledger(home)
+        led.add_source("s", "payload")
+        led.close()
+        policy = json.loads((home / "recovery.json").read_text())
+        (home / "recovery.json").write_text(json.dumps({**policy, "leaseMs": lease_ms}))
+        env = cli_env(LEDGER_TEST_LOG=str(log))
+        workers = [
+            subprocess.Popen(
+                worker_argv(home, "--loop", "--handler", "tests.procs:slow_commit_handler",
+                            "--worker-id", f"w{i}"),
+                cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            )
+            for i in range(4)
+        ]
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and any(w.poll() is None for w in workers):
+                if db_rows(home, "SELECT state FROM sources") == [("done",)]:
+                    time.sleep(1.5)  # past another lease: any rival would have claimed by now
+                    break
+                time.sleep(0.1)
+            for w in workers:
+                if w.poll() is None:
+                    w.terminate()
+            errors = [w.communicate(timeout=60)[1].decode() for w in workers]
+            results = [(w.returncode, err) for w, err in zip(workers, errors, strict=True)]
+        finally:
+            for w in workers:
+                if w.poll() is None:
+                    w.kill()
+                    w.communicate()
+    if lease_ms < 1000:
+        assert [code for code, _ in results] == [2] * 4
+        assert all("leaseMs: must be at least 1000" in err for _, err in results)
+        assert not log.exists()
+        assert standin.requests == []
+        return
+    assert [code for code, _ in results] == [0] * 4, results
+    assert log.read_text().split("\n") == ["start s", "s", ""]  # committed once
+    assert len(standin.requests) == 1
+    assert db_rows(home, "SELECT state, lease_owner FROM sources") == [("done", None)]

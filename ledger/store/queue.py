@@ -13,9 +13,11 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, Row, and_, exists, func, or_, select, update
 
+from ledger.classify import Classification
 from ledger.kinds import AttemptRole, AttemptStatus, FailureKind, SourceState
-from ledger.policy_table import OUTPUT_FAILURE_CAP, backoff_ms
+from ledger.policy_table import OUTPUT_FAILURE_CAP, FailureContext, backoff_ms, decide
 from ledger.store.engine import Database
+from ledger.store.reservations import apply_to_source
 from ledger.store.schema import reservations, sources
 
 _QUEUED = SourceState.QUEUED.value
@@ -274,6 +276,53 @@ def defer_owed_fallback(
             .values(retry_at_ms=until, backoff_steps=sources.c.backoff_steps + 1)
         )
         return until
+
+
+COMMIT_FAILED = Classification(FailureKind.UNKNOWN, "commit_failed")
+"""A handler's commit that raised after a good call: the `unknown` row's generic bounded retry."""
+
+
+@dataclass(frozen=True)
+class CommitFailure:
+    """What a failed commit did to its source: the backoff it set and the pause, if any."""
+
+    retry_at_ms: int | None
+    paused: str | None
+
+
+def commit_failed(
+    db: Database, source_id: str, worker_id: str, model_key: str, jitter: Callable[[], float]
+) -> CommitFailure | None:
+    """Count a failed commit as one failure of the source (issue 20 item 1, one write txn).
+
+    The call succeeded (its reservation stays `succeeded`, the provider's health is untouched),
+    but the result was not taken: the source gets the generic backoff (R-POL-3), the failure
+    counts toward the failure cap (R-POL-5) and a notice says so, so a commit that keeps failing
+    costs one provider call per backoff period instead of the source's every call at once.
+    None when the lease was lost meanwhile (the source is another worker's now).
+    """
+    with db.write() as txn:
+        src = txn.conn.execute(select(sources).where(*_held_by(source_id, worker_id))).first()
+        if src is None:
+            return None
+        row = src._mapping
+        decision = decide(
+            FailureContext(
+                classification=COMMIT_FAILED,
+                model_key=model_key,
+                now_ms=txn.now,
+                recent_transport_strikes=0,
+                failures=int(row["failures"]),
+                output_failures=int(row["output_failures"]),
+                backoff_steps=int(row["backoff_steps"]),
+                correction_used=bool(row["correction_used"]),
+                was_follow_up=True,  # the item is over: nothing follows at once
+            ),
+            jitter,
+        )
+        message = f"commit failed on {model_key}: the call succeeded, the handler's commit raised"
+        paused = apply_to_source(txn.conn, txn.now, row, decision, model_key, message)
+        return CommitFailure(decision.backoff_until_ms, paused)
 
 
 @dataclass(frozen=True)

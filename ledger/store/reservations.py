@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Row, bindparam, delete, func, insert, select, update
+from sqlalchemy import Connection, Row, RowMapping, bindparam, delete, func, insert, select, update
 
 from ledger import budgets
 from ledger.catalog import Catalog, Model
@@ -35,6 +35,9 @@ from ledger.store.notices import record_notice
 from ledger.store.schema import cost_hours, reservations, source_models, sources, transport_strikes
 
 STRIKE_WINDOW_MS = 15 * 60_000
+FOLLOW_UP_GRACE_MS = 10_000
+"""How long after the failed reservation's deadline its immediate follow-up may still be
+reserved (a settle and a reserve of the same queue item, each maybe waiting for the write lock)."""
 
 # Hot-path statements, built once (construction and cache-key work is most of the Python cost).
 _BY_REQUEST_ID = select(reservations).where(reservations.c.request_id == bindparam("request_id"))
@@ -165,19 +168,23 @@ class _Role:
 
 
 def _permitted_follow_up(
-    conn: Connection, request: ReserveRequest, after_id: int
+    conn: Connection, now: int, request: ReserveRequest, after_id: int
 ) -> _Role | None:
     """The follow-up `after_id` permits for this request, or None (R-POL-4, issue 12 item 6).
 
     Granted only when the named reservation is this source's newest one, failed, stored a
     follow-up permission, was not itself a follow-up, and the request fits that permission: a
-    fallback goes to another model, a correction to the same one.
+    fallback goes to another model, a correction to the same one. Only within the failed
+    reservation's own queue item (issue 20 item 3): never after its deadline plus
+    FOLLOW_UP_GRACE_MS, and never once a worker released the source after the failure.
     """
     failed = conn.execute(_BY_ID, {"b_id": after_id}).first()
     if failed is None or failed.source_id != request.source_id:
         # a typo must not silently turn into a plain reservation: bad input, nothing written
         raise UsageError("after names no reservation of this source")
     if failed.status != AttemptStatus.FAILED.value or failed.after_id is not None:
+        return None
+    if now > failed.deadline_ms + FOLLOW_UP_GRACE_MS or _released_since(conn, failed):
         return None
     newest = conn.execute(_NEWEST_OF_SOURCE, {"source_id": request.source_id}).scalar()
     if newest != after_id or failed.follow_up is None:
@@ -190,8 +197,23 @@ def _permitted_follow_up(
     return None
 
 
+_RELEASED_AFTER = select(sources.c.id).where(
+    sources.c.id == bindparam("source_id"),
+    sources.c.in_queue.is_(True),
+    sources.c.last_checked_ms > bindparam("settled_ms"),
+)
+
+
+def _released_since(conn: Connection, failed: Row[Any]) -> bool:
+    """A queued source's item ended after this failure: a worker's release stamps
+    `last_checked_ms`. Within an item only a reserve refused for a cooling route moves it too,
+    and such a refusal ends a worker's item anyway."""
+    params = {"source_id": failed.source_id, "settled_ms": failed.settled_ms}
+    return conn.execute(_RELEASED_AFTER, params).first() is not None
+
+
 def _checked_role(
-    conn: Connection, request: ReserveRequest, source: budgets.SourceBudget
+    conn: Connection, now: int, request: ReserveRequest, source: budgets.SourceBudget
 ) -> tuple[_Role, bool]:
     """The role to record and whether this is the permitted immediate follow-up (item 10).
 
@@ -202,7 +224,7 @@ def _checked_role(
         return _Role(AttemptRole.OVERRIDE), False
     follow = None
     if request.immediate_after is not None:
-        follow = _permitted_follow_up(conn, request, request.immediate_after)
+        follow = _permitted_follow_up(conn, now, request, request.immediate_after)
     if follow is not None:
         if request.role not in (AttemptRole.PRIMARY, follow.role) or (
             request.fallback_from not in (None, follow.fallback_from)
@@ -265,7 +287,7 @@ def reserve(
         model_cooldown_until=model_until,
     )
     estimate = budgets.estimate_micro(model, request.input_bytes, policy.reply_tokens)
-    recorded, immediate = _checked_role(conn, request, source)
+    recorded, immediate = _checked_role(conn, now, request, source)
     verdict = budgets.check(
         state,
         policy,
@@ -513,6 +535,7 @@ def _settle_failure(
             correction_used=bool(src["correction_used"]),
             side_effects=outcome.side_effects,
             was_follow_up=r["after_id"] is not None,
+            override=r["role"] == AttemptRole.OVERRIDE.value,
             existing_cooldowns=existing,
         ),
         jitter,
@@ -522,7 +545,8 @@ def _settle_failure(
     cost = actual if actual is not None else r["estimate_micro"]
     actions = list(decision.actions)
     follow_up = None
-    if decision.use_correction and r["after_id"] is None:
+    immediate = r["after_id"] is None and r["role"] != AttemptRole.OVERRIDE.value
+    if decision.use_correction and immediate:
         follow_up = FollowUp.CORRECTION.value
     elif decision.fallback is not None:
         follow_up = FollowUp.FALLBACK.value
@@ -552,48 +576,10 @@ def _settle_failure(
             action.kind.value,
             action.origin,
         )
-    changes: dict[str, object] = {}
-    if decision.counts_failure:
-        changes["failures"] = sources.c.failures + 1
-    if decision.counts_output_failure:
-        changes["output_failures"] = sources.c.output_failures + 1
-    if decision.backoff_until_ms is not None:
-        changes["retry_at_ms"] = decision.backoff_until_ms
-        changes["backoff_steps"] = sources.c.backoff_steps + 1
-    if decision.use_correction:
-        changes["correction_used"] = True
-        changes["correction_reason"] = decision.reason
-    pause_reason = decision.pause_reason
-    if src["state"] == SourceState.DONE.value:
-        pause_reason = None  # R-RES-3: finished is final, never flipped to paused
-    if pause_reason is not None:
-        # the lease stays with its worker, which releases it (resume cannot hand it out)
-        changes["state"] = SourceState.PAUSED.value
-        changes["pause_reason"] = pause_reason
-    if changes:
-        conn.execute(update(sources).where(sources.c.id == r["source_id"]).values(**changes))
+    pause_reason = apply_to_source(conn, now, src, decision, str(r["model_key"]))
     if decision.transport_strike:
         conn.execute(insert(transport_strikes).values(model_key=r["model_key"], at_ms=now))
     source_id = str(r["source_id"])
-    if decision.counts_failure:
-        record_notice(
-            conn,
-            now,
-            "failure",
-            # keyed by everything the message says, so a count never misstates it (R-DIAG-4)
-            f"failure:{source_id}:{decision.kind.value}:{decision.subkind}:{r['model_key']}",
-            f"{decision.kind.value} ({decision.subkind}) on {r['model_key']}",
-            source_id,
-        )
-    if pause_reason is not None:
-        record_notice(
-            conn,
-            now,
-            "pause",
-            f"pause:{source_id}:{pause_reason}",
-            f"source paused: {pause_reason}",
-            source_id,
-        )
     if pause_reason != decision.pause_reason:
         actions.append("not paused: the source is finished (R-RES-3)")
     if late:
@@ -613,3 +599,58 @@ def _settle_failure(
         paused=pause_reason,
         cost_micro=cost,
     )
+
+
+def apply_to_source(
+    conn: Connection,
+    now: int,
+    src: RowMapping,
+    decision: Decision,
+    model_key: str,
+    message: str | None = None,
+) -> str | None:
+    """Write one failure's decision to its source (`src`: its row, read in the caller's write
+    transaction): counters, backoff, owed correction, pause, and the deduplicated failure and
+    pause notices (R-DIAG-4). Returns the pause reason written; a finished source is never
+    paused (R-RES-3)."""
+    changes: dict[str, object] = {}
+    if decision.counts_failure:
+        changes["failures"] = sources.c.failures + 1
+    if decision.counts_output_failure:
+        changes["output_failures"] = sources.c.output_failures + 1
+    if decision.backoff_until_ms is not None:
+        changes["retry_at_ms"] = decision.backoff_until_ms
+        changes["backoff_steps"] = sources.c.backoff_steps + 1
+    if decision.use_correction:
+        changes["correction_used"] = True
+        changes["correction_reason"] = decision.reason
+    pause_reason = decision.pause_reason
+    if src["state"] == SourceState.DONE.value:
+        pause_reason = None  # R-RES-3: finished is final, never flipped to paused
+    if pause_reason is not None:
+        # the lease stays with its worker, which releases it (resume cannot hand it out)
+        changes["state"] = SourceState.PAUSED.value
+        changes["pause_reason"] = pause_reason
+    source_id = str(src["id"])
+    if changes:
+        conn.execute(update(sources).where(sources.c.id == source_id).values(**changes))
+    if decision.counts_failure:
+        record_notice(
+            conn,
+            now,
+            "failure",
+            # keyed by everything the message says, so a count never misstates it (R-DIAG-4)
+            f"failure:{source_id}:{decision.kind.value}:{decision.subkind}:{model_key}",
+            message or f"{decision.kind.value} ({decision.subkind}) on {model_key}",
+            source_id,
+        )
+    if pause_reason is not None:
+        record_notice(
+            conn,
+            now,
+            "pause",
+            f"pause:{source_id}:{pause_reason}",
+            f"source paused: {pause_reason}",
+            source_id,
+        )
+    return pause_reason
