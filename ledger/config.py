@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ledger.validation import load_document, parse_document
+from ledger.validation import Printable, load_document, parse_document
 
 POLICY_FILE = "recovery.json"
 
@@ -17,8 +17,8 @@ _MODEL_KEY = r"^[^/\s]{1,100}/[^\s]{1,200}$"
 _GLOB = r"^[^\s]{1,300}$"
 
 PositiveInt = Annotated[int, Field(gt=0, le=10**12)]
-ModelKey = Annotated[str, Field(pattern=_MODEL_KEY)]
-Glob = Annotated[str, Field(pattern=_GLOB)]
+ModelKey = Annotated[str, Field(pattern=_MODEL_KEY), Printable]
+Glob = Annotated[str, Field(pattern=_GLOB), Printable]
 
 
 class RouteRules(BaseModel):

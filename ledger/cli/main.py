@@ -24,6 +24,7 @@ from ledger.catalog import Catalog
 from ledger.cli.commands import COMMANDS
 from ledger.errors import LedgerError
 from ledger.home import StateDir, state_dir, symlink_warning
+from ledger.shown import printable
 from ledger.store.engine import network_filesystem
 
 COMMAND_WORD = re.compile(r"[a-z0-9-]{1,32}")
@@ -148,7 +149,7 @@ class LedgerGroup(click.Group):
         except click.UsageError as error:  # bad input: one line, exit 2 (SPEC 13)
             if isinstance(error, click.exceptions.NoArgsIsHelpError):
                 raise
-            text = "".join(c if c.isprintable() else "?" for c in error.format_message())
+            text = printable(error.format_message())
             click.echo(f"ledger: {text}", err=True)
             sys.exit(error.exit_code)
         except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
