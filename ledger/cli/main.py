@@ -44,14 +44,18 @@ class AppContext:
     def ledger(self, create: bool = True, catalog: Catalog | None = None) -> Ledger:
         """Open the ledger once per command (policy and catalog read at start, R-HOME-3).
 
-        Read-only commands pass `create=False`: they create no directory and no database. A
+        Nothing is created here: a missing database reads as an empty ledger, and only a write
+        that records something creates it; read-only commands pass `create=False` (never). A
         command that checked the catalog first passes it, so the file is read only once.
         """
         if self._ledger is None:
             warning = symlink_warning(self.state.path)
             if warning:
                 click.echo(warning, err=True)
-            self._ledger = Ledger.open(self.home, self.db, create=create, catalog=catalog)
+            # a command creates the ledger only by a write that records something (issue 25)
+            self._ledger = Ledger.open(
+                self.home, self.db, create=create, catalog=catalog, lazy=True
+            )
             path = self._ledger.state.db_path
             fs = network_filesystem(path) if path is not None else None
             if fs:

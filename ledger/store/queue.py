@@ -16,6 +16,7 @@ from sqlalchemy import ColumnElement, Connection, Row, and_, exists, func, or_, 
 from ledger.kinds import AttemptRole, AttemptStatus, FailureKind, SourceState
 from ledger.policy_table import OUTPUT_FAILURE_CAP, backoff_ms
 from ledger.store.engine import Database
+from ledger.store.pending import rehearsed
 from ledger.store.schema import reservations, sources
 
 _QUEUED = SourceState.QUEUED.value
@@ -72,6 +73,7 @@ def _due(now: int) -> ColumnElement[bool]:
     )
 
 
+@rehearsed
 def claim(
     db: Database, worker_id: str, lease_ms: int, *, checked_before: int | None = None
 ) -> Claim | None:
