@@ -6,7 +6,9 @@ creates nothing; the first write that records something creates the directory an
 from __future__ import annotations
 
 import json
+import sqlite3
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -169,3 +171,43 @@ def test_issue20_item13_lazy_open_creates_nothing_until_a_write(tmp_path: Path) 
     assert [r["id"] for r in source_rows(reader.db)] == ["s1"]
     reader.close()
     writer.close()
+
+
+def _dump(path: Path) -> dict[str, list[tuple[object, ...]]]:
+    with sqlite3.connect(path) as raw:
+        names = [r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        return {n: sorted(raw.execute(f'SELECT * FROM "{n}"').fetchall(), key=repr) for n in names}
+
+
+@pytest.mark.parametrize(
+    ("args", "changed"),
+    [
+        (("reserve", "s1", "--model", "gamma/g1"), {"clock"}),  # denied_by_route
+        (("reserve", "s1", "--model", "alpha/small"), {"clock", "sources"}),  # provider_cooldown
+    ],
+)
+def test_issue25_item3_a_refusal_writes_only_what_the_readme_says(
+    tmp_path: Path, args: tuple[str, ...], changed: set[str]
+) -> None:
+    home = home_with_catalog(tmp_path)
+    (home / "recovery.json").write_text(json.dumps({"routes": {"deny": ["gamma/*"]}}))
+    assert invoke(home, "source", "add", "s1").exit_code == 0
+    assert invoke(home, "cooldown", "set", "alpha", "1h").exit_code == 0
+    before = _dump(home / "ledger.db")
+    time.sleep(0.01)  # the refusal's ledger time is later than the last write's
+    refused = invoke(home, *args)
+    assert refused.exit_code == 3, refused.output
+    after = _dump(home / "ledger.db")
+    assert {name for name in after if after[name] != before[name]} == changed
+    if "sources" in changed:  # only the source's last-checked time moved
+        [old] = before["sources"]
+        [new] = after["sources"]
+        assert [k for k, (a, b) in enumerate(zip(old, new, strict=True)) if a != b] == [
+            _column_index(home, "sources", "last_checked_ms")
+        ]
+
+
+def _column_index(home: Path, table: str, column: str) -> int:
+    with sqlite3.connect(home / "ledger.db") as raw:
+        names = [r[1] for r in raw.execute(f'PRAGMA table_info("{table}")')]
+    return names.index(column)

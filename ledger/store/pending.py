@@ -117,6 +117,12 @@ class PendingDatabase(Database):
         with super().read() as conn:
             yield conn
 
+    def read_now(self, conn: Connection) -> int:
+        """Ledger time for a read (on the empty ledger: this host's clock, or the injected one)."""
+        if self._pending:
+            return self._empty_ledger().read_now(conn)
+        return super().read_now(conn)
+
     @contextmanager
     def write(self) -> Iterator[WriteTxn]:
         """In a rehearsal, a rolled-back write on the empty ledger; else the database's write,
