@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import stat
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -134,6 +136,7 @@ def test_issue25_item3_failed_write_on_fresh_home_creates_nothing(
         (("reserve", "a", "--model", "gamma/g1"), 3),  # denied by the route rule below
         (("cooldown", "clear", "alpha"), 0),  # removed 0: nothing to record
         (("worker", "run", "--once"), 0),  # an empty queue
+        (("db", "compact"), 0),  # nothing to fold
     ],
 )
 def test_issue25_item3_failed_or_empty_write_with_catalog_creates_nothing(
@@ -211,3 +214,19 @@ def _column_index(home: Path, table: str, column: str) -> int:
     with sqlite3.connect(home / "ledger.db") as raw:
         names = [r[1] for r in raw.execute(f'PRAGMA table_info("{table}")')]
     return names.index(column)
+
+
+def test_issue25_item3_first_writers_at_once_create_one_ledger(tmp_path: Path) -> None:
+    """Eight processes record their first write on a state directory that does not exist yet."""
+    home = tmp_path / "h"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "ledger", "--home", str(home), "source", "add", f"s{i}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        for i in range(8)
+    ]
+    errors = [(p.wait(timeout=120), p.communicate(timeout=60)[1]) for p in procs]
+    assert [code for code, _ in errors] == [0] * 8, errors
+    listed = json.loads(invoke(home, "source", "list", "--json").stdout)["sources"]
+    assert sorted(s["id"] for s in listed) == [f"s{i}" for i in range(8)]

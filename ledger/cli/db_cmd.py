@@ -92,6 +92,7 @@ def compact_cmd(app: AppContext, older_than: str | None, as_json: bool) -> None:
     db = open_database(
         app.state.db_url,
         create=True,
+        lazy=True,
         busy_timeout_ms=policy.busy_timeout_ms,
         prepare=partial(ensure_home, app.state.path),
     )  # nothing recorded yet: folds nothing and creates nothing

@@ -60,9 +60,10 @@ class PendingDatabase(Database):
         self._path = sqlite_file(url)
         self._pending = True
         self._empty: Database | None = None
+        # one thread at a time uses the empty ledger (a single in-memory connection); the
+        # rehearsal flag belongs to the thread that rehearses
         self._guard = threading.RLock()
-        self._rehearsing = False
-        self._rehearsal_wrote = False
+        self._rehearsal = threading.local()
 
     @property
     def pending(self) -> bool:
@@ -111,7 +112,7 @@ class PendingDatabase(Database):
     def read(self) -> Iterator[Connection]:
         """A read of the empty ledger while nothing is recorded, else of the database."""
         if self.pending:
-            with self._empty_ledger().read() as conn:
+            with self._guard, self._empty_ledger().read() as conn:
                 yield conn
             return
         with super().read() as conn:
@@ -127,7 +128,7 @@ class PendingDatabase(Database):
     def write(self) -> Iterator[WriteTxn]:
         """In a rehearsal, a rolled-back write on the empty ledger; else the database's write,
         creating the database first when nothing is recorded yet."""
-        if self._rehearsing:
+        if getattr(self._rehearsal, "active", False):
             with self._rehearse() as txn:
                 yield txn
             return
@@ -148,19 +149,20 @@ class PendingDatabase(Database):
                 before = getattr(raw, "total_changes", 0)
                 yield txn
                 # rows the operation changed (the clock row written above is not counted)
-                self._rehearsal_wrote |= getattr(raw, "total_changes", 0) != before
+                self._rehearsal.wrote |= getattr(raw, "total_changes", 0) != before
             finally:
                 transaction.rollback()
 
     @contextmanager
     def rehearsal(self) -> Iterator[Callable[[], bool]]:
         """Writes inside go to the empty ledger and are rolled back; yields `wrote()`."""
+        state = self._rehearsal
         with self._guard:
-            self._rehearsing, self._rehearsal_wrote = True, False
+            state.active, state.wrote = True, False
             try:
-                yield lambda: self._rehearsal_wrote
+                yield lambda: bool(state.wrote)
             finally:
-                self._rehearsing = False
+                state.active = False
 
     def dispose(self) -> None:
         """Close pooled connections (the empty ledger's too)."""
