@@ -75,16 +75,16 @@ class PendingDatabase(Database):
         return self._pending
 
     def _open(self, *, create: bool) -> None:
-        """Switch to the real database: check (or, with `create`, build) it at head (R-DB-4)."""
-        self._pending = False
+        """Switch to the real database once it is checked (or, with `create`, built) at head
+        (R-DB-4); the check runs on a handle of its own, so no reader sees it half-made."""
+        checker = Database(self.url, busy_timeout_ms=self.busy_timeout_ms, clock_fn=self.clock_fn)
         try:
-            migrate.open_checked(self, create=create)
+            migrate.open_checked(checker, create=create)
         except NoLedgerError:  # still being created by another process: stay empty for now
-            self._pending = True
             return
-        except BaseException:
-            self._pending = True
-            raise
+        finally:
+            checker.dispose()
+        self._pending = False
         if self._empty is not None:
             self._empty.dispose()
             self._empty = None
