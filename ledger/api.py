@@ -6,6 +6,7 @@ import os
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,7 +18,8 @@ from ledger.errors import NotFoundError, UsageError
 from ledger.home import StateDir, ensure_home, state_dir
 from ledger.kinds import AttemptRole, CooldownScope, FailureKind
 from ledger.records import Outcome, Reservation, SettleResult
-from ledger.store import Database, Store, migrate
+from ledger.store import Database, Store
+from ledger.store.pending import open_database
 from ledger.store.reservations import ReserveRequest
 
 if TYPE_CHECKING:
@@ -78,24 +80,28 @@ class Ledger:
         clock: Callable[[], int] | None = None,
         jitter: Callable[[], float] = random.random,
         create: bool = True,
+        lazy: bool = False,
     ) -> Ledger:
         """Resolve the state dir, read policy and catalog once (R-HOME-3), check the schema.
 
-        With `create=False` (read-only commands) nothing is created: a missing state directory or
-        database file is a `NoLedgerError` (exit 4).
+        Policy and catalog are validated first, so a bad `recovery.json` is reported before
+        anything is created. A missing database is created at once (state directory 0700,
+        database 0600, head revision); with `lazy=True` (the CLI) only by the first write that
+        records something, the ledger reading as empty until then; with `create=False`
+        (read-only commands) never: the ledger reads as empty.
         """
         state = state_dir(None if home is None else str(home), db)
-        check_db_target(state.db_url, create=create, home=state.path.absolute())
-        if create:
-            ensure_home(state.path)
         policy = policy if policy is not None else load_policy(state.path)
         catalog = catalog if catalog is not None else load_catalog(state.path)
-        database = Database(state.db_url, busy_timeout_ms=policy.busy_timeout_ms, clock_fn=clock)
-        try:
-            migrate.open_checked(database, create=create)
-        except BaseException:
-            database.dispose()
-            raise
+        check_db_target(state.db_url, create=create, home=state.path.absolute())
+        database = open_database(
+            state.db_url,
+            create=create,
+            lazy=lazy,
+            busy_timeout_ms=policy.busy_timeout_ms,
+            clock_fn=clock,
+            prepare=partial(ensure_home, state.path),
+        )
         return cls(
             state, policy, catalog, Store(database, jitter), os.environ if env is None else env
         )

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, PrivateAttr, model
 
 from ledger.errors import UsageError
 from ledger.provider_urls import NoBaseUrlError, known_base_url
-from ledger.validation import load_document, parse_document
+from ledger.validation import Printable, load_document, parse_document
 
 CATALOG_FILE = "catalog.json"
 NO_CATALOG = (
@@ -30,6 +30,8 @@ _NO_BASE_URL = "ledger.catalog.no_base_url"
 Price = Annotated[float, Field(ge=0, le=1_000_000, allow_inf_nan=False)]
 Count = Annotated[int, Field(gt=0, le=10**10)]
 Modality = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$")]
+ProviderName = Annotated[str, Field(pattern=r"^[^/\s]{1,100}$"), Printable]
+ModelId = Annotated[str, Field(pattern=r"^[^\s]{1,200}$"), Printable]
 
 
 class Provider(BaseModel):
@@ -42,7 +44,9 @@ class Provider(BaseModel):
         None, alias="credentialEnv", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
     )
     api: Literal["openai-chat", "anthropic-messages"] = "openai-chat"
-    base_url: str | None = Field(None, alias="baseUrl", pattern=r"^https?://[^\s]{1,500}$")
+    base_url: Annotated[str, Printable] | None = Field(
+        None, alias="baseUrl", pattern=r"^https?://[^\s]{1,500}$"
+    )
     options: dict[str, JsonValue] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -89,8 +93,8 @@ class Model(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    provider: str = Field(pattern=r"^[^/\s]{1,100}$")
-    id: str = Field(pattern=r"^[^\s]{1,200}$")
+    provider: ProviderName
+    id: ModelId
     input: list[Modality] = Field(default_factory=lambda: ["text"], max_length=16)
     output: list[Modality] = Field(default_factory=lambda: ["text"], max_length=16)
     context_window: Count | None = Field(None, alias="contextWindow")
@@ -191,7 +195,7 @@ class Catalog(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    providers: dict[Annotated[str, Field(pattern=r"^[^/\s]{1,100}$")], Provider] = Field(
+    providers: dict[ProviderName, Provider] = Field(
         default_factory=dict
     )
     models: list[Model] = Field(default_factory=list, max_length=100_000)

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ledger.validation import load_document, parse_document
+from ledger.validation import Printable, load_document, parse_document
 
 POLICY_FILE = "recovery.json"
 
@@ -20,8 +20,8 @@ PositiveInt = Annotated[int, Field(gt=0, le=10**12)]
 MIN_LEASE_MS = 1000
 """The shortest lease a worker's heartbeat can keep: it renews every leaseMs/4 (250 ms at the
 floor), each renewal a write transaction that may wait its turn for the write lock."""
-ModelKey = Annotated[str, Field(pattern=_MODEL_KEY)]
-Glob = Annotated[str, Field(pattern=_GLOB)]
+ModelKey = Annotated[str, Field(pattern=_MODEL_KEY), Printable]
+Glob = Annotated[str, Field(pattern=_GLOB), Printable]
 
 
 class RouteRules(BaseModel):

@@ -2,7 +2,8 @@
 
 Invariant: a bad `--db` / `$LEDGER_DB` ends as one fixed line and exit 2 (bad input) or 4 (the
 store cannot be read), never a hang and never the URL's text (it may hold a password); a command
-that only reads (`create=False`) creates nothing: no directory, no database file.
+that only reads (`create=False`) creates nothing: no directory, no database file (a missing one
+is read as an empty ledger, see ledger/store/pending.py).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from ledger.home import parse_db_url, sqlite_file
 
 
 class NoLedgerError(StoreError):
-    """no ledger database here yet (nothing recorded); `ledger db upgrade` creates an empty one"""
+    """no ledger database here yet (nothing recorded); a read-only command never creates one"""
 
 
 class NotAFileError(StoreError):
@@ -55,11 +56,7 @@ def check_sqlite_path(path: Path, *, create: bool, home: Path | None = None) -> 
         return
     if path.is_symlink():
         raise UsageError("the database path is a symlink to nothing (dangling); fix or remove it")
-    if not create:
-        shown = "".join(c if c.isprintable() else "?" for c in str(path))
-        raise NoLedgerError(
-            f"no ledger database at {shown} yet (nothing recorded); "
-            "`ledger db upgrade` creates an empty one"
-        )
+    if not create:  # nothing recorded yet: a read answers as an empty ledger
+        return
     if not path.parent.is_dir() and path.parent != home:
         raise UsageError("the database's directory does not exist; create it first")

@@ -39,6 +39,9 @@ class SkipReason(StrEnum):
     DUPLICATE = "duplicate"
     BAD_ALIAS = "bad_alias"
     TOO_MANY = "too_many"
+    UNPRINTABLE_NAME = "unprintable_name"
+    """The model key or provider name holds a control or format character (an ANSI escape):
+    never imported, and never printed."""
 
 
 @dataclass(frozen=True)
@@ -147,7 +150,7 @@ def convert(document: object, providers: frozenset[str] | None = None) -> Import
             continue
         aliases += entry is not raw
         reason = _skip_reason(key, entry, providers)
-        if reason in (None, SkipReason.FILTERED):
+        if reason in (None, SkipReason.FILTERED):  # names here are printable
             chat_providers.add(entry["litellm_provider"])
         if reason is None:
             try:
@@ -252,6 +255,8 @@ def _skip_reason(key: object, entry: object, providers: frozenset[str] | None) -
     provider = entry.get("litellm_provider")
     if not isinstance(provider, str) or not provider:
         return SkipReason.NO_PROVIDER
+    if not (key.isprintable() and provider.isprintable()):
+        return SkipReason.UNPRINTABLE_NAME
     if providers is not None and provider not in providers:
         return SkipReason.FILTERED
     return None

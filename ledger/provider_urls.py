@@ -12,7 +12,6 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from urllib.parse import urlsplit, urlunsplit
 
 from ledger.errors import UsageError
 
@@ -59,12 +58,3 @@ def known_base_url(name: str, api: str) -> str | None:
     known = known_providers().get(name)
     return known[1] if known is not None and known[0] == api else None
 
-
-def shown_url(url: str) -> str:
-    """`url` for a terminal or JSON output: a password in its userinfo replaced by `***`."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))

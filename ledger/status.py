@@ -9,7 +9,7 @@ times, money) and never configuration values, credentials, provider error bodies
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ledger.api import Ledger
@@ -20,6 +20,7 @@ from ledger.inert import ConfigFindings, config_findings
 from ledger.records import micro_to_usd
 from ledger.status_text import render_text
 from ledger.store.engine import network_filesystem
+from ledger.store.pending import no_database_yet
 from ledger.store.status_views import StatusData, status_data
 
 SCHEMA_VERSION = 1
@@ -48,9 +49,14 @@ def build_status(ledger: Ledger) -> dict[str, Any]:
     path = ledger.state.db_path
     fs = network_filesystem(path) if path is not None else None
     config = config_findings(ledger.policy, ledger.catalog, ledger.env)
-    return status_document(
+    if ledger.db.pending:  # nothing recorded yet: read as an empty ledger, and said so
+        data = replace(data, journal_mode=None, revision=None)
+    doc = status_document(
         data, ledger.policy, ledger.fingerprint, fresh_routes(ledger), fs, config
     )
+    if ledger.db.pending:
+        doc["warnings"].insert(0, no_database_yet(path))
+    return doc
 
 
 def fresh_routes(ledger: Ledger) -> RouteView:

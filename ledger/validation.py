@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import AfterValidator, BaseModel, ValidationError
 
 from ledger.errors import ConfigError
 
@@ -144,6 +144,17 @@ def _floor_rule(exc: ValidationError) -> str:
         return f"must be at least {floor}"
     return _RULES["greater_than_equal"]
 
+
+def printable_text(value: str) -> str:
+    """A name or URL that reaches terminals: no control or format character (an ANSI escape in
+    an imported key must never be printed raw); refused with a fixed rule, never echoed."""
+    if not value.isprintable():
+        raise ValueError("rule: must not contain control or format characters")
+    return value
+
+
+Printable = AfterValidator(printable_text)
+"""Annotate a `str` field (or dictionary key) with this to refuse non-printable characters."""
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -229,10 +229,10 @@ def test_issue16_item2_read_on_an_empty_database_creates_nothing(
     result = _cli(home, pg, *command)
     tables = rows(pg, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
     assert tables == []
-    if command != ["db", "current"]:
-        assert result.exit_code == 4, result.output
-        assert "ledger db upgrade" in result.output
-    else:
-        assert result.exit_code == 0
+    # issue 20 item 13: a read answers as an empty ledger (nothing recorded), creating nothing
+    assert result.exit_code == 0, result.output
+    if command == ["status"]:
+        assert "no ledger database yet (nothing recorded)" in result.output
+    if command == ["db", "current"]:
         assert "(empty)" in result.output
     assert "Traceback" not in result.output

@@ -20,6 +20,7 @@ from click.testing import CliRunner, Result
 from ledger.api import Ledger
 from ledger.cli.main import _register, cli
 from ledger.home import symlink_warning
+from ledger.store import Database, migrate
 from tests.conftest import TEST_CATALOG
 
 _register()
@@ -62,6 +63,9 @@ def test_r_home_1_new_state_directory_0700_and_database_0600(tmp_path: Path) -> 
 def test_r_db_5_upgrade_and_its_backup_stay_private(tmp_path: Path) -> None:
     home = tmp_path / "state"
     assert invoke(home, "source", "add", "s1").exit_code == 0
+    old = Database(f"sqlite:///{home / 'ledger.db'}")
+    migrate.downgrade(old, "0002")  # at head nothing is backed up (issue 20 item 12)
+    old.dispose()
     result = invoke(home, "db", "upgrade", "--json")
     assert result.exit_code == 0, result.output
     backup = Path(json.loads(result.stdout)["backup"])

@@ -20,7 +20,7 @@ from ledger.cli.main import AppContext, emit_json, pass_app, run
 from ledger.errors import UsageError
 from ledger.home import ensure_home
 from ledger.litellm import ImportResult, convert, merge, parse_litellm
-from ledger.provider_urls import shown_url
+from ledger.shown import shown_url
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 

@@ -2,27 +2,27 @@
 
 from __future__ import annotations
 
-import contextlib
+from functools import partial
 
 import click
 
 from ledger.cli.main import AppContext, emit_json, pass_app
 from ledger.config import Policy, load_policy
-from ledger.db_target import NoLedgerError, check_db_target
+from ledger.db_target import check_db_target
 from ledger.home import ensure_home
 from ledger.store import Database, migrate
+from ledger.store.pending import open_database
 
 
 def _database(app: AppContext, create: bool = True, policy: Policy | None = None) -> Database:
     """The database handle; `create=False` (a read) creates neither directory nor file.
-    `policy`: the one already read by the command (R-HOME-3: read once)."""
-    # `db current` reports a missing database as empty; nothing is opened for it below
-    with contextlib.suppress(NoLedgerError):
-        check_db_target(app.state.db_url, create=create, home=app.state.path.absolute())
-    if create:
-        ensure_home(app.state.path)
+    `policy`: the one already read by the command (R-HOME-3: read once). The policy is read
+    first: a bad recovery.json is reported before anything is checked or created."""
     if policy is None:
         policy = load_policy(app.state.path)
+    check_db_target(app.state.db_url, create=create, home=app.state.path.absolute())
+    if create:
+        ensure_home(app.state.path)
     db = Database(app.state.db_url, busy_timeout_ms=policy.busy_timeout_ms)
     click.get_current_context().call_on_close(db.dispose)
     return db
@@ -88,8 +88,15 @@ def compact_cmd(app: AppContext, older_than: str | None, as_json: bool) -> None:
     policy = load_policy(app.state.path)
     age = parse_duration_ms(older_than) if older_than else policy.retention_days * DAY_MS
     check_older_than(age)
-    db = _database(app, policy=policy)  # disposed when the command closes
-    migrate.open_checked(db)
+    check_db_target(app.state.db_url, create=True, home=app.state.path.absolute())
+    db = open_database(
+        app.state.db_url,
+        create=True,
+        lazy=True,
+        busy_timeout_ms=policy.busy_timeout_ms,
+        prepare=partial(ensure_home, app.state.path),
+    )  # nothing recorded yet: folds nothing and creates nothing
+    click.get_current_context().call_on_close(db.dispose)
     summary = compact(db, now_ms(), age)
     if as_json:
         emit_json(

@@ -24,6 +24,7 @@ from ledger.catalog import Catalog
 from ledger.cli.commands import COMMANDS
 from ledger.errors import LedgerError
 from ledger.home import StateDir, state_dir, symlink_warning
+from ledger.shown import printable
 from ledger.store.engine import network_filesystem
 
 COMMAND_WORD = re.compile(r"[a-z0-9-]{1,32}")
@@ -43,14 +44,18 @@ class AppContext:
     def ledger(self, create: bool = True, catalog: Catalog | None = None) -> Ledger:
         """Open the ledger once per command (policy and catalog read at start, R-HOME-3).
 
-        Read-only commands pass `create=False`: they create no directory and no database. A
+        Nothing is created here: a missing database reads as an empty ledger, and only a write
+        that records something creates it; read-only commands pass `create=False` (never). A
         command that checked the catalog first passes it, so the file is read only once.
         """
         if self._ledger is None:
             warning = symlink_warning(self.state.path)
             if warning:
                 click.echo(warning, err=True)
-            self._ledger = Ledger.open(self.home, self.db, create=create, catalog=catalog)
+            # a command creates the ledger only by a write that records something (issue 25)
+            self._ledger = Ledger.open(
+                self.home, self.db, create=create, catalog=catalog, lazy=True
+            )
             path = self._ledger.state.db_path
             fs = network_filesystem(path) if path is not None else None
             if fs:
@@ -148,7 +153,7 @@ class LedgerGroup(click.Group):
         except click.UsageError as error:  # bad input: one line, exit 2 (SPEC 13)
             if isinstance(error, click.exceptions.NoArgsIsHelpError):
                 raise
-            text = "".join(c if c.isprintable() else "?" for c in error.format_message())
+            text = printable(error.format_message())
             click.echo(f"ledger: {text}", err=True)
             sys.exit(error.exit_code)
         except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):

@@ -1,4 +1,8 @@
-"""The store: the only place that speaks SQL. Every public method is exactly one transaction."""
+"""The store: the only place that speaks SQL. Every public method is exactly one transaction.
+
+Every write method is `@rehearsed`: on a ledger with no database yet it is answered by the empty
+ledger when it fails, is refused or records nothing, and creates the database only otherwise.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from ledger.records import Outcome, Reservation, SettleResult
 from ledger.store import reservations as res_ops
 from ledger.store.cooldowns import clear_cooldowns, upsert_cooldown
 from ledger.store.engine import Database
+from ledger.store.pending import rehearsed
 from ledger.store.schema import sources
 
 __all__ = ["Database", "Store"]
@@ -29,6 +34,7 @@ class Store:
         self.db = db
         self.jitter = jitter
 
+    @rehearsed
     def reserve(
         self, policy: Policy, request: res_ops.ReserveRequest, policy_fp: str
     ) -> Reservation:
@@ -39,6 +45,7 @@ class Store:
             raise Refused(verdict.reason.value, retry_at_ms=verdict.retry_at_ms)
         return verdict
 
+    @rehearsed
     def settle(
         self, catalog: Catalog, reservation_id: int, outcome: Outcome, *, overran: bool = False
     ) -> SettleResult:
@@ -50,6 +57,7 @@ class Store:
 
     # --- sources -------------------------------------------------------------------------
 
+    @rehearsed
     def add_source(self, source_id: str, payload_ref: str | None, enqueue: bool = True) -> bool:
         """Create (or enqueue) a source; returns True when it was new."""
         with self.db.write() as txn:
@@ -70,6 +78,7 @@ class Store:
                 txn.conn.execute(update(sources).where(sources.c.id == source_id).values(**values))
             return False
 
+    @rehearsed
     def set_source_state(self, source_id: str, action: str) -> str:
         """pause / resume / done a source; returns its new state."""
         with self.db.write() as txn:
@@ -100,6 +109,7 @@ class Store:
 
     # --- cooldowns -----------------------------------------------------------------------
 
+    @rehearsed
     def set_cooldown(
         self, scope: CooldownScope, target: str, duration_ms: int, reason: str | None
     ) -> tuple[int, int]:
@@ -117,6 +127,7 @@ class Store:
             )
             return txn.now, until
 
+    @rehearsed
     def clear_cooldown(self, scope: CooldownScope, target: str, force: bool) -> int:
         """Remove manual cooldowns on a target (all origins with force)."""
         origins: tuple[CooldownOrigin, ...] = (CooldownOrigin.MANUAL,)

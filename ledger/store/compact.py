@@ -24,6 +24,7 @@ from sqlalchemy import Connection, bindparam, delete, insert, select, update
 from ledger.budgets import DAY_MS
 from ledger.errors import UsageError
 from ledger.store.engine import Database
+from ledger.store.pending import rehearsed
 from ledger.store.reads import OPEN_LIKE
 from ledger.store.reservations import expire_open
 from ledger.store.schema import daily_totals, reservations, sources
@@ -166,6 +167,7 @@ def fold_batch(conn: Connection, now: int, older_than_ms: int, batch: int) -> tu
     return len(rows), cutoff
 
 
+@rehearsed
 def compact_step(db: Database, now_ms: int, older_than_ms: int, batch: int = 1000) -> int:
     """One bounded write transaction of compaction (for the worker); returns rows folded.
 
@@ -180,6 +182,7 @@ def compact_step(db: Database, now_ms: int, older_than_ms: int, batch: int = 100
     return folded
 
 
+@rehearsed
 def compact(
     db: Database, now_ms: int, older_than_ms: int, batch: int = DEFAULT_BATCH
 ) -> CompactSummary:

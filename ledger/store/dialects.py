@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, exc
+from sqlalchemy.pool import StaticPool
 
 from ledger.errors import (
     BadDatabaseUrlError,
@@ -52,6 +53,11 @@ def make_engine(url: str, busy_timeout_ms: int) -> Engine:
         if isinstance(given, str) and given:
             options = f"{given} {options}"
         kwargs["connect_args"] = {"options": options}
+    elif parsed.database in (None, "", ":memory:"):
+        # one in-memory database for every thread of this process (the empty ledger read while
+        # nothing is recorded yet), not one per thread
+        kwargs["poolclass"] = StaticPool
+        kwargs["connect_args"] = {"check_same_thread": False}
     try:
         engine = create_engine(parsed, **kwargs)
     except ImportError as error:

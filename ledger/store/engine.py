@@ -169,6 +169,11 @@ class Database:
         else:
             event.listen(self.engine, "begin", dialects.postgres_begin)
 
+    @property
+    def pending(self) -> bool:
+        """True while nothing is recorded and no database exists yet (ledger/store/pending.py)."""
+        return False
+
     @staticmethod
     def _on_connect_record_pid(_dbapi_conn: Any, record: Any) -> None:
         record.info["pid"] = os.getpid()

@@ -8,23 +8,26 @@ downgrade.
 
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Connection, column, inspect, select, table, text
+from sqlalchemy import Connection, column, exc, inspect, select, table, text
 
 from ledger.db_target import NoLedgerError
 from ledger.errors import (
+    ReadOnlyError,
     SchemaTooNewError,
     SchemaTooOldError,
+    StorageFullError,
     StoreError,
     UnreadableDatabaseError,
 )
 from ledger.home import secure_file, sqlite_file
-from ledger.store.engine import Database
+from ledger.store.engine import Database, translate
 from ledger.store.schema import meta
 
 if TYPE_CHECKING:
@@ -111,7 +114,10 @@ def _prepare_file(db: Database) -> None:
     path = db_file(db)
     if path is None or path.exists():
         return
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:  # another process created it first: theirs is used as it is
+        return
     os.close(fd)
 
 
@@ -134,11 +140,14 @@ def _check_sqlite_header(path: Path) -> None:
 def _upgrade_in_txn(db: Database, target: str = "head") -> None:
     from alembic import command
 
-    with db.engine.connect() as conn:
-        conn.execution_options(ledger_write=True)
-        with db.write_lock.held(), conn.begin():  # a migration is a write: it queues in turn too
-            command.upgrade(alembic_config(conn), target)
-            _record_meta(conn, db)
+    try:
+        with db.engine.connect() as conn:
+            conn.execution_options(ledger_write=True)
+            with db.write_lock.held(), conn.begin():  # a migration is a write: it queues too
+                command.upgrade(alembic_config(conn), target)
+                _record_meta(conn, db)
+    except (exc.DBAPIError, sqlite3.Error) as error:
+        raise translate(error) from error
 
 
 def _record_meta(conn: Connection, db: Database) -> None:
@@ -185,25 +194,55 @@ def open_checked(db: Database, *, create: bool = True) -> str:
 
 
 def backup_sqlite(path: Path, revision: str, now: datetime | None = None) -> Path:
-    """Copy the database with SQLite's online backup API to ledger.db.bak-<rev>-<UTC stamp>."""
-    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
-    target = path.with_name(f"{path.name}.bak-{revision}-{stamp}")
-    fd = os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    os.close(fd)
-    src = sqlite3.connect(path)
-    dst = sqlite3.connect(target)
+    """Copy the database with SQLite's online backup API to
+    ledger.db.bak-<rev>-<UTC stamp to the microsecond>[-N], a name no other backup has (two
+    upgrades at once each get their own). A directory that refuses the copy is a StoreError."""
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%S.%fZ")
+    base = f"{path.name}.bak-{revision}-{stamp}"
     try:
-        with dst:
-            src.backup(dst)
-    finally:
-        dst.close()
-        src.close()
+        target = _new_private_file(path.parent, base)
+        src = sqlite3.connect(path)
+        dst = sqlite3.connect(target)
+        try:
+            with dst:
+                src.backup(dst)
+        finally:
+            dst.close()
+            src.close()
+    except OSError as exc:
+        raise _os_error(exc) from exc
+    except sqlite3.Error as exc:
+        raise translate(exc) from exc
     secure_file(target)
     return target
 
 
+def _new_private_file(directory: Path, name: str) -> Path:
+    """Create `name` (else `name-2`, `name-3`, …) 0600 with O_EXCL: never another's file."""
+    for n in range(1, 1000):
+        target = directory / (name if n == 1 else f"{name}-{n}")
+        try:
+            fd = os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except FileExistsError:
+            continue
+        os.close(fd)
+        return target
+    raise StoreError("no free backup name beside the database; nothing was changed")
+
+
+def _os_error(exc: OSError) -> StoreError:
+    """The ledger's one line for a file the store could not write (never the OS text)."""
+    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return ReadOnlyError()
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return StorageFullError()
+    return StoreError("a file beside the database could not be written; nothing was changed")
+
+
 def upgrade(db: Database, target: str = "head") -> tuple[str | None, str, Path | None]:
-    """Back up an existing SQLite file, then migrate; returns (from, to, backup path)."""
+    """Back up an existing SQLite file, then migrate; returns (from, to, backup path).
+
+    A database already at the newest revision is left as it is: no backup, no write."""
     path = db_file(db)
     backup: Path | None = None
     if path is not None and path.exists():
@@ -219,9 +258,14 @@ def upgrade(db: Database, target: str = "head") -> tuple[str | None, str, Path |
             raise UnreadableDatabaseError()
     if before is not None and before not in known_revisions():
         raise SchemaTooNewError()
+    if before is not None and before == (head_revision() if target == "head" else target):
+        return before, before, None
     if path is not None and path.exists() and path.stat().st_size > 0 and before is not None:
         backup = backup_sqlite(path, before)
-    _prepare_file(db)
+    try:
+        _prepare_file(db)
+    except OSError as exc:
+        raise _os_error(exc) from exc
     _upgrade_in_txn(db, target)
     if path is not None:
         secure_file(path)

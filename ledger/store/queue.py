@@ -18,6 +18,7 @@ from ledger.kinds import AttemptRole, AttemptStatus, FailureKind, SourceState
 from ledger.policy_table import OUTPUT_FAILURE_CAP, FailureContext, backoff_ms, decide
 from ledger.store.engine import Database
 from ledger.store.reservations import apply_to_source
+from ledger.store.pending import rehearsed
 from ledger.store.schema import reservations, sources
 
 _QUEUED = SourceState.QUEUED.value
@@ -74,6 +75,7 @@ def _due(now: int) -> ColumnElement[bool]:
     )
 
 
+@rehearsed
 def claim(
     db: Database, worker_id: str, lease_ms: int, *, checked_before: int | None = None
 ) -> Claim | None:
