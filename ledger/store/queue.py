@@ -17,8 +17,8 @@ from ledger.classify import Classification
 from ledger.kinds import AttemptRole, AttemptStatus, FailureKind, SourceState
 from ledger.policy_table import OUTPUT_FAILURE_CAP, FailureContext, backoff_ms, decide
 from ledger.store.engine import Database
-from ledger.store.reservations import apply_to_source
 from ledger.store.pending import rehearsed
+from ledger.store.reservations import apply_to_source
 from ledger.store.schema import reservations, sources
 
 _QUEUED = SourceState.QUEUED.value
