@@ -34,9 +34,10 @@ class Store:
     ) -> Reservation:
         """Check every budget and cooldown and insert the reservation, atomically (R-DB-2)."""
         with self.db.write() as txn:
-            verdict = res_ops.reserve(txn.conn, txn.now, policy, request, policy_fp)
+            now = txn.now
+            verdict = res_ops.reserve(txn.conn, now, policy, request, policy_fp)
         if isinstance(verdict, budgets.Refusal):
-            raise Refused(verdict.reason.value, retry_at_ms=verdict.retry_at_ms)
+            raise Refused(verdict.reason.value, retry_at_ms=verdict.retry_at_ms, now_ms=now)
         return verdict
 
     def settle(
