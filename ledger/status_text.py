@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ledger.durations import format_duration_ms
+from ledger.durations import human_duration_ms
 
 WIDTH = 100
 MIN_WIDTH = 80
@@ -91,8 +91,8 @@ def short_time(value: str | None) -> str:
 
 
 def _left(seconds: float) -> str:
-    """Whole seconds left, compact (`1h30m`, `45s`)."""
-    return format_duration_ms(max(0, math.ceil(seconds)) * 1000)
+    """Time left as an operator reads it (`1h59m`, `45s`), never more than is left."""
+    return human_duration_ms(max(0, math.floor(seconds * 1000)))
 
 
 def took(ms: int | None) -> str:
@@ -104,7 +104,7 @@ def took(ms: int | None) -> str:
     if ms < 60_000:
         return f"{ms / 1000:.1f}s"
     minutes, seconds = divmod(ms // 1000, 60)
-    return f"{minutes}m{seconds:02d}s" if minutes < 60 else format_duration_ms(ms // 1000 * 1000)
+    return f"{minutes}m{seconds:02d}s" if minutes < 60 else human_duration_ms(ms)
 
 
 def _money(value: float | None) -> str:
@@ -208,7 +208,7 @@ def _cooldown_lines(doc: dict[str, Any], width: int) -> list[str]:
     lines = [_heading("cooldowns", width)]
     if not doc["cooldowns"]:
         return [*lines, "  none active"]
-    return lines + table(
+    lines += table(
         (
             Column("scope"),
             Column("target", cut=True, min_width=16),
@@ -224,6 +224,10 @@ def _cooldown_lines(doc: dict[str, Any], width: int) -> list[str]:
         ],
         width,
     )
+    for c in doc["cooldowns"]:  # an operator's note (`cooldown set --reason`), as prose
+        if c.get("reason"):
+            lines += _wrap(f"  reason  {c['scope']} {c['target']}: {c['reason']}", width, 10)
+    return lines
 
 
 def _source_lines(doc: dict[str, Any], width: int) -> list[str]:
