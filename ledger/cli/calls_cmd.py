@@ -177,10 +177,8 @@ def settle(
         + (f" ({result.kind}/{result.subkind})" if result.kind else "")
         + (" LATE - do not commit the result" if result.late else "")
     )
-    for action in result.actions:
+    for action in result.actions:  # the actions already say whether a fallback is permitted
         click.echo(f"  - {action}")
-    if result.fallback:
-        click.echo(f"  fallback permitted: {result.fallback}")
 
 
 @click.command("select")
