@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,23 +146,58 @@ def _routes_lines(doc: dict[str, Any], width: int) -> list[str]:
             "  fresh source   no eligible route" + (f"; the first frees at {nxt}" if nxt else ""),
             width,
         )
-    shown = doc["excluded"][:12]
+    excluded = doc["excluded"]
+    if len(excluded) <= EXCLUDED_LISTED:  # a small catalog: each model with its reason
+        lines += table(
+            (Column(""), Column("model", cut=True, min_width=16), Column("reason")),
+            [("" if i else "excluded", e["model"], _reason(e)) for i, e in enumerate(excluded)],
+            width,
+            header=False,
+        )
+        return lines
+    # a large catalog: a count per reason, as `ledger select` shows (`--json` lists each model)
+    rows = [
+        ("" if i else "excluded", reason, f"{count:,}", _reason_note(reason, excluded))
+        for i, (reason, count) in enumerate(doc["excluded_by_reason"].items())
+    ]
     lines += table(
-        (Column(""), Column("model", cut=True, min_width=16), Column("reason")),
-        [
-            (
-                "" if i else "excluded",
-                e["model"],
-                e["reason"] + (f" until {short_time(e['until'])}" if e["until"] else ""),
-            )
-            for i, e in enumerate(shown)
-        ],
+        (Column(""), Column("reason"), Column("models", right=True), Column("")),
+        rows,
         width,
         header=False,
     )
-    if len(doc["excluded"]) > len(shown):
-        lines.append(f"  {'':13}  … and {len(doc['excluded']) - len(shown)} more (see --json)")
+    lines.append(f"  {'':8}  {len(excluded):,} models excluded in all (--json lists each)")
     return lines
+
+
+EXCLUDED_LISTED = 12
+"""Up to this many excluded models are listed one by one; more are counted per reason."""
+
+
+def _reason(e: dict[str, Any]) -> str:
+    """An exclusion's reason with when a cooldown ends or which credential variable to set."""
+    text = str(e["reason"]) + (f" until {short_time(e['until'])}" if e["until"] else "")
+    return text + (f" (set {e['credential_env']})" if e.get("credential_env") else "")
+
+
+def _reason_note(reason: str, excluded: Sequence[dict[str, Any]]) -> str:
+    """For a reason's count: the credential variables to set, or when the first cooldown ends."""
+    of_reason = [e for e in excluded if e["reason"] == reason]
+    ends = [e["until"] for e in of_reason if e.get("until")]
+    if ends:
+        return f"first frees {short_time(min(ends))}"
+    return credential_hint(e.get("credential_env") for e in of_reason)
+
+
+def credential_hint(names: Iterable[str | None], shown: int = 3) -> str:
+    """`set A, B, C (+N more variables)`: the credential variables (names, never values) that
+    would make the most unavailable models available, most useful first; empty if none."""
+    counts = Counter(n for n in names if n)
+    if not counts:
+        return ""
+    ranked = sorted(counts, key=lambda n: (-counts[n], n))
+    more = len(ranked) - shown
+    return "set " + ", ".join(ranked[:shown]) + (f" (+{more} more variables)" if more > 0 else "")
 
 
 def _budget_lines(doc: dict[str, Any], width: int) -> list[str]:
@@ -255,13 +291,20 @@ def _source_lines(doc: dict[str, Any], width: int) -> list[str]:
                 len(s["models"]),
                 s["failures"],
                 s["output_failures"],
-                took(s["time_used_ms"]),
+                took(s["time_used_ms"]) + ("*" if s.get("open_allowance_ms") else ""),
                 _next(s),
             )
             for s in src["list"]
         ],
         width,
     )
+    if any(s.get("open_allowance_ms") for s in src["list"]):
+        lines += _wrap(
+            "  * time used counts the whole allowance of open reservations (and of expired ones,"
+            " never settled), as the sourceTimeMs budget does",
+            width,
+            4,
+        )
     shown, total = len(src["list"]), sum(src["counts"].values())
     if total > shown:
         lines.append(f"  ({shown} of {total} shown: leased, paused and queued first)")

@@ -34,7 +34,9 @@ def test_issue20_item16_unavailable_names_the_credential_variable(home: Path) ->
     assert invoke(home, "db", "upgrade").exit_code == 0
     selected = doc(invoke(home, "select", "s1", "--json", env=env))
     gamma = next(e for e in selected["excluded"] if e["model"] == "gamma/g1")
-    assert gamma == {"model": "gamma/g1", "reason": "unavailable", "credential_env": "GAMMA_TEST_KEY"}
+    assert gamma == {
+        "model": "gamma/g1", "reason": "unavailable", "credential_env": "GAMMA_TEST_KEY"
+    }
     for args in (["select", "s1"], ["select", "s1", "--all"], ["status"]):
         text = invoke(home, *args, env=env).output
         assert "GAMMA_TEST_KEY" in text, args
@@ -107,7 +109,8 @@ def test_issue20_item16_open_allowance_is_said_to_count_as_time_used(home: Path)
     assert shown_doc["open_allowance_ms"] == 120_000
     assert "2m00s*" in status
     assert "* time used counts the whole allowance of open reservations" in status
-    assert "time used 2m00s (all of it the allowance of 1 open reservation)" in shown
+    assert "time used 2m00s\n" in shown
+    assert "of that, 2m00s is the whole allowance of 1 unsettled reservation" in shown
 
 
 def test_issue20_item16_settle_says_fallback_permitted_once(home: Path) -> None:

@@ -206,6 +206,10 @@ def source_detail(db: Database, source_id: str) -> dict[str, Any] | None:
             "source": dict(row._mapping),
             "budget": budget,
             "attempts": [_with_expiry(dict(a._mapping), now) for a in attempts],
+            # the part of time used that unsettled reservations count with their whole allowance
+            "open_allowance": [
+                a.deadline_ms - a.created_ms for a in attempts if a.status in reads.OPEN_LIKE
+            ],
         }
 
 
