@@ -91,6 +91,8 @@ class Success:
         check_tokens(self.input_tokens)
         check_tokens(self.output_tokens)
         check_cost_usd(self.cost_usd)
+        if not isinstance(self.finish, bool):
+            raise UsageError("finish must be True or False")
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,11 @@ class Failed:
     output_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        """Usage is validated as for a success."""
+        """Usage is validated as for a success; the classification must be one (classify_*)."""
+        if not isinstance(self.classification, Classification):
+            raise UsageError("a failure needs a Classification (from ledger.classify)")
+        if not isinstance(self.side_effects, bool):
+            raise UsageError("side_effects must be True or False")
         check_tokens(self.input_tokens)
         check_tokens(self.output_tokens)
 
