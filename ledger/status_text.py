@@ -155,17 +155,14 @@ def _routes_lines(doc: dict[str, Any], width: int) -> list[str]:
             header=False,
         )
         return lines
-    # a large catalog: a count per reason, as `ledger select` shows (`--json` lists each model)
-    rows = [
-        ("" if i else "excluded", reason, f"{count:,}", _reason_note(reason, excluded))
-        for i, (reason, count) in enumerate(doc["excluded_by_reason"].items())
-    ]
-    lines += table(
-        (Column(""), Column("reason"), Column("models", right=True), Column("")),
-        rows,
-        width,
-        header=False,
-    )
+    # a large catalog: a count per reason, as `ledger select` shows (`--json` lists each model);
+    # the note (credential variables, first cooldown end) is prose and wraps under itself
+    counts = doc["excluded_by_reason"]
+    reason_w = max(len(r) for r in counts)
+    count_w = max(len(f"{n:,}") for n in counts.values())
+    for i, (reason, count) in enumerate(counts.items()):
+        head = f"  {'' if i else 'excluded':8}  {reason:<{reason_w}}  {count:>{count_w},}  "
+        lines += _wrap(head + _reason_note(reason, excluded), width, len(head))
     lines.append(f"  {'':8}  {len(excluded):,} models excluded in all (--json lists each)")
     return lines
 

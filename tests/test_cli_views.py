@@ -83,6 +83,8 @@ def test_issue20_item16_status_counts_exclusions_per_reason_on_a_large_catalog(
     assert "P00_API_KEY" in section
     assert "more" in section  # 41 variables: the most useful are named, the rest counted
     assert len(section.splitlines()) <= 8
+    narrow = CliRunner().invoke(cli, ["--home", str(home), "status"], env={"COLUMNS": "80"})
+    assert max(len(line) for line in narrow.output.splitlines()) <= 80
 
 
 def test_issue20_item16_source_show_time_as_measured(home: Path) -> None:
