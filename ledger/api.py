@@ -10,9 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ledger.arguments import (
-    MAX_INPUT_BYTES as MAX_INPUT_BYTES,
-)
-from ledger.arguments import (
     check_enum,
     check_flag,
     check_int,
@@ -39,6 +36,7 @@ from ledger.store.reservations import ReserveRequest
 
 if TYPE_CHECKING:
     from ledger.select import Selection
+
 
 @dataclass
 class Ledger:
