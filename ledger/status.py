@@ -38,9 +38,8 @@ class RouteView:
     """The routes a fresh source would get (R-SEL-2..6), and every exclusion with its reason."""
 
     routes: tuple[str, ...]
-    excluded: tuple[dict[str, object], ...]  # {model, reason[, credential_env]}, as select's JSON
+    excluded: tuple[dict[str, object], ...]  # {model, reason, until[, credential_env]}
     retry_at_ms: int | None = None
-    until: tuple[int | None, ...] = ()  # per exclusion: when a cooldown reason ends
     by_reason: dict[str, int] = field(default_factory=dict)  # counts, in the selector's order
 
 
@@ -62,9 +61,11 @@ def fresh_routes(ledger: Ledger) -> RouteView:
     selection = ledger.select(None)
     return RouteView(
         routes=selection.routes,
-        excluded=tuple(exclusion_json(e, ledger.catalog) for e in selection.excluded),
+        excluded=tuple(
+            {**exclusion_json(e, ledger.catalog), "until": iso(e.until_ms)}
+            for e in selection.excluded
+        ),
         retry_at_ms=selection.retry_at_ms,
-        until=tuple(e.until_ms for e in selection.excluded),
         by_reason=selection.excluded_by_reason(),
     )
 
@@ -114,10 +115,7 @@ def status_document(
         "now": iso(now),
         "default_model": policy.default_model,
         "routes": list(routes.routes),
-        "excluded": [
-            {"model": e["model"], "reason": e["reason"], "until": iso(u), **e}
-            for e, u in zip(routes.excluded, routes.until, strict=True)
-        ],
+        "excluded": list(routes.excluded),
         "excluded_by_reason": dict(routes.by_reason),
         "routes_retry_at": iso(routes.retry_at_ms),
         "cooldowns": [
