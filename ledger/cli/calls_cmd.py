@@ -255,12 +255,10 @@ def _echo_excluded(
         click.echo(f"excluded: {len(selection.excluded)} models (--all lists each)")
         counts = selection.excluded_by_reason()
         width = max(len(r) for r in counts)
-        hints = {ExclusionReason.UNAVAILABLE.value: credential_hint(
-            str(d.get("credential_env") or "") for d in docs
-        )}
+        variables = credential_hint(str(d.get("credential_env") or "") for d in docs)
         for reason, count in counts.items():
-            note = f"  {hints[reason]}" if hints.get(reason) else ""
-            click.echo(f"  {reason.ljust(width)}  {count}{note}".rstrip())
+            note = f"  {variables}" if reason == ExclusionReason.UNAVAILABLE and variables else ""
+            click.echo(f"  {reason.ljust(width)}  {count}{note}")
     if shown:
         click.echo("excluded:" if show_all else "named models excluded:")
         width = max(len(str(d["model"])) for d in shown)
