@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 from ledger.arguments import (
     check_enum,
     check_flag,
-    check_int,
     check_keys,
     check_open,
     check_optional_enum,
     check_payload_ref,
     check_request_id,
+    check_reservation_id,
     check_source_action,
     check_source_id,
     check_str,
@@ -36,6 +36,14 @@ from ledger.store.reservations import ReserveRequest
 
 if TYPE_CHECKING:
     from ledger.select import Selection
+
+
+def _after_id(after: object) -> int:
+    """The failed reservation `after=` names; one beyond any id names none (bad input)."""
+    number = check_reservation_id(after, "after")
+    if number is None:
+        raise UsageError("after names no reservation of this source")
+    return number
 
 
 @dataclass
@@ -132,7 +140,7 @@ class Ledger:
             override=check_flag(override, "override"),
             role=check_enum(AttemptRole, role, "role"),
             fallback_from=None if fallback_from is None else self.model(fallback_from).key,
-            immediate_after=None if after is None else check_int(after, "after"),
+            immediate_after=None if after is None else _after_id(after),
         )
         return self.store.reserve(self.policy, request, self.fingerprint)
 
@@ -144,7 +152,7 @@ class Ledger:
         `overran=True` says the call outlived its deadline by the caller's own measure (elapsed
         time since the reservation): the attempt is then `late` whatever the ledger clock says.
         """
-        if check_int(reservation_id, "a reservation id") <= 0:
+        if check_reservation_id(reservation_id, "a reservation id") is None:
             raise NotFoundError("unknown reservation")
         if not isinstance(outcome, Success | Failed | Cancelled):
             raise UsageError("an outcome must be a Success(...), Failed(...) or Cancelled()")

@@ -15,6 +15,8 @@ from typing import TypeVar
 from ledger.errors import UsageError
 
 MAX_INPUT_BYTES = 1 << 40
+MAX_ID = 2**63 - 1
+"""The largest id a reservation can have (a signed 64-bit integer on every backend)."""
 SOURCE_ACTIONS = ("pause", "resume", "done")
 
 E = TypeVar("E", bound=StrEnum)
@@ -49,6 +51,12 @@ def check_int(value: object, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise UsageError(f"{name} must be an int, not {_kind(value)}")
     return value
+
+
+def check_reservation_id(value: object, name: str) -> int | None:
+    """A reservation id: an int; None when it is out of every backend's range (no such row)."""
+    number = check_int(value, name)
+    return number if 0 < number <= MAX_ID else None
 
 
 def check_source_id(source_id: object) -> str:
