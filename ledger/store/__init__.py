@@ -14,6 +14,7 @@ from ledger.config import Policy
 from ledger.errors import NotFoundError, Refused, UsageError
 from ledger.kinds import CooldownOrigin, CooldownScope, SourceState
 from ledger.records import Outcome, Reservation, SettleResult
+from ledger.store import probes
 from ledger.store import reservations as res_ops
 from ledger.store.cooldowns import clear_cooldowns, upsert_cooldown
 from ledger.store.engine import Database
@@ -123,7 +124,10 @@ class Store:
         if force:
             origins = (CooldownOrigin.MANUAL, CooldownOrigin.POLICY, CooldownOrigin.HINT)
         with self.db.write() as txn:
-            return clear_cooldowns(txn.conn, scope, target, origins)
+            removed = clear_cooldowns(txn.conn, scope, target, origins)
+            if force:  # cleared by hand: the target ends without a recovery probe (R-POL-9)
+                probes.disarm(txn.conn, scope, target)
+            return removed
 
 
 def _resumed(lease_owner: str | None, lease_expires_ms: int | None, now: int) -> dict[str, Any]:
