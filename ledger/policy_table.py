@@ -136,7 +136,8 @@ _ROWS = (
     ),
     PolicyRow(
         FailureKind.QUOTA,
-        "HTTP 402; a known quota/billing code (e.g. `insufficient_quota`) on any status",
+        "HTTP 402; a known quota/billing code (e.g. `insufficient_quota`) on any status; a known "
+        "account phrase (Anthropic's 400 saying the credit balance is too low)",
         CooldownScope.PROVIDER,
         1 * HOUR_MS,
         uses_hints=True,
@@ -180,7 +181,10 @@ _ROWS = (
     ),
     PolicyRow(
         FailureKind.SAFETY,
-        "recognised safety refusal (`content_filter`, `refusal` stop)",
+        "recognised safety refusal (`content_filter`, `refusal` stop); a known safety or "
+        "content-policy code on any 4xx (`content_policy_violation`, Azure `content_filter` / "
+        "`ResponsibleAIPolicyViolation`, Gemini `SAFETY` / `PROHIBITED_CONTENT` / `SPII` / "
+        "`BLOCKLIST` blocks)",
         pause_after=1,
         fallback_doc="**never** (no fallback to get around a guard)",
     ),
