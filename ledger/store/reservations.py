@@ -29,7 +29,7 @@ from ledger.kinds import (
 )
 from ledger.policy_table import Decision, FailureContext, decide
 from ledger.records import Cancelled, Failed, Outcome, Reservation, SettleResult, Success
-from ledger.store import probes, reads
+from ledger.store import health, probes, reads
 from ledger.store.cooldowns import upsert_cooldown
 from ledger.store.notices import record_notice
 from ledger.store.schema import cost_hours, reservations, source_models, sources, transport_strikes
@@ -427,6 +427,7 @@ def _settle_success(
     conn.execute(_CLEAR_STRIKES, {"model_key": r["model_key"]})
     held = probes.held_by(conn, int(r["id"]), int(r["deadline_ms"]))
     actions += probes.settle_probes(conn, held, None, ())
+    health.record(conn, now, str(r["provider"]), str(r["model_key"]), None)
     if late:
         actions.append("late: usage recorded; the result must not be committed")
     if r["role"] == AttemptRole.FALLBACK.value and r["fallback_from"] and not late:
@@ -555,6 +556,7 @@ def _settle_failure(
     actions += probes.settle_probes(
         conn, held, decision.kind, [(a.scope, a.target) for a in decision.cooldowns]
     )
+    health.record(conn, now, provider, str(r["model_key"]), decision.kind.value)
     changes: dict[str, object] = {}
     if decision.counts_failure:
         changes["failures"] = sources.c.failures + 1

@@ -155,6 +155,20 @@ probes = Table(
     Index("ix_probes_holder", "holder_id"),
 )
 
+# Health per provider and per model (R-DIAG-6), kept by settle in its write transaction: failures
+# in a row since the last success (cancellations do not count), the last failure and success.
+health = Table(
+    "health",
+    metadata,
+    Column("scope", String(16), primary_key=True),
+    Column("target", String(300), primary_key=True),
+    Column("consecutive_failures", Integer, nullable=False, server_default=ZERO),
+    Column("last_failure_kind", String(32), nullable=True),
+    Column("last_failure_ms", BigInteger, nullable=True),
+    Column("last_success_ms", BigInteger, nullable=True),
+    CheckConstraint("scope IN ('provider', 'model')", name="scope"),
+)
+
 transport_strikes = Table(
     "transport_strikes",
     metadata,

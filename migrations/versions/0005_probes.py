@@ -1,10 +1,13 @@
-"""probes: recovery probes and their escalation streak (R-POL-9, R-POL-10, issue 24)
+"""probes and health: recovery probes, their escalation streak, health counters (issue 24)
 
 Adds `probes` (one row per provider or model whose policy or hint cooldown ends with a recovery
 probe: the consecutive failed-probe streak and the reservation that is the probe in flight), then
 arms every target whose policy or hint cooldown is still running at the upgrade (it ends after the
 newest time the ledger stored), so a cooldown set before the upgrade also ends with one probe
-rather than a herd. Downgrade drops the table (cooldowns then end as before, without a probe).
+rather than a herd. Adds `health` (per provider and per model: failures in a row, the last failure
+kind and time, the last success; R-DIAG-6), which settle keeps from the upgrade on (it starts
+empty: status shows earlier attempts in its last-hour counts only). Downgrade drops both tables
+(cooldowns then end as before, without a probe).
 
 Revision ID: 0005
 Revises: 0003b
@@ -37,6 +40,19 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("scope", "target", name=op.f("pk_probes")),
     )
     op.create_index("ix_probes_holder", "probes", ["holder_id"], unique=False)
+    op.create_table(
+        "health",
+        sa.Column("scope", sa.String(length=16), nullable=False),
+        sa.Column("target", sa.String(length=300), nullable=False),
+        sa.Column(
+            "consecutive_failures", sa.Integer(), server_default=sa.text("0"), nullable=False
+        ),
+        sa.Column("last_failure_kind", sa.String(length=32), nullable=True),
+        sa.Column("last_failure_ms", sa.BigInteger(), nullable=True),
+        sa.Column("last_success_ms", sa.BigInteger(), nullable=True),
+        sa.CheckConstraint("scope IN ('provider', 'model')", name=op.f("ck_health_scope")),
+        sa.PrimaryKeyConstraint("scope", "target", name=op.f("pk_health")),
+    )
     # data: arm every target whose policy or hint cooldown is still running at the upgrade
     cooldowns = sa.table(
         "cooldowns",
@@ -57,5 +73,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     """Revert this revision."""
+    op.drop_table("health")
     op.drop_index("ix_probes_holder", table_name="probes")
     op.drop_table("probes")
