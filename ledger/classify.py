@@ -114,14 +114,15 @@ _CODE_PATHS: tuple[tuple[str | int, ...], ...] = (
 class KnownPhrase:
     """R-HTTP-2a: an account state a provider reports only in prose, as one exact phrase.
 
-    It applies to an error response with one of `statuses` whose body carries the known code
-    `code` (the provider's documented error shape) and contains `phrase` (case-insensitive)
-    within the bounded body. The body is searched for this phrase only and then dropped.
+    It applies to an error response with one of `statuses` whose JSON body has the provider's
+    documented error shape (`shape`: each path carries its exact value) and contains `phrase`
+    (case-insensitive) within the bounded body. The body is searched for this phrase only and
+    then dropped.
     """
 
     provider: str
     statuses: frozenset[int]
-    code: str
+    shape: tuple[tuple[tuple[str, ...], str], ...]
     phrase: str
     kind: FailureKind
     subkind: str
@@ -134,7 +135,7 @@ KNOWN_PHRASES: tuple[KnownPhrase, ...] = (
     KnownPhrase(
         "anthropic",
         frozenset({400}),
-        "invalid_request_error",
+        ((("type",), "error"), (("error", "type"), "invalid_request_error")),
         "credit balance is too low",
         _Q,
         "credit_balance_too_low",
@@ -188,7 +189,7 @@ def classify_http(
 ) -> Classification:
     """Classify an HTTP error response from its status, known body codes and hint headers."""
     codes = _known_codes(body)
-    phrase = _known_phrase(status, codes, body)
+    phrase = _known_phrase(status, body)
     kind, subkind = (phrase.kind, phrase.subkind) if phrase else _kind_for(status, codes)
     retry_after_ms, reset_at_ms = _hints(headers, now_ms)
     # a safety refusal pauses its source with the code as the reason (R-POL-5, R-POL-11)
@@ -198,13 +199,30 @@ def classify_http(
     )
 
 
-def _known_phrase(status: int, codes: tuple[str, ...], body: bytes | None) -> KnownPhrase | None:
+def _known_phrase(status: int, body: bytes | None) -> KnownPhrase | None:
     """The KNOWN_PHRASES entry this error response matches, if any (R-HTTP-2a)."""
-    rules = [p for p in KNOWN_PHRASES if status in p.statuses and p.code in codes]
-    if not rules or not isinstance(body, bytes | bytearray):
+    rules = [p for p in KNOWN_PHRASES if status in p.statuses]
+    if not rules or not isinstance(body, bytes | bytearray) or not body:
         return None
-    bounded = bytes(body[:MAX_BODY_BYTES]).decode("utf-8", "replace").lower()
-    return next((p for p in rules if p.phrase in bounded), None)
+    bounded = bytes(body[:MAX_BODY_BYTES])
+    try:
+        document = json.loads(bounded.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(document, dict):
+        return None
+    text = bounded.decode("utf-8").lower()
+    for rule in rules:
+        if all(_at(document, path) == value for path, value in rule.shape) and rule.phrase in text:
+            return rule
+    return None
+
+
+def _at(document: dict[str, object], path: tuple[str, ...]) -> object:
+    node: object = document
+    for key in path:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node
 
 
 _STATUS_ROWS: Mapping[int, FailureKind] = MappingProxyType(

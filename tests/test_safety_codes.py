@@ -166,8 +166,9 @@ def test_r_http_2a_every_phrase_entry_chooses_its_row(entry: object) -> None:
     far = _anthropic_400("x" * MAX_BODY_BYTES + entry.phrase)
     assert classify_http(status, {}, far, NOW).kind is FailureKind.REQUEST_REJECTED
     assert classify_http(404, {}, body, NOW).subkind != entry.subkind
-    plain = _doc({"error": {"message": entry.phrase}})
-    assert classify_http(status, {}, plain, NOW).kind is FailureKind.REQUEST_REJECTED
+    # the same words in another provider's shape (OpenAI's envelope) are not this entry
+    other = _doc({"error": {"message": entry.phrase, "type": "invalid_request_error"}})
+    assert classify_http(status, {}, other, NOW).kind is FailureKind.REQUEST_REJECTED
 
 
 @pytest.mark.parametrize("value", ["99999999999999999999", "inf", "Infinity", "9" * 64])

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, bindparam, delete, insert, select, update
 
+from ledger.durations import HOUR_MS
 from ledger.kinds import CooldownScope, FailureKind
+from ledger.store.notices import record_notice
 from ledger.store.schema import probes
 
 # Failures that prove the target answered: not provider health, so the probe succeeded.
@@ -95,6 +97,7 @@ def arm(conn: Connection, scope: CooldownScope, target: str) -> None:
 
 def settle_probes(
     conn: Connection,
+    now: int,
     held: Mapping[tuple[CooldownScope, str], int],
     kind: FailureKind | None,
     cooled: Iterable[tuple[CooldownScope, str]],
@@ -112,7 +115,7 @@ def settle_probes(
         key = {"b_scope": scope.value, "b_target": target}
         if kind is None or kind in ANSWERED:
             conn.execute(delete(probes).where(_ONE), key)
-            actions.append(f"recovery probe succeeded: {scope} {target} healthy again")
+            actions.append(_noticed(conn, now, f"recovery probe succeeded on {scope} {target}"))
         elif (scope, target) in cooled_now:
             conn.execute(
                 update(probes)
@@ -120,12 +123,21 @@ def settle_probes(
                 .values(streak=streak + 1, holder_id=None, holder_deadline_ms=None),
                 key,
             )
+            actions.append(
+                _noticed(conn, now, f"recovery probe failed on {scope} {target} ({kind})")
+            )
         else:
             conn.execute(
                 update(probes).where(_ONE).values(holder_id=None, holder_deadline_ms=None), key
             )
             actions.append(f"recovery probe inconclusive: {scope} {target} probes again")
     return actions
+
+
+def _noticed(conn: Connection, now: int, message: str) -> str:
+    """Record a probe outcome once per hour as a notice (R-DIAG-4); returns the message."""
+    record_notice(conn, now, "probe", f"probe:{message}:{now // HOUR_MS}", message, None)
+    return message
 
 
 def disarm(conn: Connection, scope: CooldownScope, target: str) -> None:

@@ -368,7 +368,7 @@ def settle(
         return _settle_success(conn, now, row, model, outcome, late, base)
     if isinstance(outcome, Cancelled):
         held = probes.held_by(conn, reservation_id, int(row.deadline_ms))
-        probe_actions = probes.settle_probes(conn, held, FailureKind.CANCELLED, ())
+        probe_actions = probes.settle_probes(conn, now, held, FailureKind.CANCELLED, ())
         conn.execute(
             update(reservations)
             .where(where)
@@ -426,7 +426,7 @@ def _settle_success(
     actions: list[str] = []
     conn.execute(_CLEAR_STRIKES, {"model_key": r["model_key"]})
     held = probes.held_by(conn, int(r["id"]), int(r["deadline_ms"]))
-    actions += probes.settle_probes(conn, held, None, ())
+    actions += probes.settle_probes(conn, now, held, None, ())
     health.record(conn, now, str(r["provider"]), str(r["model_key"]), None)
     if late:
         actions.append("late: usage recorded; the result must not be committed")
@@ -554,7 +554,7 @@ def _settle_failure(
         )
         probes.arm(conn, action.scope, action.target)  # policy and hint cooldowns end in a probe
     actions += probes.settle_probes(
-        conn, held, decision.kind, [(a.scope, a.target) for a in decision.cooldowns]
+        conn, now, held, decision.kind, [(a.scope, a.target) for a in decision.cooldowns]
     )
     health.record(conn, now, provider, str(r["model_key"]), decision.kind.value)
     changes: dict[str, object] = {}
