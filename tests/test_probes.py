@@ -135,6 +135,23 @@ def test_r_pol_9_probe_past_its_deadline_frees_the_target(
     led.reserve("p2", "beta/mid")
 
 
+def test_r_pol_9_override_never_takes_the_probe_slot_and_other_failures_are_inconclusive(
+    make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    led = make_ledger()
+    fail(led, "s0", "alpha/small", 401, clock)  # the provider alpha cools 15 min
+    clock.advance(15 * MIN)
+    led.evolve("o", "alpha/small")  # an explicit override attempt is no probe
+    probe = led.reserve("p0", "alpha/big")  # the provider's probe, on any of its models
+    assert refusal(led, "p1", "alpha/small") == "probing"
+    # a model-level failure says nothing about the provider's account: inconclusive
+    led.settle(probe.id, Failed(classify_http(429, {}, None, clock.ms)))
+    again = led.reserve("p1", "alpha/small")  # the next reservation is the provider's probe
+    assert refusal(led, "p2", "alpha/small") == "probing"
+    led.settle(again.id, Failed(classify_http(401, {}, None, clock.ms)))
+    assert cooling_until(led, "alpha") == clock.ms + 30 * MIN  # the first failed probe: doubled
+
+
 def test_r_pol_9_manual_cooldowns_and_cooldown_clear_end_without_a_probe(
     make_ledger: LedgerFactory, clock: Clock
 ) -> None:
