@@ -83,17 +83,18 @@ def demo_script() -> dict[str, list[Scripted]]:
         "swift-1": [_OK, truncated, invalid, Scripted(status=401)],
         # 03 falls back here across providers (ok); 04 429 with Retry-After: quill cools
         "quill-3": [_OK, Scripted(status=429, retry_after="20")],
-        # 04 falls back here (ok); 05: down, asking for 1 s, so the model cools 1 s; then one
-        # recovery probe (07) finds it back and it serves 08; 09's request is refused by the
-        # provider's content policy: a guard, so 09 pauses and nothing else is tried; 10's
-        # context overflows: lite cools 1 h
+        # 04 falls back here (ok); 05: down, asking for 1 s, so the model cools 1 s (and 05 may
+        # fall back at once); then one recovery probe (07) finds it back and it serves 08; 09's
+        # request is refused by the provider's content policy: a guard, so 09 pauses and nothing
+        # else is tried; 10's context overflows: lite cools 1 h
         "lite-2": [_OK, down, _OK, _OK,
                    Scripted(status=400, error_code="content_policy_violation"),
                    Scripted(status=400, error_code="context_length_exceeded")],
-        # 05 falls back here: the provider says its credit balance is too low (quota: dyna cools)
-        "sage-1": [Scripted(status=400, error_message=CREDIT_BALANCE_LOW)],
-        # 06 ok (slowly, while lite-2 cools); 10's fallback, 11 and 12 ok; 02's third try (the
-        # alternate model it is owed) is invalid JSON again: paused
+        # 05 falls back here (ok, despite the backoff it just earned); 06: the provider says its
+        # credit balance is too low (quota: the provider dyna cools, not one model)
+        "sage-1": [_OK, Scripted(status=400, error_message=CREDIT_BALANCE_LOW)],
+        # 06's fallback ok (slowly, while lite-2 cools); 10's fallback, 11 and 12 ok; 02's third
+        # try (the alternate model it is owed) is invalid JSON again: paused
         "opus-3": [slow, _OK, _OK, _OK, invalid],
     }
 

@@ -70,7 +70,7 @@ def test_issue24_item5_demo_shows_a_probe_a_safety_pause_and_a_credit_balance_qu
         ("demo-09", "cirrus/lite-2", "safety", "content_policy_violation")
     ]
     # Anthropic's credit-balance 400 is quota: the provider cools, not one model
-    assert ("demo-05", "dyna/sage-1", "quota", "credit_balance_too_low") in recent
+    assert ("demo-06", "dyna/sage-1", "quota", "credit_balance_too_low") in recent
     cooled = {(c["scope"], c["target"]): c["kind"] for c in status["cooldowns"]}
     assert cooled[("provider", "dyna")] == "quota"
     health = {(h["scope"], h["target"]): h for h in status["health"]}
@@ -98,7 +98,7 @@ def test_spec_14_cli_demo_text_ends_with_status(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     home = tmp_path / "d"
     assert result.output.startswith(
-        "[worker] 13 items: 9 done, 2 failed (retry later), 2 paused; 5 fallbacks, 1 correction\n"
+        "[worker] 13 items: 10 done, 1 failed (retry later), 2 paused; 6 fallbacks, 1 correction\n"
     )
     assert f"$ ledger --home {home} status" in result.output
 
