@@ -161,7 +161,7 @@ def test_r_pol_9_manual_cooldowns_and_cooldown_clear_end_without_a_probe(
     led.reserve("m0", "gamma/g1")
     led.reserve("m1", "gamma/g1")  # a manual cooldown ends without a probe
     fail(led, "s0", "beta/mid", 429, clock)
-    assert led.store.clear_cooldown(*led.cooldown_target("beta/mid"), True) == 1
+    assert led.store.clear_cooldown(*led.cooldown_target("beta/mid"), True).removed == 1
     led.reserve("c0", "beta/mid")
     led.reserve("c1", "beta/mid")  # cleared by hand: no probe either
 
