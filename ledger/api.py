@@ -4,12 +4,26 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ledger.arguments import (
+    check_enum,
+    check_flag,
+    check_keys,
+    check_open,
+    check_optional_enum,
+    check_payload_ref,
+    check_request_id,
+    check_reservation_id,
+    check_source_action,
+    check_source_id,
+    check_str,
+    request_size,
+)
 from ledger.budgets import ceiling_micro
 from ledger.catalog import Catalog, Model, load_catalog
 from ledger.config import Policy, load_policy
@@ -17,7 +31,7 @@ from ledger.db_target import check_db_target
 from ledger.errors import NotFoundError, UsageError
 from ledger.home import StateDir, ensure_home, state_dir
 from ledger.kinds import AttemptRole, CooldownScope, FailureKind
-from ledger.records import Outcome, Reservation, SettleResult
+from ledger.records import Cancelled, Failed, Outcome, Reservation, SettleResult, Success
 from ledger.store import Database, Store
 from ledger.store.pending import open_database
 from ledger.store.reservations import ReserveRequest
@@ -25,36 +39,13 @@ from ledger.store.reservations import ReserveRequest
 if TYPE_CHECKING:
     from ledger.select import Selection
 
-MAX_INPUT_BYTES = 1 << 40
 
-
-def check_source_id(source_id: str) -> str:
-    """A source id is 1-200 printable characters."""
-    if not isinstance(source_id, str) or not 1 <= len(source_id) <= 200:
-        raise UsageError("a source id must be 1 to 200 printable characters")
-    if not source_id.isprintable():
-        raise UsageError("a source id must be 1 to 200 printable characters")
-    return source_id
-
-
-def check_request_id(request_id: str | None) -> str | None:
-    """A request id is 1-200 printable characters (or absent)."""
-    if request_id is None:
-        return None
-    if not 1 <= len(request_id) <= 200 or not request_id.isprintable():
-        raise UsageError("a request id must be 1 to 200 printable characters")
-    return request_id
-
-
-def request_size(input_bytes: int | None, text: str | None) -> int:
-    """Conservative input size in bytes from a byte count or the text itself."""
-    if text is not None:
-        return len(text.encode("utf-8"))
-    if input_bytes is None:
-        return 0
-    if isinstance(input_bytes, bool) or not 0 <= input_bytes <= MAX_INPUT_BYTES:
-        raise UsageError("input bytes must be a non-negative integer")
-    return input_bytes
+def _after_id(after: object) -> int:
+    """The failed reservation `after=` names; one beyond any id names none (bad input)."""
+    number = check_reservation_id(after, "after")
+    if number is None:
+        raise UsageError("after names no reservation of this source")
+    return number
 
 
 @dataclass
@@ -90,6 +81,7 @@ class Ledger:
         records something, the ledger reading as empty until then; with `create=False`
         (read-only commands) never: the ledger reads as empty.
         """
+        check_open(home, db, policy, catalog, env, clock, jitter, create)
         state = state_dir(None if home is None else str(home), db)
         policy = policy if policy is not None else load_policy(state.path)
         catalog = catalog if catalog is not None else load_catalog(state.path)
@@ -121,7 +113,7 @@ class Ledger:
 
     def model(self, key: str) -> Model:
         """A catalog model or a usage error."""
-        return self.catalog.require_model(key)
+        return self.catalog.require_model(check_str(key, "a model key"))
 
     def reserve(
         self,
@@ -146,17 +138,15 @@ class Ledger:
         `fallback_from` are checked against the ledger, never trusted; the privacy boundary
         (route rules, crossProviderFallback, fallbackModels) applies to every reserve.
         """
-        if after is not None and (isinstance(after, bool) or not isinstance(after, int)):
-            raise UsageError("after must be a reservation id")
         request = ReserveRequest(
             source_id=check_source_id(source),
             model=self.model(model),
             input_bytes=request_size(input_bytes, text),
             request_id=check_request_id(request_id),
-            override=override,
-            role=role,
+            override=check_flag(override, "override"),
+            role=check_enum(AttemptRole, role, "role"),
             fallback_from=None if fallback_from is None else self.model(fallback_from).key,
-            immediate_after=after,
+            immediate_after=None if after is None else _after_id(after),
         )
         return self.store.reserve(self.policy, request, self.fingerprint)
 
@@ -168,8 +158,11 @@ class Ledger:
         `overran=True` says the call outlived its deadline by the caller's own measure (elapsed
         time since the reservation): the attempt is then `late` whatever the ledger clock says.
         """
-        if isinstance(reservation_id, bool) or reservation_id <= 0:
+        if check_reservation_id(reservation_id, "a reservation id") is None:
             raise NotFoundError("unknown reservation")
+        if not isinstance(outcome, Success | Failed | Cancelled):
+            raise UsageError("an outcome must be a Success(...), Failed(...) or Cancelled()")
+        check_flag(overran, "overran")
         return self.store.settle(self.catalog, reservation_id, outcome, overran=overran)
 
     def evolve(self, source: str, model: str, *, input_bytes: int | None = None) -> Reservation:
@@ -185,7 +178,7 @@ class Ledger:
         text: str | None = None,
         after_failure: FailureKind | None = None,
         failed_model: str | None = None,
-        tried: frozenset[str] = frozenset(),
+        tried: Iterable[str] = frozenset(),
     ) -> Selection:
         """Ordered eligible routes and every exclusion with its reason (SPEC section 9)."""
         from ledger.select import SelectionRequest, Snapshot, select
@@ -198,6 +191,8 @@ class Ledger:
             self.model(model)
         if failed_model is not None:
             self.model(failed_model)
+        after_failure = check_optional_enum(FailureKind, after_failure, "after_failure")
+        tried = check_keys(tried, "tried")
         size = request_size(input_bytes, text)
         tokens = estimate_tokens(text) if text is not None else tokens_for_bytes(size)
         st = select_state(
@@ -223,17 +218,17 @@ class Ledger:
 
     def add_source(self, source: str, payload_ref: str | None = None, enqueue: bool = True) -> bool:
         """Create or enqueue a source for workers (R-Q-1)."""
-        if payload_ref is not None and (len(payload_ref) > 1000 or not payload_ref.isprintable()):
-            raise UsageError("a payload reference must be at most 1000 printable characters")
-        return self.store.add_source(check_source_id(source), payload_ref, enqueue)
+        source = check_source_id(source)
+        payload_ref = check_payload_ref(payload_ref)
+        return self.store.add_source(source, payload_ref, check_flag(enqueue, "enqueue"))
 
     def set_source_state(self, source: str, action: str) -> str:
         """pause / resume / done."""
-        return self.store.set_source_state(check_source_id(source), action)
+        return self.store.set_source_state(check_source_id(source), check_source_action(action))
 
     def cooldown_target(self, target: str) -> tuple[CooldownScope, str]:
         """A provider name or a catalog model key (unknown ones are bad input)."""
-        if "/" in target:
+        if "/" in check_str(target, "a cooldown target"):
             self.model(target)
             return CooldownScope.MODEL, target
         if target not in self.catalog.providers:

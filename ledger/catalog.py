@@ -236,6 +236,12 @@ class Catalog(BaseModel):
         env = os.environ if env is None else env
         return frozenset(n for n, p in self.providers.items() if p.is_available(env))
 
+    def credential_to_set(self, name: str) -> str | None:
+        """The variable whose credential would make an unavailable provider available: its NAME,
+        never its value (None when the catalog marks the provider unavailable outright)."""
+        provider = self.providers.get(name)
+        return provider.credential_env if provider and provider.available is None else None
+
     def base_url(self, name: str) -> str | None:
         """The provider's `baseUrl`, else the known one for its name and API, else None."""
         provider = self.providers.get(name)

@@ -128,6 +128,9 @@ class Classification:
             raise UsageError("classification subkind must match [a-z0-9_.-]{1,64}")
         if self.reason is not None and not _is_token(self.reason):
             raise UsageError("a failure reason must match [a-z0-9_.-]{1,64}")
+        for hint in (self.retry_after_ms, self.reset_at_ms):
+            if hint is not None and (isinstance(hint, bool) or not isinstance(hint, int)):
+                raise UsageError("retry_after_ms and reset_at_ms must be int milliseconds")
 
 
 def _is_token(value: object) -> bool:

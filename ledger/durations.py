@@ -64,3 +64,21 @@ def format_duration_ms(ms: int) -> str:
         if count:
             parts.append(f"{count}{unit}")
     return "".join(parts)
+
+
+def human_duration_ms(ms: int) -> str:
+    """A duration as an operator reads it: the largest unit and the one below it, rounded down
+    (`1h59m`, `4m59s`, `59s`, `388ms`), never more than the exact value."""
+    if ms < 0:
+        return "-" + human_duration_ms(-ms)
+    if ms < SECOND_MS:
+        return f"{ms}ms" if ms else "0s"
+    sizes = _UNITS[:-1]  # d h m s: milliseconds only below one second
+    first = next(i for i, (_unit, size) in enumerate(sizes) if ms >= size)
+    count, rest = divmod(ms, sizes[first][1])
+    text = f"{count}{sizes[first][0]}"
+    if first + 1 < len(sizes):
+        finer = rest // sizes[first + 1][1]
+        if finer:
+            text += f"{finer}{sizes[first + 1][0]}"
+    return text

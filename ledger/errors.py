@@ -45,10 +45,17 @@ class Refused(LedgerError):
 
     exit_code = 3
 
-    def __init__(self, reason: str, detail: str = "", retry_at_ms: int | None = None) -> None:
+    def __init__(
+        self,
+        reason: str,
+        detail: str = "",
+        retry_at_ms: int | None = None,
+        now_ms: int | None = None,
+    ) -> None:
         self.reason = reason
         self.detail = detail
         self.retry_at_ms = retry_at_ms
+        self.now_ms = now_ms  # the ledger time of the refusal, when known
         super().__init__(f"refused: {reason}" + (f" ({detail})" if detail else ""))
 
 

@@ -10,11 +10,12 @@ priority, flex, audio and other prices are ignored. Messages never echo file con
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from enum import StrEnum
@@ -162,8 +163,7 @@ def convert(document: object, providers: frozenset[str] | None = None) -> Import
         if reason is not None:
             skipped[reason.value] += 1
     if providers is not None and not providers <= chat_providers:
-        missing = len(providers - chat_providers)
-        raise UsageError(f"--providers: {missing} of the names match no chat model in the file")
+        raise UsageError(_unmatched(providers - chat_providers, chat_providers))
     models: list[Model] = []
     conflicts: list[str] = []
     for key, group in candidates.items():
@@ -185,6 +185,33 @@ def convert(document: object, providers: frozenset[str] | None = None) -> Import
         conflicting_duplicates=tuple(conflicts),
         aliases=aliases,
     )
+
+
+_WORD = r"(?:[a-z]+[0-9]{0,2}|[0-9]{1,2})"
+_ECHOABLE_NAME = re.compile(rf"{_WORD}(?:[-_.]{_WORD}){{0,5}}")
+"""What a `--providers` name must look like to be echoed (`vertex_ai-language-models`, `01.ai`): a
+pasted credential (long runs of mixed letters and digits) is never shown."""
+
+
+def _shown_name(name: str) -> str | None:
+    return name if len(name) <= 40 and _ECHOABLE_NAME.fullmatch(name) else None
+
+
+def _unmatched(missing: Iterable[str], chat_providers: Iterable[str]) -> str:
+    """`--providers` names that match no chat model: named when they read like provider names,
+    with the nearest provider in the file."""
+    missing = sorted(missing)
+    shown = [n for n in missing if _shown_name(n)]
+    text = f"--providers: {len(missing)} name(s) match no chat model in the file"
+    if shown:
+        text += ": " + ", ".join(f"`{n}`" for n in shown)
+        if len(shown) < len(missing):
+            text += f" and {len(missing) - len(shown)} not shown"
+        known = sorted(n for n in chat_providers if _shown_name(n))
+        near = difflib.get_close_matches(shown[0], known, n=1)
+        if near:
+            text += f"; did you mean `{near[0]}`?"
+    return text
 
 
 _MAX_ALIAS_HOPS = 8

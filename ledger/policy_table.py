@@ -17,7 +17,13 @@ from types import MappingProxyType
 from ledger.catalog import split_model_key
 from ledger.classify import MAX_HINT_MS, Classification
 from ledger.clock import iso
-from ledger.durations import HOUR_MS, MINUTE_MS, SECOND_MS, format_duration_ms
+from ledger.durations import (
+    HOUR_MS,
+    MINUTE_MS,
+    SECOND_MS,
+    format_duration_ms,
+    human_duration_ms,
+)
 from ledger.kinds import CooldownOrigin, CooldownScope, FailureKind
 
 BACKOFF_STEPS_MS: tuple[int, ...] = (1 * MINUTE_MS, 5 * MINUTE_MS, 15 * MINUTE_MS, 1 * HOUR_MS)
@@ -286,7 +292,7 @@ def decide(ctx: FailureContext, jitter: Callable[[], float]) -> Decision:
         backoff_until = ctx.now_ms + delay
         actions.append(
             f"source backoff until {iso(backoff_until)} "
-            f"({format_duration_ms(delay)}, backoff {ctx.backoff_steps + 1})"
+            f"({human_duration_ms(delay)}, backoff {ctx.backoff_steps + 1})"
         )
 
     failures = ctx.failures + 1
@@ -364,7 +370,7 @@ def _cooldowns(
     existing = ctx.existing_cooldowns.get((row.cooldown_scope, target))
     text = (
         f"cooldown {row.cooldown_scope} {target} until {iso(until)} "
-        f"({format_duration_ms(until - ctx.now_ms)}, {origin})"
+        f"({human_duration_ms(until - ctx.now_ms)}, {origin})"
     )
     if existing is not None and existing >= until:
         text += f"; kept (longer existing until {iso(existing)})"

@@ -108,6 +108,8 @@ class Success:
         """Usage is validated here, so the API refuses what the CLI refuses (never a raw error)."""
         check_usage(self)
         check_cost_usd(self.cost_usd)
+        if not isinstance(self.finish, bool):
+            raise UsageError("finish must be True or False")
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,11 @@ class Failed:
     cache_read_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        """Usage is validated as for a success."""
+        """Usage is validated as for a success; the classification must be one (classify_*)."""
+        if not isinstance(self.classification, Classification):
+            raise UsageError("a failure needs a Classification (from ledger.classify)")
+        if not isinstance(self.side_effects, bool):
+            raise UsageError("side_effects must be True or False")
         check_usage(self)
 
 

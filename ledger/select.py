@@ -139,14 +139,25 @@ class Selection:
         counts = Counter(e.reason for e in self.excluded)
         return {str(r): counts[r] for r in RULE_ORDER if counts[r]}
 
-    def to_json(self) -> dict[str, object]:
-        """JSON data: routes, excluded models with reasons, per-reason counts, retry_at (ISO)."""
+    def to_json(self, catalog: Catalog | None = None) -> dict[str, object]:
+        """JSON data: routes, excluded models with reasons, per-reason counts, retry_at (ISO).
+
+        With the catalog, an `unavailable` model also names the credential variable to set.
+        """
         return {
             "routes": list(self.routes),
-            "excluded": [{"model": e.model, "reason": str(e.reason)} for e in self.excluded],
+            "excluded": [exclusion_json(e, catalog) for e in self.excluded],
             "excluded_by_reason": self.excluded_by_reason(),
             "retry_at": iso(self.retry_at_ms),
         }
+
+
+def exclusion_json(exclusion: Exclusion, catalog: Catalog | None = None) -> dict[str, object]:
+    """`{model, reason}`, plus `credential_env` (a variable's name) for an unavailable model."""
+    doc: dict[str, object] = {"model": exclusion.model, "reason": str(exclusion.reason)}
+    if exclusion.reason == R.UNAVAILABLE and catalog is not None:
+        doc["credential_env"] = catalog.credential_to_set(_provider_of(exclusion.model))
+    return doc
 
 
 def _provider_of(key: str) -> str:

@@ -9,7 +9,7 @@ times, money) and never configuration values, credentials, provider error bodies
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ledger.api import Ledger
@@ -39,8 +39,9 @@ class RouteView:
     """The routes a fresh source would get (R-SEL-2..6), and every exclusion with its reason."""
 
     routes: tuple[str, ...]
-    excluded: tuple[tuple[str, str, int | None], ...]  # model, reason, cooling until
+    excluded: tuple[dict[str, object], ...]  # {model, reason, until[, credential_env]}
     retry_at_ms: int | None = None
+    by_reason: dict[str, int] = field(default_factory=dict)  # counts, in the selector's order
 
 
 def build_status(ledger: Ledger) -> dict[str, Any]:
@@ -61,11 +62,17 @@ def build_status(ledger: Ledger) -> dict[str, Any]:
 
 def fresh_routes(ledger: Ledger) -> RouteView:
     """The selector's answer for a fresh source with no failure and nothing tried."""
+    from ledger.select import exclusion_json
+
     selection = ledger.select(None)
     return RouteView(
         routes=selection.routes,
-        excluded=tuple((e.model, str(e.reason), e.until_ms) for e in selection.excluded),
+        excluded=tuple(
+            {**exclusion_json(e, ledger.catalog), "until": iso(e.until_ms)}
+            for e in selection.excluded
+        ),
         retry_at_ms=selection.retry_at_ms,
+        by_reason=selection.excluded_by_reason(),
     )
 
 
@@ -114,7 +121,8 @@ def status_document(
         "now": iso(now),
         "default_model": policy.default_model,
         "routes": list(routes.routes),
-        "excluded": [{"model": m, "reason": r, "until": iso(u)} for m, r, u in routes.excluded],
+        "excluded": list(routes.excluded),
+        "excluded_by_reason": dict(routes.by_reason),
         "routes_retry_at": iso(routes.retry_at_ms),
         "cooldowns": [
             c.to_json(now)
@@ -162,6 +170,7 @@ def status_document(
                     "failures": s.failures,
                     "output_failures": s.output_failures,
                     "time_used_ms": s.time_used_ms,
+                    "open_allowance_ms": s.open_allowance_ms,
                     "pause_reason": s.pause_reason,
                     "retry_at": iso(s.retry_at_ms),
                     "lease_expires": iso(s.lease_expires_ms),

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ledger.durations import format_duration_ms
+from ledger.durations import human_duration_ms
 
 WIDTH = 100
 MIN_WIDTH = 80
@@ -91,8 +92,8 @@ def short_time(value: str | None) -> str:
 
 
 def _left(seconds: float) -> str:
-    """Whole seconds left, compact (`1h30m`, `45s`)."""
-    return format_duration_ms(max(0, math.ceil(seconds)) * 1000)
+    """Time left as an operator reads it (`1h59m`, `45s`), never more than is left."""
+    return human_duration_ms(max(0, math.floor(seconds * 1000)))
 
 
 def took(ms: int | None) -> str:
@@ -104,7 +105,7 @@ def took(ms: int | None) -> str:
     if ms < 60_000:
         return f"{ms / 1000:.1f}s"
     minutes, seconds = divmod(ms // 1000, 60)
-    return f"{minutes}m{seconds:02d}s" if minutes < 60 else format_duration_ms(ms // 1000 * 1000)
+    return f"{minutes}m{seconds:02d}s" if minutes < 60 else human_duration_ms(ms)
 
 
 def _money(value: float | None) -> str:
@@ -145,23 +146,55 @@ def _routes_lines(doc: dict[str, Any], width: int) -> list[str]:
             "  fresh source   no eligible route" + (f"; the first frees at {nxt}" if nxt else ""),
             width,
         )
-    shown = doc["excluded"][:12]
-    lines += table(
-        (Column(""), Column("model", cut=True, min_width=16), Column("reason")),
-        [
-            (
-                "" if i else "excluded",
-                e["model"],
-                e["reason"] + (f" until {short_time(e['until'])}" if e["until"] else ""),
-            )
-            for i, e in enumerate(shown)
-        ],
-        width,
-        header=False,
-    )
-    if len(doc["excluded"]) > len(shown):
-        lines.append(f"  {'':13}  … and {len(doc['excluded']) - len(shown)} more (see --json)")
+    excluded = doc["excluded"]
+    if len(excluded) <= EXCLUDED_LISTED:  # a small catalog: each model with its reason
+        lines += table(
+            (Column(""), Column("model", cut=True, min_width=16), Column("reason")),
+            [("" if i else "excluded", e["model"], _reason(e)) for i, e in enumerate(excluded)],
+            width,
+            header=False,
+        )
+        return lines
+    # a large catalog: a count per reason, as `ledger select` shows (`--json` lists each model);
+    # the note (credential variables, first cooldown end) is prose and wraps under itself
+    counts = doc["excluded_by_reason"]
+    reason_w = max(len(r) for r in counts)
+    count_w = max(len(f"{n:,}") for n in counts.values())
+    for i, (reason, count) in enumerate(counts.items()):
+        head = f"  {'' if i else 'excluded':8}  {reason:<{reason_w}}  {count:>{count_w},}  "
+        lines += _wrap(head + _reason_note(reason, excluded), width, len(head))
+    lines.append(f"  {'':8}  {len(excluded):,} models excluded in all (--json lists each)")
     return lines
+
+
+EXCLUDED_LISTED = 12
+"""Up to this many excluded models are listed one by one; more are counted per reason."""
+
+
+def _reason(e: dict[str, Any]) -> str:
+    """An exclusion's reason with when a cooldown ends or which credential variable to set."""
+    text = str(e["reason"]) + (f" until {short_time(e['until'])}" if e["until"] else "")
+    return text + (f" (set {e['credential_env']})" if e.get("credential_env") else "")
+
+
+def _reason_note(reason: str, excluded: Sequence[dict[str, Any]]) -> str:
+    """For a reason's count: the credential variables to set, or when the first cooldown ends."""
+    of_reason = [e for e in excluded if e["reason"] == reason]
+    ends = [e["until"] for e in of_reason if e.get("until")]
+    if ends:
+        return f"first frees {short_time(min(ends))}"
+    return credential_hint(e.get("credential_env") for e in of_reason)
+
+
+def credential_hint(names: Iterable[str | None], shown: int = 3) -> str:
+    """`set A, B, C (+N more variables)`: the credential variables (names, never values) that
+    would make the most unavailable models available, most useful first; empty if none."""
+    counts = Counter(n for n in names if n)
+    if not counts:
+        return ""
+    ranked = sorted(counts, key=lambda n: (-counts[n], n))
+    more = len(ranked) - shown
+    return "set " + ", ".join(ranked[:shown]) + (f" (+{more} more variables)" if more > 0 else "")
 
 
 def _budget_lines(doc: dict[str, Any], width: int) -> list[str]:
@@ -221,7 +254,7 @@ def _cooldown_lines(doc: dict[str, Any], width: int) -> list[str]:
     lines = [_heading("cooldowns", width)]
     if not doc["cooldowns"]:
         return [*lines, "  none active"]
-    return lines + table(
+    lines += table(
         (
             Column("scope"),
             Column("target", cut=True, min_width=16),
@@ -237,6 +270,10 @@ def _cooldown_lines(doc: dict[str, Any], width: int) -> list[str]:
         ],
         width,
     )
+    for c in doc["cooldowns"]:  # an operator's note (`cooldown set --reason`), as prose
+        if c.get("reason"):
+            lines += _wrap(f"  reason  {c['scope']} {c['target']}: {c['reason']}", width, 10)
+    return lines
 
 
 def _source_lines(doc: dict[str, Any], width: int) -> list[str]:
@@ -264,13 +301,20 @@ def _source_lines(doc: dict[str, Any], width: int) -> list[str]:
                 len(s["models"]),
                 s["failures"],
                 s["output_failures"],
-                took(s["time_used_ms"]),
+                took(s["time_used_ms"]) + ("*" if s.get("open_allowance_ms") else ""),
                 _next(s),
             )
             for s in src["list"]
         ],
         width,
     )
+    if any(s.get("open_allowance_ms") for s in src["list"]):
+        lines += _wrap(
+            "  * time used counts the whole allowance of open reservations (and of expired ones,"
+            " never settled), as the sourceTimeMs budget does",
+            width,
+            4,
+        )
     shown, total = len(src["list"]), sum(src["counts"].values())
     if total > shown:
         lines.append(f"  ({shown} of {total} shown: leased, paused and queued first)")

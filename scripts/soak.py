@@ -215,7 +215,8 @@ def clear_cooldowns(home: Path) -> int:
     try:
         _, rows = cooldown_list(led.db)
         targets = {(CooldownScope(r.scope), r.target) for r in rows}
-        return sum(led.store.clear_cooldown(scope, target, True) for scope, target in targets)
+        cleared = [led.store.clear_cooldown(scope, target, True) for scope, target in targets]
+        return sum(change.removed for change in cleared)
     finally:
         led.close()
 

@@ -51,7 +51,8 @@ def test_issue13_item6_select_summarises_exclusions_by_reason(tmp_path: Path) ->
     assert len(lines) < 12, result.stdout
     assert lines[:2] == ["routes (in order):", "  1. local/a"]
     assert f"excluded: {N_OFFLINE + 2} models (--all lists each)" in lines
-    assert f"  unavailable    {N_OFFLINE}" in lines
+    # the credential variable to set is named (issue 20 item 16), never its value
+    assert f"  unavailable    {N_OFFLINE}  set OFFLINE_TEST_KEY" in lines
     assert "  no_text        1" in lines
     assert "  same_provider  1" in lines
     assert not any("offline/m0000" in line for line in lines)
@@ -69,7 +70,7 @@ def test_issue13_item6_all_lists_every_exclusion(tmp_path: Path) -> None:
     result = invoke(home, "s1", "--model", "local/a", "--all")
     assert result.exit_code == 0, result.output
     assert len(result.stdout.splitlines()) == 3 + N_OFFLINE + 2
-    assert "  offline/m0499  unavailable" in result.stdout.splitlines()
+    assert "  offline/m0499  unavailable (set OFFLINE_TEST_KEY)" in result.stdout.splitlines()
 
 
 def test_issue13_item6_json_keeps_the_full_list_and_adds_counts(tmp_path: Path) -> None:

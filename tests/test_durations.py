@@ -6,7 +6,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ledger.durations import MAX_DURATION_MS, format_duration_ms, parse_duration_ms
+from ledger.durations import (
+    MAX_DURATION_MS,
+    format_duration_ms,
+    human_duration_ms,
+    parse_duration_ms,
+)
 from ledger.errors import UsageError
 
 
@@ -103,3 +108,29 @@ def test_r_pol_8_format_duration(ms: int, text: str) -> None:
 @given(st.integers(min_value=1, max_value=MAX_DURATION_MS))
 def test_r_pol_8_format_round_trips(ms: int) -> None:
     assert parse_duration_ms(format_duration_ms(ms)) == ms
+
+
+@pytest.mark.parametrize(
+    ("ms", "text"),
+    [
+        (0, "0s"),
+        (388, "388ms"),
+        (59_388, "59s"),
+        (4 * 60_000 + 59_622, "4m59s"),
+        (2 * 3_600_000 - 612, "1h59m"),  # issue 20 item 15: not 1h59m59s388ms
+        (7_200_000, "2h"),
+        (3_600_000 + 30_000, "1h"),  # the unit below the hour is zero: nothing finer shown
+        (93_784_005, "1d2h"),
+        (-90_500, "-1m30s"),
+    ],
+)
+def test_issue20_item15_human_duration_two_units(ms: int, text: str) -> None:
+    assert human_duration_ms(ms) == text
+
+
+@given(st.integers(min_value=1, max_value=MAX_DURATION_MS))
+def test_issue20_item15_human_duration_never_overstates(ms: int) -> None:
+    # a shown time left is never more than what is left, and within one unit of the second place
+    shown = parse_duration_ms(human_duration_ms(ms))
+    assert shown <= ms
+    assert len(human_duration_ms(ms)) <= 7

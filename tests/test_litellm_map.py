@@ -124,10 +124,12 @@ def test_issue13_item5_providers_matching_nothing_is_an_error(
     home = tmp_path / "state"
     result = CliRunner().invoke(
         cli,
-        ["--home", str(home), "catalog", "import-litellm", str(FIXTURE), "--providers", "nope"],
+        ["--home", str(home), "catalog", "import-litellm", str(FIXTURE), "--providers",
+         "nope,sk-live-4f9a8b7c6d5e"],
     )
     assert result.exit_code == 2
-    assert "nope" not in result.output
+    assert "`nope`" in result.output  # a provider-like name is named (issue 20 item 16)
+    assert "4f9a8b7c6d5e" not in result.output  # a pasted credential never is
     assert not (home / CATALOG_FILE).exists()
 
 

@@ -8,12 +8,12 @@ from functools import partial
 import click
 
 from ledger.api import Ledger
-from ledger.catalog import NO_CATALOG
+from ledger.catalog import NO_CATALOG, Catalog
 from ledger.classify import classify_http, classify_kind
 from ledger.cli.main import AppContext, emit_json, fail, pass_app, run
 from ledger.clock import iso, now_ms
 from ledger.errors import Refused, UsageError
-from ledger.kinds import FailureKind
+from ledger.kinds import ExclusionReason, FailureKind
 from ledger.records import (
     MAX_TOKENS,
     Cancelled,
@@ -23,7 +23,8 @@ from ledger.records import (
     check_cost_usd,
     micro_to_usd,
 )
-from ledger.select import Selection
+from ledger.select import Selection, exclusion_json
+from ledger.status_text import credential_hint
 
 NONNEG = click.IntRange(min=0, max=MAX_TOKENS)
 
@@ -183,10 +184,8 @@ def settle(
         + (f" ({result.kind}/{result.subkind})" if result.kind else "")
         + (" LATE - do not commit the result" if result.late else "")
     )
-    for action in result.actions:
+    for action in result.actions:  # the actions already say whether a fallback is permitted
         click.echo(f"  - {action}")
-    if result.fallback:
-        click.echo(f"  fallback permitted: {result.fallback}")
 
 
 @click.command("select")
@@ -229,7 +228,7 @@ def select_cmd(
         ),
     )
     if as_json:
-        emit_json(selection.to_json())
+        emit_json(selection.to_json(led.catalog))
     else:
         if selection.routes:
             click.echo("routes (in order):")
@@ -239,26 +238,36 @@ def select_cmd(
             click.echo("no eligible route")
             if not led.catalog.models:
                 click.echo(f"hint: {NO_CATALOG}")
-        _echo_excluded(selection, frozenset(filter(None, (model, failed_model))), show_all)
+        named = frozenset(filter(None, (model, failed_model)))
+        _echo_excluded(selection, led.catalog, named, show_all)
         if selection.retry_at_ms is not None:
             click.echo(f"earliest route frees at {iso(selection.retry_at_ms)}")
     if not selection.routes:
         raise SystemExit(Refused.exit_code)
 
 
-def _echo_excluded(selection: Selection, named: frozenset[str], show_all: bool) -> None:
-    """Every exclusion with --all; else a count per reason plus the models the caller named."""
+def _echo_excluded(
+    selection: Selection, catalog: Catalog, named: frozenset[str], show_all: bool
+) -> None:
+    """Every exclusion with --all; else a count per reason plus the models the caller named.
+
+    An unavailable model names the credential variable to set (its name, never its value).
+    """
     if not selection.excluded:
         return
-    shown = [e for e in selection.excluded if show_all or e.model in named]
+    docs = [exclusion_json(e, catalog) for e in selection.excluded]
+    shown = [d for d in docs if show_all or d["model"] in named]
     if not show_all:
         click.echo(f"excluded: {len(selection.excluded)} models (--all lists each)")
         counts = selection.excluded_by_reason()
         width = max(len(r) for r in counts)
+        variables = credential_hint(str(d.get("credential_env") or "") for d in docs)
         for reason, count in counts.items():
-            click.echo(f"  {reason.ljust(width)}  {count}")
+            note = f"  {variables}" if reason == ExclusionReason.UNAVAILABLE and variables else ""
+            click.echo(f"  {reason.ljust(width)}  {count}{note}")
     if shown:
         click.echo("excluded:" if show_all else "named models excluded:")
-        width = max(len(e.model) for e in shown)
-        for e in shown:
-            click.echo(f"  {e.model.ljust(width)}  {e.reason.value}")
+        width = max(len(str(d["model"])) for d in shown)
+        for d in shown:
+            need = f" (set {d['credential_env']})" if d.get("credential_env") else ""
+            click.echo(f"  {str(d['model']).ljust(width)}  {d['reason']}{need}")

@@ -1,14 +1,17 @@
-"""`ledger cooldown list|set|clear` (R-POL-8)."""
+"""`ledger cooldown list|set|clear` (R-POL-8): each says which cooldown is in force on the target
+and what else still refuses it, with the command that clears each."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import click
 
 from ledger.cli.main import AppContext, emit_json, pass_app, run
 from ledger.clock import iso
-from ledger.durations import format_duration_ms, parse_duration_ms
+from ledger.durations import human_duration_ms, parse_duration_ms
 from ledger.errors import UsageError
-from ledger.store.views import cooldown_list
+from ledger.store.views import CooldownChange, CooldownRow, cooldown_list
 
 
 @click.group("cooldown")
@@ -20,25 +23,61 @@ def cooldown_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_app
 def list_cooldowns(app: AppContext, as_json: bool) -> None:
-    """Active cooldowns with time left, kind and origin."""
+    """Active cooldowns with time left, kind, origin and reason."""
     now, rows = run(as_json, lambda: cooldown_list(app.ledger(create=False).db))
-    docs = [c.to_json(now) for c in rows]
     if as_json:
-        emit_json({"cooldowns": docs})
+        emit_json({"cooldowns": [c.to_json(now) for c in rows]})
         return
-    if not docs:
+    if not rows:
         click.echo("no active cooldowns")
-    for c, d in zip(rows, docs, strict=True):
+    for c in rows:
         click.echo(
-            f"{d['scope']:8} {d['target'][:48]:48} {format_duration_ms(c.until_ms - now):>9} left"
-            f"  {d['kind']:16} {d['origin']}"
+            f"{c.scope.value:8} {c.target[:48]:48} {human_duration_ms(c.until_ms - now):>6} left"
+            f"  {c.kind:16} {c.origin.value}" + (f"  reason: {c.reason}" if c.reason else "")
         )
+
+
+def _row_line(c: CooldownRow, now: int) -> str:
+    """One cooldown that refuses the target, with the command that clears it."""
+    what = c.kind if c.kind == c.origin.value else f"{c.kind} ({c.origin.value})"
+    return (
+        f"  {c.scope.value} {c.target}: {what} until {iso(c.until_ms)}"
+        f" ({human_duration_ms(c.until_ms - now)}); clear: {c.clear_command()}"
+        + (f"; reason: {c.reason}" if c.reason else "")
+    )
+
+
+def _still_refused(change: CooldownChange) -> list[str]:
+    """What refuses the target now: the cooldown in force first, or that nothing does."""
+    now, name = change.now_ms, f"{change.scope.value} {change.target}"
+    top = change.in_force
+    if top is None:
+        return [f"{name} is no longer cooling"]
+    return [
+        f"{name} still refused until {iso(top.until_ms)} ({human_duration_ms(top.until_ms - now)})"
+        " by:",
+        *(_row_line(c, now) for c in change.blocking),
+    ]
+
+
+def _change_json(change: CooldownChange) -> dict[str, Any]:
+    """The target, the cooldown in force (`until`, null when none) and every one that refuses."""
+    top = change.in_force
+    return {
+        "scope": change.scope.value,
+        "target": change.target,
+        "until": None if top is None else iso(top.until_ms),
+        "remaining_s": None if top is None else round((top.until_ms - change.now_ms) / 1000, 3),
+        "kind": None if top is None else top.kind,
+        "origin": None if top is None else top.origin.value,
+        "cooldowns": [c.to_json(change.now_ms) for c in change.blocking],
+    }
 
 
 @cooldown_group.command("set")
 @click.argument("target")
 @click.argument("duration")
-@click.option("--reason", metavar="TEXT", help="A short note for other operators.")
+@click.option("--reason", metavar="TEXT", help="A short note for other operators (shown in lists).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_app
 def set_cooldown(
@@ -46,28 +85,39 @@ def set_cooldown(
 ) -> None:
     """Cool a provider (`openai`) or a model (`openai/gpt-x`) for DURATION (`2h`, `1h30m`)."""
 
-    def act() -> tuple[str, str, int, int]:
+    def act() -> tuple[CooldownChange, int]:
         ms = parse_duration_ms(duration)
         if reason is not None and (len(reason) > 200 or not reason.isprintable()):
             raise UsageError("a reason must be at most 200 printable characters")
         led = app.ledger()
         scope, key = led.cooldown_target(target)
-        now, until = led.store.set_cooldown(scope, key, ms, reason)
-        return scope.value, key, now, until
+        return led.store.set_cooldown(scope, key, ms, reason), ms
 
-    scope, key, now, until = run(as_json, act)
+    change, asked = run(as_json, act)
+    manual = change.manual_row()
+    until = change.manual_until_ms if manual is None else manual.until_ms
+    assert until is not None
+    now = change.now_ms
     if as_json:
         emit_json(
             {
-                "scope": scope,
-                "target": key,
-                "until": iso(until),
-                "remaining_s": round((until - now) / 1000, 3),
-                "origin": "manual",
+                **_change_json(change),
+                "manual": {
+                    "until": iso(until),
+                    "remaining_s": round((until - now) / 1000, 3),
+                    "reason": None if manual is None else manual.reason,
+                },
             }
         )
-    else:
-        click.echo(f"{scope} cooldown until {iso(until)} ({format_duration_ms(until - now)})")
+        return
+    kept = " (an existing longer manual cooldown is kept)" if until > now + asked else ""
+    click.echo(
+        f"manual cooldown on {change.scope.value} {change.target} until {iso(until)}"
+        f" ({human_duration_ms(until - now)}){kept}"
+    )
+    if len(change.blocking) > 1 or manual is None:  # something besides it refuses the target
+        for line in _still_refused(change):
+            click.echo(line)
 
 
 @cooldown_group.command("clear")
@@ -76,15 +126,18 @@ def set_cooldown(
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_app
 def clear_cooldown(app: AppContext, target: str, force: bool, as_json: bool) -> None:
-    """Remove manual cooldowns on TARGET (policy ones need --force)."""
+    """Remove manual cooldowns on TARGET (policy ones need --force); says what still refuses."""
 
-    def act() -> int:
+    def act() -> CooldownChange:
         led = app.ledger()
         scope, key = led.cooldown_target(target)
         return led.store.clear_cooldown(scope, key, force)
 
-    removed = run(as_json, act)
+    change = run(as_json, act)
     if as_json:
-        emit_json({"target": target, "removed": removed})
-    else:
-        click.echo(f"removed {removed} cooldown(s)")
+        emit_json({**_change_json(change), "target": target, "removed": change.removed})
+        return
+    kinds = "cooldown(s)" if force else "manual cooldown(s)"
+    click.echo(f"removed {change.removed} {kinds} on {change.scope.value} {change.target}")
+    for line in _still_refused(change):
+        click.echo(line)

@@ -22,7 +22,8 @@ import click
 from ledger.api import Ledger
 from ledger.catalog import Catalog
 from ledger.cli.commands import COMMANDS
-from ledger.errors import LedgerError
+from ledger.clock import iso
+from ledger.errors import LedgerError, Refused
 from ledger.home import StateDir, state_dir, symlink_warning
 from ledger.shown import printable
 from ledger.store.engine import network_filesystem
@@ -82,13 +83,28 @@ def emit_json(document: Any) -> None:
 
 
 def fail(error: LedgerError, as_json: bool = False) -> NoReturn:
-    """Print one line (or a JSON error object) and exit with the error's code."""
+    """Print one line (or a JSON error object) and exit with the error's code.
+
+    A refusal also says when to retry (`retry_at`), or what clears it when waiting does not.
+    """
     if as_json:
         code = getattr(error, "reason", None) or type(error).__name__
-        emit_json({"error": {"code": code, "message": error.message}})
+        body: dict[str, Any] = {"code": code, "message": error.message}
+        if isinstance(error, Refused):
+            body["retry_at"] = iso(error.retry_at_ms)
+            body["hint"] = None if error.retry_at_ms is not None else _retry(error)
+        emit_json({"error": body})
+    elif isinstance(error, Refused):
+        click.echo(f"ledger: {error.message}; {_retry(error)}", err=True)
     else:
         click.echo(f"ledger: {error.message}", err=True)
     sys.exit(error.exit_code)
+
+
+def _retry(error: Refused) -> str:
+    from ledger.refusal_text import retry_text  # only a refusal pays for the import
+
+    return retry_text(error.reason, error.retry_at_ms, error.now_ms)
 
 
 def run(as_json: bool, action: Callable[[], Any]) -> Any:

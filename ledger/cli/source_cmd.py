@@ -124,6 +124,8 @@ def show(app: AppContext, source_id: str, as_json: bool) -> None:
     doc = _source_json({**detail["source"], "calls": len(detail["attempts"])})
     doc["models"] = sorted(budget.models)
     doc["time_used_ms"] = budget.time_used_ms
+    doc["open_allowance_ms"] = sum(detail["open_allowance"])
+    doc["open_reservations"] = len(detail["open_allowance"])
     doc["backoff_steps"] = detail["source"]["backoff_steps"]
     doc["correction_reason"] = detail["source"]["correction_reason"]
     doc["attempts"] = [_attempt_json(a) for a in detail["attempts"]]
@@ -146,7 +148,8 @@ def _show_lines(doc: dict[str, Any]) -> list[str]:
         f"source {doc['id']}",
         f"  state {state}",
         f"  calls {doc['calls']}  failures {doc['failures']}  output failures "
-        f"{doc['output_failures']}  time used {doc['time_used_ms'] / 1000:.1f}s",
+        f"{doc['output_failures']}  time used {took(doc['time_used_ms'])}",
+        *_allowance(doc),
         "  models " + (", ".join(doc["models"]) or "none"),
         f"  backoff steps {doc['backoff_steps']}  retry at {doc['retry_at'] or '-'}"
         f"  correction {correction}",
@@ -171,6 +174,18 @@ def _show_lines(doc: dict[str, Any]) -> list[str]:
         rows,
         WIDTH,
     )
+
+
+def _allowance(doc: dict[str, Any]) -> list[str]:
+    """How much of the time used is the whole allowance of unsettled reservations (R-RES-8)."""
+    count = doc["open_reservations"]
+    if not count:
+        return []
+    plural = "s" if count > 1 else ""
+    return [
+        f"  of that, {took(doc['open_allowance_ms'])} is the whole allowance of {count}"
+        f" unsettled reservation{plural} (open or expired)"
+    ]
 
 
 def _attempt_row(a: dict[str, Any]) -> tuple[str, ...]:

@@ -23,6 +23,7 @@ from ledger.store.cooldowns import clear_cooldowns, upsert_cooldown
 from ledger.store.engine import Database
 from ledger.store.pending import rehearsed
 from ledger.store.schema import sources
+from ledger.store.views import CooldownChange, blocking_cooldowns
 
 __all__ = ["Database", "Store"]
 
@@ -40,9 +41,10 @@ class Store:
     ) -> Reservation:
         """Check every budget and cooldown and insert the reservation, atomically (R-DB-2)."""
         with self.db.write() as txn:
-            verdict = res_ops.reserve(txn.conn, txn.now, policy, request, policy_fp)
+            now = txn.now
+            verdict = res_ops.reserve(txn.conn, now, policy, request, policy_fp)
         if isinstance(verdict, budgets.Refusal):
-            raise Refused(verdict.reason.value, retry_at_ms=verdict.retry_at_ms)
+            raise Refused(verdict.reason.value, retry_at_ms=verdict.retry_at_ms, now_ms=now)
         return verdict
 
     @rehearsed
@@ -112,8 +114,8 @@ class Store:
     @rehearsed
     def set_cooldown(
         self, scope: CooldownScope, target: str, duration_ms: int, reason: str | None
-    ) -> tuple[int, int]:
-        """A manual cooldown (R-POL-8); returns (now, until in force)."""
+    ) -> CooldownChange:
+        """A manual cooldown (R-POL-8); returns it and every cooldown that refuses the target."""
         with self.db.write() as txn:
             until = upsert_cooldown(
                 txn.conn,
@@ -125,16 +127,19 @@ class Store:
                 CooldownOrigin.MANUAL,
                 reason,
             )
-            return txn.now, until
+            blocking = blocking_cooldowns(txn.conn, txn.now, scope, target)
+            return CooldownChange(txn.now, scope, target, blocking, manual_until_ms=until)
 
     @rehearsed
-    def clear_cooldown(self, scope: CooldownScope, target: str, force: bool) -> int:
-        """Remove manual cooldowns on a target (all origins with force)."""
+    def clear_cooldown(self, scope: CooldownScope, target: str, force: bool) -> CooldownChange:
+        """Remove manual cooldowns on a target (all origins with force); says what still refuses."""
         origins: tuple[CooldownOrigin, ...] = (CooldownOrigin.MANUAL,)
         if force:
             origins = (CooldownOrigin.MANUAL, CooldownOrigin.POLICY, CooldownOrigin.HINT)
         with self.db.write() as txn:
-            return clear_cooldowns(txn.conn, scope, target, origins)
+            removed = clear_cooldowns(txn.conn, scope, target, origins)
+            blocking = blocking_cooldowns(txn.conn, txn.now, scope, target)
+            return CooldownChange(txn.now, scope, target, blocking, removed=removed)
 
 
 def _resumed(lease_owner: str | None, lease_expires_ms: int | None, now: int) -> dict[str, Any]:

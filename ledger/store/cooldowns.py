@@ -45,9 +45,13 @@ def upsert_cooldown(
             .values(until_ms=until_ms, kind=kind, reason=reason, created_ms=now)
         )
         return until_ms
+    # a given reason replaces the stored note (the end is still never shortened)
+    note = {} if reason is None else {"reason": reason}
     if until_ms > existing:
-        conn.execute(update(cooldowns).where(*key).values(until_ms=until_ms, kind=kind))
+        conn.execute(update(cooldowns).where(*key).values(until_ms=until_ms, kind=kind, **note))
         return until_ms
+    if note:
+        conn.execute(update(cooldowns).where(*key).values(**note))
     return int(existing)
 
 

@@ -79,6 +79,7 @@ class SourceSummary:
     pause_reason: str | None
     retry_at_ms: int | None
     lease_expires_ms: int | None
+    open_allowance_ms: int = 0  # the part of time_used_ms that unsettled reservations count
 
 
 @dataclass(frozen=True)
@@ -273,7 +274,7 @@ def source_summaries(
     models = _source_models(conn, ids)
     out: list[SourceSummary] = []
     for row in rows:
-        calls, used = counters.get(row.id, (0, 0))
+        calls, used, allowance = counters.get(row.id, (0, 0, 0))
         out.append(
             SourceSummary(
                 id=row.id,
@@ -286,26 +287,32 @@ def source_summaries(
                 pause_reason=row.pause_reason,
                 retry_at_ms=row.retry_at_ms,
                 lease_expires_ms=row.lease_expires_ms,
+                open_allowance_ms=allowance,
             )
         )
     return out
 
 
-def _source_counters(conn: Connection, ids: list[str]) -> dict[str, tuple[int, int]]:
-    """Calls and time used (open reservations count their whole allowance, R-RES-8) per source."""
+def _source_counters(conn: Connection, ids: list[str]) -> dict[str, tuple[int, int, int]]:
+    """Calls, time used and the part of it that is the whole allowance of reservations not
+    settled (open or expired, counted conservatively as R-RES-8 says), per source."""
     if not ids:
         return {}
     r = reservations.c
-    used = case(
-        (r.status.in_(reads.OPEN_LIKE), r.deadline_ms - r.created_ms),
-        else_=func.coalesce(r.duration_ms, 0),
-    )
+    unsettled = r.status.in_(reads.OPEN_LIKE)
+    allowance = case((unsettled, r.deadline_ms - r.created_ms), else_=0)
+    used = case((unsettled, r.deadline_ms - r.created_ms), else_=func.coalesce(r.duration_ms, 0))
     rows = conn.execute(
-        select(r.source_id, func.count(), func.coalesce(func.sum(used), 0))
+        select(
+            r.source_id,
+            func.count(),
+            func.coalesce(func.sum(used), 0),
+            func.coalesce(func.sum(allowance), 0),
+        )
         .where(r.source_id.in_(ids))
         .group_by(r.source_id)
     ).all()
-    return {str(sid): (int(n), int(t)) for sid, n, t in rows}
+    return {str(sid): (int(n), int(t), int(a)) for sid, n, t, a in rows}
 
 
 def _source_models(conn: Connection, ids: list[str]) -> dict[str, list[str]]:

@@ -35,7 +35,46 @@ class CooldownRow:
             "remaining_s": round((self.until_ms - now) / 1000, 3),
             "kind": self.kind,
             "origin": self.origin.value,
+            "reason": self.reason,
         }
+
+    def clear_command(self) -> str:
+        """The command that removes this cooldown (policy and hint ones need --force)."""
+        force = "" if self.origin == CooldownOrigin.MANUAL else " --force"
+        return f"ledger cooldown clear {self.target}{force}"
+
+
+@dataclass(frozen=True)
+class CooldownChange:
+    """What `cooldown set` / `clear` did, and every cooldown that still refuses the target.
+
+    `blocking` is longest first (its first row is the cooldown in force); a model is also
+    refused by a cooldown on its provider.
+    """
+
+    now_ms: int
+    scope: CooldownScope
+    target: str
+    blocking: tuple[CooldownRow, ...]
+    manual_until_ms: int | None = None  # set: the manual row's end (never shortened, R-POL-2)
+    removed: int = 0  # clear: rows removed
+
+    @property
+    def in_force(self) -> CooldownRow | None:
+        """The cooldown that ends last, if any still refuses the target."""
+        return self.blocking[0] if self.blocking else None
+
+    def manual_row(self) -> CooldownRow | None:
+        """The manual cooldown on the target itself, if one is active."""
+        return next(
+            (
+                c
+                for c in self.blocking
+                if c.origin == CooldownOrigin.MANUAL
+                and (c.scope, c.target) == (self.scope, self.target)
+            ),
+            None,
+        )
 
 
 # Built once (a prebuilt statement goes straight to SQLAlchemy's compiled cache); the columns are
@@ -80,6 +119,17 @@ def active_cooldowns(conn: Connection, now: int) -> list[CooldownRow]:
         )
         for scope, target, until_ms, kind, origin, reason in rows
     ]
+
+
+def blocking_cooldowns(
+    conn: Connection, now: int, scope: CooldownScope, target: str
+) -> tuple[CooldownRow, ...]:
+    """Active cooldowns that refuse `target` (for a model, its provider's too), longest first."""
+    covered = {(scope, target)}
+    if scope == CooldownScope.MODEL:
+        covered.add((CooldownScope.PROVIDER, target.partition("/")[0]))
+    rows = [c for c in active_cooldowns(conn, now) if (c.scope, c.target) in covered]
+    return tuple(sorted(rows, key=lambda c: -c.until_ms))
 
 
 class CooldownEnd(NamedTuple):
@@ -156,6 +206,10 @@ def source_detail(db: Database, source_id: str) -> dict[str, Any] | None:
             "source": dict(row._mapping),
             "budget": budget,
             "attempts": [_with_expiry(dict(a._mapping), now) for a in attempts],
+            # the part of time used that unsettled reservations count with their whole allowance
+            "open_allowance": [
+                a.deadline_ms - a.created_ms for a in attempts if a.status in reads.OPEN_LIKE
+            ],
         }
 
 

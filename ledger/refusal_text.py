@@ -1,0 +1,32 @@
+"""What a refusal tells its reader: when to retry, or what clears it when waiting does not help.
+
+Pure: a reason code and times in, fixed text out (never a configuration value or an id).
+"""
+
+from __future__ import annotations
+
+from ledger.clock import iso
+from ledger.durations import human_duration_ms
+from ledger.kinds import RefusalReason as R
+
+# Refusals that no amount of waiting clears (their retry time is unknown): what does.
+UNTIMED_HINTS: dict[str, str] = {
+    R.DAILY_COST_CEILING: "this estimate alone exceeds dailyEstimatedUsd",
+    R.UNKNOWN_PRICE: "the model has no known price and dailyEstimatedUsd is set",
+    R.SOURCE_SETTLED: "a finished source is never rerun",
+    R.SOURCE_PAUSED: "`ledger source resume SOURCE` resumes it",
+    R.DENIED_BY_ROUTE: "the policy's route rules deny this model",
+    R.NOT_IN_FALLBACK_LIST: "the policy does not allow this model as a backup for this source",
+    R.SOURCE_CALLS: "the source used its sourceCalls; `ledger source evolve` makes one override",
+    R.SOURCE_MODELS: "the source used its sourceModels; `ledger source evolve` makes one override",
+    R.SOURCE_TIME: "the source used its sourceTimeMs; `ledger source evolve` makes one override",
+}
+
+
+def retry_text(reason: str, retry_at_ms: int | None, now_ms: int | None) -> str:
+    """`retry at <ISO> (in 1h59m)`, or what clears a refusal that waiting does not."""
+    if retry_at_ms is not None:
+        left = "" if now_ms is None else f" (in {human_duration_ms(max(0, retry_at_ms - now_ms))})"
+        return f"retry at {iso(retry_at_ms)}{left}"
+    hint = UNTIMED_HINTS.get(reason)
+    return "waiting does not help" + (f": {hint}" if hint else "")
