@@ -205,6 +205,7 @@ class Ledger:
             source_models=st.source_models,
             hourly_next_free_ms=st.hourly_next_free_ms,
             daily=st.daily,
+            probing=st.probing,
         )
         request = SelectionRequest(
             default_model=model or self.policy.default_model,

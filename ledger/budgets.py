@@ -40,6 +40,7 @@ class BudgetState:
     source: SourceBudget
     provider_cooldown_until: int | None
     model_cooldown_until: int | None
+    probe_held_until: int | None = None  # R-POL-9: another reservation is the probe until then
 
 
 @dataclass(frozen=True)
@@ -201,6 +202,8 @@ def check(
         return Refusal(RefusalReason.PROVIDER_COOLDOWN, state.provider_cooldown_until)
     if state.model_cooldown_until is not None and state.model_cooldown_until > now:
         return Refusal(RefusalReason.MODEL_COOLDOWN, state.model_cooldown_until)
+    if state.probe_held_until is not None and state.probe_held_until > now:
+        return Refusal(RefusalReason.PROBING, state.probe_held_until)
     # R-RES-6
     if src.calls >= policy.source_calls:
         return Refusal(RefusalReason.SOURCE_CALLS)

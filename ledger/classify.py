@@ -32,6 +32,7 @@ _A = FailureKind.AUTH
 _R = FailureKind.RATE_LIMIT
 _T = FailureKind.TRANSPORT
 _X = FailureKind.REQUEST_REJECTED
+_S = FailureKind.SAFETY
 
 KNOWN_ERROR_CODES: Mapping[str, FailureKind] = MappingProxyType(
     {
@@ -76,6 +77,15 @@ KNOWN_ERROR_CODES: Mapping[str, FailureKind] = MappingProxyType(
         "model_not_found": _X,  # OpenAI
         "invalid_argument": _X,  # Google
         "not_found": _X,  # Google
+        # safety / content policy (R-POL-11): on any 4xx they win, so a guard is never routed
+        # around because it arrived as an HTTP error instead of a stop reason
+        "content_policy_violation": _S,  # OpenAI error.code (images, moderation-blocked prompts)
+        "content_filter": _S,  # Azure OpenAI error.code
+        "responsibleaipolicyviolation": _S,  # Azure OpenAI error.innererror.code
+        "safety": _S,  # Gemini promptFeedback.blockReason / candidates[].finishReason
+        "prohibited_content": _S,  # Gemini
+        "spii": _S,  # Gemini (sensitive personally identifiable information)
+        "blocklist": _S,  # Gemini (a term on the blocklist)
     }
 )
 """Known provider error codes/types (compared lower-cased) and the table row each one means."""
@@ -85,16 +95,53 @@ CONTEXT_OVERFLOW_CODES: frozenset[str] = frozenset(
 )
 
 # Where providers put their machine-readable code, in the order they are consulted.
-_CODE_PATHS: tuple[tuple[str, ...], ...] = (
+_CODE_PATHS: tuple[tuple[str | int, ...], ...] = (
     ("error", "code"),
     ("error", "details", "error_code"),  # Anthropic spend limits
+    ("error", "innererror", "code"),  # Azure OpenAI content filter
     ("error", "type"),
     ("error", "status"),
     ("code",),
     ("type",),
     ("status",),
     ("error",),
+    ("promptFeedback", "blockReason"),  # Gemini prompt blocks
+    ("candidates", 0, "finishReason"),  # Gemini candidate blocks
 )
+
+
+@dataclass(frozen=True)
+class KnownPhrase:
+    """R-HTTP-2a: an account state a provider reports only in prose, as one exact phrase.
+
+    It applies to an error response with one of `statuses` whose JSON body has the provider's
+    documented error shape (`shape`: each path carries its exact value) and contains `phrase`
+    (case-insensitive) within the bounded body. The body is searched for this phrase only and
+    then dropped.
+    """
+
+    provider: str
+    statuses: frozenset[int]
+    shape: tuple[tuple[tuple[str, ...], str], ...]
+    phrase: str
+    kind: FailureKind
+    subkind: str
+
+
+KNOWN_PHRASES: tuple[KnownPhrase, ...] = (
+    # Anthropic: {"type": "error", "error": {"type": "invalid_request_error", "message": "Your
+    # credit balance is too low to access the Anthropic API. ..."}} - a billing state, not a
+    # rejected request: it cools the provider, not one model whose siblings fail the same way.
+    KnownPhrase(
+        "anthropic",
+        frozenset({400}),
+        ((("type",), "error"), (("error", "type"), "invalid_request_error")),
+        "credit balance is too low",
+        _Q,
+        "credit_balance_too_low",
+    ),
+)
+"""The fixed phrase table: data, each entry with its provider, row and a test."""
 
 _NORMAL_STOPS = frozenset(
     {"stop", "end_turn", "tool_use", "tool_calls", "function_call", "stop_sequence"}
@@ -145,9 +192,40 @@ def classify_http(
 ) -> Classification:
     """Classify an HTTP error response from its status, known body codes and hint headers."""
     codes = _known_codes(body)
-    kind, subkind = _kind_for(status, codes)
+    phrase = _known_phrase(status, body)
+    kind, subkind = (phrase.kind, phrase.subkind) if phrase else _kind_for(status, codes)
     retry_after_ms, reset_at_ms = _hints(headers, now_ms)
-    return Classification(kind, subkind, retry_after_ms=retry_after_ms, reset_at_ms=reset_at_ms)
+    # a safety refusal pauses its source with the code as the reason (R-POL-5, R-POL-11)
+    reason = subkind if kind is _S else None
+    return Classification(
+        kind, subkind, retry_after_ms=retry_after_ms, reset_at_ms=reset_at_ms, reason=reason
+    )
+
+
+def _known_phrase(status: int, body: bytes | None) -> KnownPhrase | None:
+    """The KNOWN_PHRASES entry this error response matches, if any (R-HTTP-2a)."""
+    rules = [p for p in KNOWN_PHRASES if status in p.statuses]
+    if not rules or not isinstance(body, bytes | bytearray) or not body:
+        return None
+    bounded = bytes(body[:MAX_BODY_BYTES])
+    try:
+        document = json.loads(bounded.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(document, dict):
+        return None
+    text = bounded.decode("utf-8").lower()
+    for rule in rules:
+        if all(_at(document, path) == value for path, value in rule.shape) and rule.phrase in text:
+            return rule
+    return None
+
+
+def _at(document: dict[str, object], path: tuple[str, ...]) -> object:
+    node: object = document
+    for key in path:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node
 
 
 _STATUS_ROWS: Mapping[int, FailureKind] = MappingProxyType(
@@ -157,13 +235,17 @@ _STATUS_ROWS: Mapping[int, FailureKind] = MappingProxyType(
 
 
 def _kind_for(status: int, codes: tuple[str, ...]) -> tuple[FailureKind, str]:
-    """Quota/billing codes win on any status; else the status row, else `unknown`.
+    """Safety codes win on any 4xx, quota/billing codes on any status; else the status row, else
+    `unknown`.
 
     A known code of another kind never sets the kind (a 409 carrying `rate_limit_exceeded` is not
     a rate limit); it only names the subkind when it agrees with the status row.
     """
     valid = isinstance(status, int) and not isinstance(status, bool) and 100 <= status <= 599
     http = f"http_{status}" if valid else "http_invalid"
+    safety = _code_of(codes, _S) if valid and 400 <= status <= 499 else None
+    if safety is not None:
+        return _S, safety
     quota = _code_of(codes, _Q)
     if quota is not None:
         return _Q, quota
@@ -208,14 +290,19 @@ def _values_at(document: dict[str, object]) -> Iterator[str]:
     for path in _CODE_PATHS:
         node: object = document
         for key in path:
-            node = node.get(key) if isinstance(node, dict) else None
+            if isinstance(key, int):
+                node = node[key] if isinstance(node, list) and len(node) > key else None
+            else:
+                node = node.get(key) if isinstance(node, dict) else None
         if isinstance(node, str):
             yield node
 
 
 # --------------------------------------------------------------------------- hint headers
 
-_DELTA_SECONDS = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?")
+_DELTA_SECONDS = re.compile(r"[0-9]{1,64}(?:\.[0-9]{1,9})?")
+# An absurd ask ("inf") is a long hint like any other: capped at the horizon (issue 24 item 3).
+_INFINITE = frozenset({"inf", "+inf", "infinity", "+infinity"})
 _HTTP_DATE_CHARS = re.compile(r"[A-Za-z0-9 ,:+-]{10,40}")
 _WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _GO_DURATION = re.compile(
@@ -243,12 +330,16 @@ def parse_retry_after(value: str, now_ms: int) -> int | None:
     text = value.strip(" \t")
     if _DELTA_SECONDS.fullmatch(text):
         return _bounded(int(Decimal(text) * 1000))
+    if text.lower() in _INFINITE:
+        return MAX_HINT_MS
     date_ms = _parse_http_date(text)
     return None if date_ms is None else _bounded(max(0, date_ms - now_ms))
 
 
 def _parse_retry_after_ms(value: str) -> int | None:
     text = value.strip(" \t") if isinstance(value, str) and len(value) <= 64 else ""
+    if text.lower() in _INFINITE:
+        return MAX_HINT_MS
     return _bounded(int(Decimal(text))) if _DELTA_SECONDS.fullmatch(text) else None
 
 
@@ -365,7 +456,7 @@ def classify_stop_reason(stop_reason: str | None) -> Classification | None:
     if stop in _CONTEXT_STOPS:
         return Classification(FailureKind.REQUEST_REJECTED, "context_overflow")
     if stop in _SAFETY_STOPS:
-        return Classification(FailureKind.SAFETY, f"{stop}_stop")
+        return Classification(FailureKind.SAFETY, f"{stop}_stop", reason=stop)
     return Classification(FailureKind.UNKNOWN, "unrecognised_stop")
 
 

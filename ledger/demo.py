@@ -1,11 +1,12 @@
 """`ledger demo` (SPEC section 14): the main job on an embedded default; no setup, no network.
 
 A new temporary state directory (kept afterwards unless `--discard`; or an empty `--home`), a
-catalog pointing at a StandIn on 127.0.0.1 (three providers: two OpenAI-compatible, one
+catalog pointing at a StandIn on 127.0.0.1 (four providers: two OpenAI-compatible, two
 Anthropic-format), a recovery.json, a fresh migrated SQLite ledger, a batch of sources, and the REAL
 drain loop (`ledger worker run --once` with the echo handler) over real HTTP while the stand-in
-fails on a script: 401, 429 with Retry-After, 503 twice, context overflow, truncated and invalid
-JSON, success.
+fails on a script: 401, 429 with Retry-After, a model down for a second (503 with Retry-After)
+that a recovery probe finds back, Anthropic's "credit balance is too low" 400, a content-policy
+400, context overflow, truncated and invalid JSON, success.
 
 Invariant: every step is the production code path; the demo only prepares files and the stand-in.
 """
@@ -49,6 +50,7 @@ _MODELS: tuple[tuple[str, str, int, float, float, bool], ...] = (
     ("acme", "swift-1", 128_000, 0.15, 0.6, False),
     ("bolt", "quill-3", 200_000, 0.25, 1.25, False),
     ("cirrus", "lite-2", 64_000, 0.4, 1.6, False),
+    ("dyna", "sage-1", 128_000, 0.6, 2.4, False),
     ("acme", "pro-1", 128_000, 1.0, 4.0, False),
     ("bolt", "opus-3", 200_000, 2.0, 8.0, True),
     ("cirrus", "max-2", 128_000, 2.5, 10.0, True),
@@ -62,23 +64,38 @@ DEMO_KEY = "demo-key-for-the-local-stand-in"
 """Not a secret: the throw-away key the demo sends to its own stand-in on 127.0.0.1."""
 
 
+CREDIT_BALANCE_LOW = (
+    "Your credit balance is too low to access the Anthropic API. "
+    "Please go to Plans & Billing to upgrade or purchase credits."
+)
+"""Anthropic's wording for an exhausted prepaid balance (a 400 invalid_request_error)."""
+
+
 def demo_script() -> dict[str, list[Scripted]]:
     """Per-model replies, in the order a single worker meets them over 12 sources."""
     truncated = Scripted(text='{"summary": "the transcript sa', stop_reason="length")
     invalid = Scripted(text='{"summary": ok', input_tokens=120, output_tokens=8)
+    # the time lite-2 is down: it asks for this long, and the next reply takes a little longer
+    down = Scripted(status=503, retry_after="1")
+    slow = Scripted(text=_OK.text, input_tokens=120, output_tokens=24, delay_s=1.2)
     return {
         # 01 ok; 02 truncated (`length`) -> its correction is invalid JSON; 03 401: acme cools
         "swift-1": [_OK, truncated, invalid, Scripted(status=401)],
         # 03 falls back here across providers (ok); 04 429 with Retry-After: quill cools
         "quill-3": [_OK, Scripted(status=429, retry_after="20")],
-        # 04 falls back here (ok); 05 and 06 503: a backoff each, the second cools lite and
-        # 06 falls back across providers at once (R-POL-4) despite the backoff it just earned
-        "lite-2": [_OK, Scripted(status=503), Scripted(status=503)],
-        # 07 ok; 08 context overflow: opus cools 1 h
-        "opus-3": [_OK, Scripted(status=400, error_code="model_context_window_exceeded")],
-        # 06's and 08's fallbacks land here (ok); 09..12 ok; 02's third try is invalid JSON
-        # again: paused
-        "max-2": [_OK, _OK, _OK, _OK, _OK, _OK, invalid],
+        # 04 falls back here (ok); 05: down, asking for 1 s, so the model cools 1 s (and 05 may
+        # fall back at once); then one recovery probe (07) finds it back and it serves 08; 09's
+        # request is refused by the provider's content policy: a guard, so 09 pauses and nothing
+        # else is tried; 10's context overflows: lite cools 1 h
+        "lite-2": [_OK, down, _OK, _OK,
+                   Scripted(status=400, error_code="content_policy_violation"),
+                   Scripted(status=400, error_code="context_length_exceeded")],
+        # 05 falls back here (ok, despite the backoff it just earned); 06: the provider says its
+        # credit balance is too low (quota: the provider dyna cools, not one model)
+        "sage-1": [_OK, Scripted(status=400, error_message=CREDIT_BALANCE_LOW)],
+        # 06's fallback ok (slowly, while lite-2 cools); 10's fallback, 11 and 12 ok; 02's third
+        # try (the alternate model it is owed) is invalid JSON again: paused
+        "opus-3": [slow, _OK, _OK, _OK, invalid],
     }
 
 
@@ -94,6 +111,12 @@ def demo_catalog(standin: StandIn) -> dict[str, Any]:
                 "credentialEnv": DEMO_KEY_ENV,  # the stand-in, like Anthropic, requires a key
             },
             "cirrus": {"available": True, "api": "openai-chat", "baseUrl": standin.base_url_openai},
+            "dyna": {
+                "available": True,
+                "api": "anthropic-messages",
+                "baseUrl": standin.base_url_anthropic,
+                "credentialEnv": DEMO_KEY_ENV,
+            },
         },
         "models": [
             {

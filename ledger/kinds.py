@@ -18,6 +18,7 @@ class RefusalReason(StrEnum):
     SOURCE_BACKOFF = "source_backoff"
     PROVIDER_COOLDOWN = "provider_cooldown"
     MODEL_COOLDOWN = "model_cooldown"
+    PROBING = "probing"  # the cooldown ended and another reservation is the recovery probe
     SOURCE_CALLS = "source_calls"
     SOURCE_MODELS = "source_models"
     SOURCE_TIME = "source_time"
@@ -32,6 +33,7 @@ class ExclusionReason(StrEnum):
     DENIED_BY_ROUTE = "denied_by_route"
     PROVIDER_COOLDOWN = "provider_cooldown"
     MODEL_COOLDOWN = "model_cooldown"
+    PROBING = "probing"  # R-POL-9: a recovery probe is in flight on the provider or the model
     SAME_PROVIDER = "same_provider"
     SIBLING_NOT_FOR_KIND = "sibling_not_for_kind"
     NOT_IN_FALLBACK_LIST = "not_in_fallback_list"

@@ -68,6 +68,8 @@ class PolicyRow:
     cooldown_scope: CooldownScope | None = None
     cooldown_ms: int = 0
     cooldown_from_strike: int = 1
+    probe_cap_ms: int | None = None
+    """R-POL-10: the longest a failed probe's doubled cooldown gets (default 4 x the base)."""
     """The cooldown starts with this failure of the kind on the model within the strike window."""
     uses_hints: bool = False
     """A supplied Retry-After / reset time may lengthen (never shorten) the cooldown."""
@@ -80,10 +82,19 @@ class PolicyRow:
     source_doc: str = ""
     fallback_doc: str = ""
 
+    def probe_cooldown_ms(self, failed_probes: int) -> int:
+        """R-POL-10: the cooldown after `failed_probes` consecutive failed probes (0: the base),
+        doubled per failed probe up to the row's cap."""
+        cap = self.probe_cap_ms if self.probe_cap_ms is not None else 4 * self.cooldown_ms
+        return min(self.cooldown_ms << min(max(failed_probes, 0), 32), max(cap, self.cooldown_ms))
+
     def cooldown_doc(self) -> str:
         """The cooldown column text."""
         if self.cooldown_scope is None:
             return "none"
+        steps = [self.probe_cooldown_ms(n) for n in range(33)]
+        ladder = " → ".join(format_duration_ms(ms) for ms in dict.fromkeys(steps))
+        probe = f"; then one recovery probe, each failed probe doubling it ({ladder})"
         duration = format_duration_ms(self.cooldown_ms)
         if self.cooldown_from_strike > 1:
             window = format_duration_ms(TRANSPORT_STRIKE_WINDOW_MS)
@@ -96,11 +107,12 @@ class PolicyRow:
                 f"none on the first; failure no. {self.cooldown_from_strike} on the same "
                 f"{self.cooldown_scope} within {window} cools that {self.cooldown_scope} {duration}"
                 + hint
+                + probe
             )
         text = f"{self.cooldown_scope}, {duration}"
         if self.uses_hints:
             text += " or a later supplied `Retry-After` / reset"
-        return text
+        return text + probe
 
     def source_column(self) -> str:
         """The source column text."""
@@ -130,7 +142,8 @@ _ROWS = (
     ),
     PolicyRow(
         FailureKind.QUOTA,
-        "HTTP 402; a known quota/billing code (e.g. `insufficient_quota`) on any status",
+        "HTTP 402; a known quota/billing code (e.g. `insufficient_quota`) on any status; a known "
+        "account phrase (Anthropic's 400 saying the credit balance is too low)",
         CooldownScope.PROVIDER,
         1 * HOUR_MS,
         uses_hints=True,
@@ -148,8 +161,9 @@ _ROWS = (
         FailureKind.TRANSPORT,
         "HTTP 408, 5xx (incl. 529), timeout, connection/network error, stream cut",
         CooldownScope.MODEL,
-        15 * MINUTE_MS,
+        1 * MINUTE_MS,
         cooldown_from_strike=2,
+        probe_cap_ms=15 * MINUTE_MS,
         uses_hints=True,
         sets_backoff=True,
         fallback=FallbackConstraint.OTHER_PROVIDER,
@@ -173,7 +187,10 @@ _ROWS = (
     ),
     PolicyRow(
         FailureKind.SAFETY,
-        "recognised safety refusal (`content_filter`, `refusal` stop)",
+        "recognised safety refusal (`content_filter`, `refusal` stop); a known safety or "
+        "content-policy code on any 4xx (`content_policy_violation`, Azure `content_filter` / "
+        "`ResponsibleAIPolicyViolation`, Gemini `SAFETY` / `PROHIBITED_CONTENT` / `SPII` / "
+        "`BLOCKLIST` blocks)",
         pause_after=1,
         fallback_doc="**never** (no fallback to get around a guard)",
     ),
@@ -223,6 +240,8 @@ class FailureContext:
     # an override (R-RES-9) is one explicit attempt outside any queue item: it permits none either
     override: bool = False
     existing_cooldowns: Mapping[tuple[CooldownScope, str], int] = field(default_factory=dict)
+    # the recovery probes this attempt held (R-POL-9): target -> consecutive failed probes before
+    probe_streaks: Mapping[tuple[CooldownScope, str], int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -353,17 +372,27 @@ def _cooldowns(
     hint = _hint_until(ctx.classification, ctx.now_ms) if row.uses_hints else None
     if hint is not None and hint <= ctx.now_ms:
         hint = None  # "retry now" asks for no cooldown
-    strike_cooldown = ctx.recent_transport_strikes + 1 >= row.cooldown_from_strike
-    if not strike_cooldown and hint is None:
-        actions.append("no cooldown: first transport failure on this model within 15m")
-        return ()
     if row.cooldown_scope is CooldownScope.PROVIDER:
         target = split_model_key(ctx.model_key)[0]
     else:
         split_model_key(ctx.model_key)  # validates the key
         target = ctx.model_key
+    failed_probes = ctx.probe_streaks.get((row.cooldown_scope, target))
+    # a failed probe always cools its target again (R-POL-9), whatever the strike count
+    strike_cooldown = (
+        failed_probes is not None or ctx.recent_transport_strikes + 1 >= row.cooldown_from_strike
+    )
+    if not strike_cooldown and hint is None:
+        actions.append("no cooldown: first transport failure on this model within 15m")
+        return ()
+    cooldown_ms = row.probe_cooldown_ms(0 if failed_probes is None else failed_probes + 1)
+    if failed_probes is not None:
+        actions.append(
+            f"recovery probe failed ({failed_probes + 1} in a row): "
+            f"cooldown {format_duration_ms(cooldown_ms)} (R-POL-10)"
+        )
     # Before the strike threshold only the provider's own asked delay cools the model (5xx/529).
-    base_until = ctx.now_ms + row.cooldown_ms if strike_cooldown else ctx.now_ms
+    base_until = ctx.now_ms + cooldown_ms if strike_cooldown else ctx.now_ms
     until, origin = base_until, CooldownOrigin.POLICY
     if hint is not None and (hint > base_until or not strike_cooldown):
         until, origin = hint, CooldownOrigin.HINT

@@ -47,6 +47,7 @@ RULE_ORDER: tuple[ExclusionReason, ...] = (
     R.NOT_IN_FALLBACK_LIST,  # R-SEL-5, R-SEL-3
     R.PROVIDER_COOLDOWN,  # R-SEL-7, R-POL-2
     R.MODEL_COOLDOWN,  # R-SEL-7, R-POL-2
+    R.PROBING,  # R-SEL-7, R-POL-9: another reservation is the recovery probe
     R.SOURCE_MODELS,  # R-RES-7
     R.CONTEXT_TOO_SMALL,  # R-SEL-8
     R.UNKNOWN_PRICE,  # R-RES-2, only under dailyEstimatedUsd
@@ -104,6 +105,8 @@ class Snapshot:
     source_models: frozenset[str] = frozenset()  # distinct models this source already used
     hourly_next_free_ms: int | None = None  # None: a shared hourly slot is free now
     daily: DailyWindow | None = None  # the rolling 24 h cost, when dailyEstimatedUsd is set
+    # recovery probes in flight (R-POL-9): target and the probe's deadline (`until_ms`)
+    probing: tuple[ActiveCooldown, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -342,12 +345,14 @@ def _fallback_reason(ctx: _Context, key: str, provider: str) -> ExclusionReason 
     return confinement_reason(ctx.policy, key, default)  # R-SEL-3, R-SEL-5 (shared with reserve)
 
 
-def _active_cooldowns(snapshot: Snapshot) -> tuple[dict[str, int], dict[str, int]]:
-    """The latest end of the still active cooldowns, per provider and per model key."""
+def _active_cooldowns(
+    snapshot: Snapshot, rows: tuple[ActiveCooldown, ...] | None = None
+) -> tuple[dict[str, int], dict[str, int]]:
+    """The latest end of the still active cooldowns (or `rows`), per provider and per model key."""
     providers: dict[str, int] = {}
     models: dict[str, int] = {}
     now, provider_scope = snapshot.now_ms, CooldownScope.PROVIDER
-    for c in snapshot.cooldowns:
+    for c in snapshot.cooldowns if rows is None else rows:
         until = c.until_ms
         if until > now:
             ends = providers if c.scope == provider_scope else models
@@ -381,6 +386,7 @@ def select(
     no_base_url = catalog.providers_without_base_url()
     denied = _denied(index, policy)
     provider_cooling, model_cooling = _active_cooldowns(snapshot)
+    provider_probing, model_probing = _active_cooldowns(snapshot, snapshot.probing)
     used = snapshot.source_models
     models_full = len(used) + 1 > policy.source_models  # R-RES-7: no room for a new model
     price_needed = policy.daily_estimated_usd is not None
@@ -424,6 +430,10 @@ def select(
             until = provider_until if model_until is None else max(provider_until, model_until)
         elif model_until is not None:
             reason, until = R.MODEL_COOLDOWN, model_until
+        elif provider in provider_probing or key in model_probing:
+            # the probe frees the target when it settles, at the latest at its deadline
+            reason = R.PROBING
+            until = max(provider_probing.get(provider, 0), model_probing.get(key, 0))
         elif late is not None:
             excluded.append(entry.excluded(late))
             continue

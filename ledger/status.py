@@ -128,6 +128,7 @@ def status_document(
             c.to_json(now)
             for c in data.cooldowns
         ],
+        "health": [h.to_json() for h in data.health],
         "hourly": {
             "used": data.hourly_used,
             "limit": policy.calls_per_hour,
@@ -270,6 +271,75 @@ def _provider_of(target: str) -> str:
     return split_model_key(target)[0] if "/" in target else target
 
 
+_HEALTH_STATES = ("healthy", "cooling", "probing")
+
+
+def _health_families(out: _Exposition, rows: list[dict[str, Any]]) -> None:
+    """R-DIAG-6: per provider and per model, labelled by scope and target."""
+
+    def each(value: str) -> list[tuple[dict[str, object], float]]:
+        return [({"scope": h["scope"], "target": h["target"]}, h[value]) for h in rows]
+
+    def seconds(value: str) -> list[tuple[dict[str, object], float]]:
+        return [
+            ({"scope": h["scope"], "target": h["target"]}, _epoch_seconds(h[value]))
+            for h in rows
+            if h[value] is not None
+        ]
+
+    out.family(
+        "ledger_health_state",
+        "1 for the state each provider and model is in (healthy, cooling, probing), else 0.",
+        [
+            ({"scope": h["scope"], "target": h["target"], "state": state}, int(h["state"] == state))
+            for h in rows
+            for state in _HEALTH_STATES
+        ],
+    )
+    out.family(
+        "ledger_health_consecutive_failures",
+        "Failed attempts in a row since the last success.",
+        each("consecutive_failures"),
+    )
+    out.family(
+        "ledger_health_attempts_1h", "Attempts created in the last hour.", each("attempts_1h")
+    )
+    out.family(
+        "ledger_health_failures_1h",
+        "Attempts created in the last hour that failed.",
+        each("failures_1h"),
+    )
+    out.family(
+        "ledger_health_probe_streak",
+        "Consecutive failed recovery probes (each doubles the next cooldown).",
+        each("probe_streak"),
+    )
+    out.family(
+        "ledger_health_last_success_timestamp_seconds",
+        "When the last attempt succeeded (Unix time).",
+        seconds("last_success_at"),
+    )
+    out.family(
+        "ledger_health_last_failure_timestamp_seconds",
+        "When the last attempt failed (Unix time), labelled with its kind.",
+        [
+            (
+                {"scope": h["scope"], "target": h["target"], "kind": h["last_failure_kind"]},
+                _epoch_seconds(h["last_failure_at"]),
+            )
+            for h in rows
+            if h["last_failure_at"] is not None
+        ],
+    )
+
+
+def _epoch_seconds(value: str) -> float:
+    """An ISO 8601 UTC time from the document as Unix seconds."""
+    from datetime import datetime
+
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
 def render_prometheus(doc: dict[str, Any]) -> str:
     """The numeric part of the document in the Prometheus text format (gauges, `ledger_` prefix)."""
     out = _Exposition()
@@ -324,6 +394,7 @@ def render_prometheus(doc: dict[str, Any]) -> str:
             for c in doc["cooldowns"]
         ],
     )
+    _health_families(out, doc["health"])
     out.family(
         "ledger_sources",
         "Sources by queue state.",

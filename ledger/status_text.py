@@ -126,6 +126,7 @@ def render_text(doc: dict[str, Any], width: int = WIDTH) -> str:
     lines += _routes_lines(doc, width)
     lines += _budget_lines(doc, width)
     lines += _cooldown_lines(doc, width)
+    lines += _health_lines(doc, width)
     lines += _source_lines(doc, width)
     lines += _recent_lines(doc, width)
     if doc["notices"]:
@@ -274,6 +275,39 @@ def _cooldown_lines(doc: dict[str, Any], width: int) -> list[str]:
         if c.get("reason"):
             lines += _wrap(f"  reason  {c['scope']} {c['target']}: {c['reason']}", width, 10)
     return lines
+
+
+def _health_lines(doc: dict[str, Any], width: int) -> list[str]:
+    # a provider's target has no `/`, a model's is its key: no scope column is needed
+    lines = [_heading("health", width)]
+    if not doc["health"]:
+        return [*lines, "  no provider or model seen yet"]
+    return lines + table(
+        (
+            Column("target", cut=True, min_width=16),
+            Column("state"),
+            Column("fails", right=True),
+            Column("last failure"),
+            Column("last success", drop=2),
+            Column("1h failed", right=True),
+            Column("probes", right=True, drop=1),
+        ),
+        [
+            (
+                h["target"],
+                h["state"],
+                h["consecutive_failures"],
+                "-"
+                if h["last_failure_kind"] is None
+                else f"{h['last_failure_kind']} {short_time(h['last_failure_at'])}",
+                short_time(h["last_success_at"]),
+                f"{h['failures_1h']}/{h['attempts_1h']}",
+                h["probe_streak"],
+            )
+            for h in doc["health"]
+        ],
+        width,
+    )
 
 
 def _source_lines(doc: dict[str, Any], width: int) -> list[str]:

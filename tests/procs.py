@@ -253,3 +253,25 @@ def slow_commit_handler(job: Any) -> Any:
         append(job.source_id)
 
     return HandlerResult.success(response, commit=commit)
+
+
+def probe_racer(
+    home: str, barrier: BarrierLike, tag: int, out: QueueLike, db: str | None = None
+) -> None:
+    """Reserve the model whose cooldown just ended, then a backup, all at once (R-POL-9)."""
+    granted: list[str] = []
+    refused: Counter[str] = Counter()
+    errors: list[str] = []
+    try:
+        led = open_ledger(home, db)
+        barrier.wait(timeout=120)
+        for model in ("alpha/small", "beta/mid"):
+            try:
+                led.reserve(f"herd-{tag}-{model}", model, input_bytes=100)
+                granted.append(model)
+            except Refused as refusal:
+                refused[refusal.reason] += 1
+        led.close()
+    except Exception as error:  # reported, never swallowed: the parent asserts there are none
+        errors.append(f"{type(error).__name__}: {error}")
+    out.put({"tag": tag, "granted": granted, "refused": dict(refused), "errors": errors})

@@ -42,15 +42,40 @@ def test_spec_14_demo_shows_fallback_cooldown_pause_within_budgets(
     assert facts["corrections"] >= 1
     assert status["sources"]["counts"]["paused"] >= 1
     assert status["sources"]["counts"]["done"] >= 1
-    paused = [s for s in status["sources"]["list"] if s["state"] == "paused"]
-    assert paused[0]["pause_reason"] == "output_failures"
+    paused = {s["id"]: s["pause_reason"] for s in status["sources"]["list"]
+              if s["state"] == "paused"}  # fmt: skip
+    assert paused == {"demo-02": "output_failures", "demo-09": "safety:content_policy_violation"}
     assert len(status["cooldowns"]) >= 1
-    assert {c["kind"] for c in status["cooldowns"]} >= {"auth", "rate_limit", "transport",
-                                                          "request_rejected"}
+    # the transport cooldown ended during the demo and a recovery probe found the model back
+    assert {c["kind"] for c in status["cooldowns"]} == {"auth", "rate_limit", "quota",
+                                                         "request_rejected"}
     assert status["hourly"]["used"] <= status["hourly"]["limit"] == DEMO_POLICY["callsPerHour"]
     assert status["daily"]["spent_usd"] <= status["daily"]["ceiling_usd"]
     assert facts["hourly_used"] <= facts["hourly_limit"]
     assert facts["daily_spent_usd"] <= facts["daily_ceiling_usd"]
+
+
+def test_issue24_item5_demo_shows_a_probe_a_safety_pause_and_a_credit_balance_quota(
+    demo_doc: dict[str, Any],
+) -> None:
+    status = demo_doc["status"]
+    messages = [n["message"] for n in status["notices"]]
+    assert "recovery probe succeeded on model cirrus/lite-2" in messages
+    recent = [(a["source"], a["model"], a["kind"], a["subkind"]) for a in status["recent"]]
+    # down for a second (503 asking for 1 s), then probed once and serving again
+    assert ("demo-05", "cirrus/lite-2", "transport", "server_error") in recent
+    assert ("demo-07", "cirrus/lite-2", None, None) in recent
+    # the content-policy 400 is the safety row: paused, nothing else tried for demo-09
+    assert [r for r in recent if r[0] == "demo-09"] == [
+        ("demo-09", "cirrus/lite-2", "safety", "content_policy_violation")
+    ]
+    # Anthropic's credit-balance 400 is quota: the provider cools, not one model
+    assert ("demo-06", "dyna/sage-1", "quota", "credit_balance_too_low") in recent
+    cooled = {(c["scope"], c["target"]): c["kind"] for c in status["cooldowns"]}
+    assert cooled[("provider", "dyna")] == "quota"
+    health = {(h["scope"], h["target"]): h for h in status["health"]}
+    assert health[("provider", "dyna")]["state"] == "cooling"
+    assert health[("model", "cirrus/lite-2")]["last_success_at"] is not None
 
 
 def test_spec_14_cli_demo_honours_global_home_and_exits_0(tmp_path: Path) -> None:
@@ -73,7 +98,7 @@ def test_spec_14_cli_demo_text_ends_with_status(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     home = tmp_path / "d"
     assert result.output.startswith(
-        "[worker] 13 items: 10 done, 2 failed (retry later), 1 paused; 5 fallbacks, 1 correction\n"
+        "[worker] 13 items: 10 done, 1 failed (retry later), 2 paused; 6 fallbacks, 1 correction\n"
     )
     assert f"$ ledger --home {home} status" in result.output
 

@@ -96,18 +96,19 @@ def permitted_kinds(response: ProviderResponse) -> frozenset[FailureKind]:
         return frozenset({_F.TRANSPORT, _F.UNKNOWN})
     status = response.status
     if status is not None and not 200 <= status < 300:
-        # A known quota/billing code wins on any status.
+        # A known quota/billing code wins on any status, a safety code on any 4xx (R-POL-11).
+        safety = frozenset({_F.SAFETY}) if 400 <= status <= 499 else frozenset()
         if status in (401, 403):
-            return frozenset({_F.AUTH, _F.QUOTA})
+            return frozenset({_F.AUTH, _F.QUOTA}) | safety
         if status == 402:
-            return frozenset({_F.QUOTA})
+            return frozenset({_F.QUOTA}) | safety
         if status == 429:
-            return frozenset({_F.RATE_LIMIT, _F.QUOTA})
+            return frozenset({_F.RATE_LIMIT, _F.QUOTA}) | safety
         if status == 408 or 500 <= status <= 599:
-            return frozenset({_F.TRANSPORT, _F.QUOTA, _F.REQUEST_REJECTED})
+            return frozenset({_F.TRANSPORT, _F.QUOTA, _F.REQUEST_REJECTED}) | safety
         if status in (400, 404, 422):
-            return frozenset({_F.REQUEST_REJECTED, _F.QUOTA})
-        return _TABLE_KINDS | {_F.UNKNOWN}
+            return frozenset({_F.REQUEST_REJECTED, _F.QUOTA}) | safety
+        return _TABLE_KINDS | {_F.UNKNOWN} | safety
     if response.stop_reason == INVALID_RESPONSE:
         return frozenset({_F.INVALID_OUTPUT})
     return _STOP_KINDS

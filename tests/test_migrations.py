@@ -237,7 +237,7 @@ def test_issue20_item4_0004_adds_cached_token_columns_and_keeps_data(tmp_path: P
         )
     db = _db(path)
     migrate.upgrade(db)
-    assert migrate.current_revision(db) == "0004"
+    assert migrate.current_revision(db) == migrate.HEAD_REVISION
     db.dispose()
     with sqlite3.connect(path) as raw:
         rows = raw.execute(
@@ -263,6 +263,56 @@ def test_issue20_item4_0004_adds_cached_token_columns_and_keeps_data(tmp_path: P
     assert not {"cache_write_tokens", "cache_read_tokens"} & (columns | total_columns)
     assert kept == [(11, 5)]
     assert kept_totals == [(3, 5)]
+
+
+def test_issue24_0005_arms_running_policy_cooldowns_and_keeps_data(tmp_path: Path) -> None:
+    from ledger.api import Ledger
+    from ledger.catalog import Catalog
+    from ledger.errors import Refused
+    from tests.conftest import T0, TEST_CATALOG, Clock
+
+    path = tmp_path / "ledger.db"
+    db = _db(path)
+    migrate.upgrade(db, "0003b")
+    with sqlite3.connect(path) as raw:
+        raw.execute(f"INSERT INTO clock (id, newest_ms) VALUES (1, {T0})")
+        raw.executemany(
+            "INSERT INTO cooldowns (scope, target, origin, until_ms, kind, created_ms)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                ("model", "alpha/small", "policy", T0 + 60_000, "rate_limit", T0),  # running
+                ("provider", "beta", "manual", T0 + 60_000, "manual", T0),  # manual: no probe
+                ("model", "gamma/g1", "hint", T0 - 1, "rate_limit", T0 - 9),  # ended: no probe
+            ],
+        )
+    db.dispose()
+    db = _db(path)
+    migrate.upgrade(db)
+    assert migrate.current_revision(db) == migrate.HEAD_REVISION
+    db.dispose()
+    with sqlite3.connect(path) as raw:
+        armed = raw.execute("SELECT scope, target, streak, holder_id FROM probes").fetchall()
+        kept = raw.execute("SELECT COUNT(*) FROM cooldowns").fetchone()
+    assert armed == [("model", "alpha/small", 0, None)]
+    assert kept == (3,)
+    led = Ledger.open(
+        tmp_path, catalog=Catalog.model_validate(TEST_CATALOG), env={}, clock=Clock(T0 + 60_000)
+    )
+    try:
+        led.reserve("a", "alpha/small")  # the cooldown from before the upgrade ends in a probe
+        with pytest.raises(Refused) as info:
+            led.reserve("b", "alpha/small")
+        assert info.value.reason == "probing"
+    finally:
+        led.close()
+    db = _db(path)
+    migrate.downgrade(db, "0003b")
+    db.dispose()
+    with sqlite3.connect(path) as raw:
+        tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        count = raw.execute("SELECT COUNT(*) FROM reservations").fetchone()
+    assert "probes" not in tables
+    assert count == (1,)
 
 
 SQLITE_SCHEMA_0002 = Path(__file__).with_name("sqlite_schema_0002.sql")

@@ -178,7 +178,7 @@ def test_r_pol_1_quota_later_supplied_reset_wins() -> None:
 
 def test_r_pol_1_second_transport_failure_within_window_cools_model() -> None:
     d = _decide(_http(503), recent_transport_strikes=1, backoff_steps=1, failures=1)
-    assert _cooldown(d) == (M, MODEL, 15 * MIN, POL)
+    assert _cooldown(d) == (M, MODEL, 1 * MIN, POL)
     assert d.fallback is F.OTHER_PROVIDER
     assert d.backoff_until_ms == NOW + 5 * MIN
     assert d.transport_strike

@@ -132,6 +132,12 @@ RULES: list[tuple[str, dict[str, Any], str, ExclusionReason]] = [
     ("R-SEL-7-model", {"snapshot": snap(cooldowns=(
         cooldown(CooldownScope.MODEL, "anthropic/claude-h", NOW + MIN),))}, "anthropic/claude-h",
      R.MODEL_COOLDOWN),
+    ("R-SEL-7-probing-model", {"snapshot": snap(probing=(
+        cooldown(CooldownScope.MODEL, "anthropic/claude-h", NOW + MIN),))}, "anthropic/claude-h",
+     R.PROBING),
+    ("R-SEL-7-probing-provider", {"snapshot": snap(probing=(
+        cooldown(CooldownScope.PROVIDER, "anthropic", NOW + MIN),))}, "anthropic/claude-h",
+     R.PROBING),
     ("R-RES-7", {"snapshot": snap(source_models=frozenset({"openai/gpt-a", "local/llama"}))},
      "anthropic/claude-h", R.SOURCE_MODELS),
     ("R-SEL-8", {"input_tokens": 7000}, "local/llama", R.CONTEXT_TOO_SMALL),

@@ -118,11 +118,11 @@ def test_issue15_item3_cli_uses_the_terminal_width(demo_home: Path) -> None:
 
 
 def test_issue15_item3_source_show_never_cuts_a_kind(demo_home: Path) -> None:
-    result = CliRunner().invoke(cli, ["--home", str(demo_home), "source", "show", "demo-07"])
+    result = CliRunner().invoke(cli, ["--home", str(demo_home), "source", "show", "demo-10"])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert max(len(line) for line in lines) <= 100
-    row = next(line for line in lines if line.startswith("  #") and "bolt/opus-3" in line)
+    row = next(line for line in lines if line.startswith("  #") and "cirrus/lite-2" in line)
     assert "  request_rejected/context_overflow  " in row
     assert re.search(r"  \d+ms$", row), row  # the primary attempt: no role
     assert re.search(r"  \d{2}-\d{2} \d{2}:\d{2}:\d{2}  ", row), row

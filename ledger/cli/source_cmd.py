@@ -164,7 +164,7 @@ def _show_lines(doc: dict[str, Any]) -> list[str]:
     rows = [_attempt_row(a) for a in doc["attempts"]]
     return lines + table(  # never cuts a time or a kind (issue 15 item 3)
         (
-            Column("attempt"),
+            Column("id"),  # "#15": a short header keeps the widest row (a named fallback) in 100
             Column("time"),
             Column("model", cut=True, min_width=16),
             Column("outcome"),

@@ -58,6 +58,20 @@ class OpenAIChatAdapter(HttpAdapter):
         )
 
 
+def gemini_block_reason(data: dict[str, object]) -> str | None:
+    """Gemini's `promptFeedback.blockReason`, else the `finishReason` of a first candidate that
+    carries no content, when a reply has no choices (R-POL-11): the raw enum, for the worker to
+    classify as a stop reason. A candidate with content is no block: the shape stays invalid."""
+    feedback = data.get("promptFeedback")
+    reason = feedback.get("blockReason") if isinstance(feedback, dict) else None
+    if reason is None:
+        candidates = data.get("candidates")
+        first = candidates[0] if isinstance(candidates, list) and candidates else None
+        empty = isinstance(first, dict) and not first.get("content")
+        reason = first.get("finishReason") if isinstance(first, dict) and empty else None
+    return reason if isinstance(reason, str) and 0 < len(reason) <= 64 else None
+
+
 def parse_chat_completion(reply: JsonReply) -> ProviderResponse:
     """Facts from a chat-completions body; a wrong shape is INVALID_RESPONSE."""
     data = reply.data
@@ -65,6 +79,12 @@ def parse_chat_completion(reply: JsonReply) -> ProviderResponse:
         return reply.invalid()
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        blocked = gemini_block_reason(data)
+        if blocked is not None:  # a Gemini reply passed through: the prompt or reply was blocked
+            return ProviderResponse(
+                ok=True, status=reply.status, text="", stop_reason=blocked,
+                elapsed_ms=reply.elapsed_ms(),
+            )  # fmt: skip
         return reply.invalid()
     message = choices[0].get("message")
     stop = choices[0].get("finish_reason")

@@ -18,6 +18,7 @@ from ledger.config import Policy
 from ledger.errors import NotFoundError, Refused, UsageError
 from ledger.kinds import CooldownOrigin, CooldownScope, SourceState
 from ledger.records import Outcome, Reservation, SettleResult
+from ledger.store import probes
 from ledger.store import reservations as res_ops
 from ledger.store.cooldowns import clear_cooldowns, upsert_cooldown
 from ledger.store.engine import Database
@@ -138,6 +139,8 @@ class Store:
             origins = (CooldownOrigin.MANUAL, CooldownOrigin.POLICY, CooldownOrigin.HINT)
         with self.db.write() as txn:
             removed = clear_cooldowns(txn.conn, scope, target, origins)
+            if force:  # cleared by hand: the target ends without a recovery probe (R-POL-9)
+                probes.disarm(txn.conn, scope, target)
             blocking = blocking_cooldowns(txn.conn, txn.now, scope, target)
             return CooldownChange(txn.now, scope, target, blocking, removed=removed)
 

@@ -29,7 +29,7 @@ from ledger.kinds import (
 )
 from ledger.policy_table import Decision, FailureContext, decide
 from ledger.records import Cancelled, Failed, Outcome, Reservation, SettleResult, Success
-from ledger.store import reads
+from ledger.store import health, probes, reads
 from ledger.store.cooldowns import upsert_cooldown
 from ledger.store.notices import record_notice
 from ledger.store.schema import cost_hours, reservations, source_models, sources, transport_strikes
@@ -277,6 +277,7 @@ def reserve(
     if policy.daily_estimated_usd is not None:
         daily = reads.daily_cost(conn, now)
     provider_until, model_until = reads.cooldowns_for(conn, model.provider, model.key, now)
+    gate = probes.gate(conn, model.provider, model.key, now)
     state = budgets.BudgetState(
         now_ms=now,
         hourly_count=hourly,
@@ -285,6 +286,7 @@ def reserve(
         source=source,
         provider_cooldown_until=provider_until,
         model_cooldown_until=model_until,
+        probe_held_until=gate.held_until,
     )
     estimate = budgets.estimate_micro(model, request.input_bytes, policy.reply_tokens)
     recorded, immediate = _checked_role(conn, now, request, source)
@@ -306,7 +308,7 @@ def reserve(
             verdict = budgets.Refusal(
                 verdict.reason, budgets.ceiling_frees_at(now, window, estimate or 0)
             )
-        if verdict.reason in {"provider_cooldown", "model_cooldown"}:
+        if verdict.reason in {"provider_cooldown", "model_cooldown", "probing"}:
             # R-POL-6: temporarily unroutable work moves behind other eligible work
             conn.execute(_TOUCH_SOURCE, {"b_id": request.source_id, "b_now": now})
         return verdict
@@ -336,6 +338,8 @@ def reserve(
     ).inserted_primary_key
     assert new_id is not None
     add_hour_cost(conn, now, verdict.estimate_micro or 0, 1)
+    if gate.armed and not request.override:  # R-POL-9: the first reservation is the probe
+        probes.claim(conn, gate.armed, int(new_id[0]), verdict.deadline_ms)
     if model.key not in source.models:
         conn.execute(
             _INSERT_SOURCE_MODEL,
@@ -385,6 +389,8 @@ def settle(
     if isinstance(outcome, Success):
         return _settle_success(conn, now, row, model, outcome, late, base)
     if isinstance(outcome, Cancelled):
+        held = probes.held_by(conn, reservation_id, int(row.deadline_ms))
+        probe_actions = probes.settle_probes(conn, now, held, FailureKind.CANCELLED, ())
         conn.execute(
             update(reservations)
             .where(where)
@@ -398,7 +404,7 @@ def settle(
             late,
             kind=FailureKind.CANCELLED.value,
             subkind="cancelled",
-            actions=("cancelled: no failure added; the reservation still counts",),
+            actions=("cancelled: no failure added; the reservation still counts", *probe_actions),
             cost_micro=row.cost_micro,
         )
     return _settle_failure(conn, now, row, model, outcome, late, base, jitter)
@@ -453,6 +459,9 @@ def _settle_success(
     _cost_changed(conn, row, cost)
     actions: list[str] = []
     conn.execute(_CLEAR_STRIKES, {"model_key": r["model_key"]})
+    held = probes.held_by(conn, int(r["id"]), int(r["deadline_ms"]))
+    actions += probes.settle_probes(conn, now, held, None, ())
+    health.record(conn, now, str(r["provider"]), str(r["model_key"]), None)
     if late:
         actions.append("late: usage recorded; the result must not be committed")
     if r["role"] == AttemptRole.FALLBACK.value and r["fallback_from"] and not late:
@@ -523,6 +532,7 @@ def _settle_failure(
         )
         if (until := reads.cooldown_until(conn, scope, target, now)) is not None
     }
+    held = probes.held_by(conn, int(r["id"]), int(r["deadline_ms"]))
     decision: Decision = decide(
         FailureContext(
             classification=cls,
@@ -537,6 +547,7 @@ def _settle_failure(
             was_follow_up=r["after_id"] is not None,
             override=r["role"] == AttemptRole.OVERRIDE.value,
             existing_cooldowns=existing,
+            probe_streaks=held,
         ),
         jitter,
     )
@@ -576,6 +587,11 @@ def _settle_failure(
             action.kind.value,
             action.origin,
         )
+        probes.arm(conn, action.scope, action.target)  # policy and hint cooldowns end in a probe
+    actions += probes.settle_probes(
+        conn, now, held, decision.kind, [(a.scope, a.target) for a in decision.cooldowns]
+    )
+    health.record(conn, now, provider, str(r["model_key"]), decision.kind.value)
     pause_reason = apply_to_source(conn, now, src, decision, str(r["model_key"]))
     if decision.transport_strike:
         conn.execute(insert(transport_strikes).values(model_key=r["model_key"], at_ms=now))

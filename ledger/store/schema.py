@@ -143,6 +143,35 @@ cooldowns = Table(
     Index("ix_cooldowns_until", "until_ms"),
 )
 
+# Recovery probes (R-POL-9, R-POL-10): a row arms a target whose policy or hint cooldown must end
+# with one probe; `holder_id` is the reservation that is the probe in flight (until its settle or
+# its deadline `holder_deadline_ms`); `streak` counts consecutive failed probes. No row: healthy.
+probes = Table(
+    "probes",
+    metadata,
+    Column("scope", String(16), primary_key=True),
+    Column("target", String(300), primary_key=True),
+    Column("streak", Integer, nullable=False, server_default=ZERO),
+    Column("holder_id", Integer, nullable=True),
+    Column("holder_deadline_ms", BigInteger, nullable=True),
+    CheckConstraint("scope IN ('provider', 'model')", name="scope"),
+    Index("ix_probes_holder", "holder_id"),
+)
+
+# Health per provider and per model (R-DIAG-6), kept by settle in its write transaction: failures
+# in a row since the last success (cancellations do not count), the last failure and success.
+health = Table(
+    "health",
+    metadata,
+    Column("scope", String(16), primary_key=True),
+    Column("target", String(300), primary_key=True),
+    Column("consecutive_failures", Integer, nullable=False, server_default=ZERO),
+    Column("last_failure_kind", String(32), nullable=True),
+    Column("last_failure_ms", BigInteger, nullable=True),
+    Column("last_success_ms", BigInteger, nullable=True),
+    CheckConstraint("scope IN ('provider', 'model')", name="scope"),
+)
+
 transport_strikes = Table(
     "transport_strikes",
     metadata,

@@ -14,14 +14,17 @@ from typing import Any
 
 from sqlalchemy import Connection, case, func, select
 
-from ledger.budgets import DAY_MS
-from ledger.kinds import SourceState
+from ledger.budgets import DAY_MS, HOUR_MS
+from ledger.health import Health, HealthCounters, HourCount, ProbeState, health_view
+from ledger.kinds import CooldownScope, SourceState
 from ledger.store import reads
 from ledger.store.engine import Database
 from ledger.store.migrate import read_revision
 from ledger.store.schema import (
     daily_totals,
+    health,
     notices,
+    probes,
     reservations,
     source_models,
     sources,
@@ -147,6 +150,7 @@ class StatusData:
     outcomes: list[ModelOutcome]
     notices: list[NoticeRow]
     writers: list[PolicyWriter]
+    health: list[Health]
     backend: str
     sqlite_version: str | None
     journal_mode: str | None
@@ -159,9 +163,10 @@ def status_data(db: Database, calls_per_hour: int) -> StatusData:
     with db.read() as conn:
         now = db.read_now(conn)
         used, next_free = reads.hourly_usage(conn, now, calls_per_hour)
+        cooling = active_cooldowns(conn, now)
         return StatusData(
             now_ms=now,
-            cooldowns=active_cooldowns(conn, now),
+            cooldowns=cooling,
             hourly_used=used,
             hourly_next_free_ms=next_free,
             daily=daily_usage(conn, now),
@@ -172,6 +177,13 @@ def status_data(db: Database, calls_per_hour: int) -> StatusData:
             outcomes=model_outcomes(conn, now),
             notices=recent_notices(conn),
             writers=[PolicyWriter(fp, last, n) for fp, last, n in policy_writers(conn, now)],
+            health=health_view(
+                now,
+                [(c.scope, c.target, c.until_ms) for c in cooling],
+                probe_states(conn),
+                health_counters(conn),
+                hour_counts(conn, now),
+            ),
             backend=db.engine.dialect.name,
             sqlite_version=sqlite3.sqlite_version if db.is_sqlite else None,
             journal_mode=_journal_mode(conn) if db.is_sqlite else None,
@@ -180,6 +192,49 @@ def status_data(db: Database, calls_per_hour: int) -> StatusData:
             journal_mode_chosen=db.journal_mode if db.is_sqlite else None,
             revision=read_revision(conn),  # a plain read: status never loads alembic
         )
+
+
+def probe_states(conn: Connection) -> list[ProbeState]:
+    """Every target armed for a recovery probe (one row per probing or cooling target)."""
+    p = probes.c
+    return [
+        ProbeState(CooldownScope(scope), str(target), int(streak), deadline)
+        for scope, target, streak, deadline in conn.execute(
+            select(p.scope, p.target, p.streak, p.holder_deadline_ms)
+        )
+    ]
+
+
+def health_counters(conn: Connection) -> list[HealthCounters]:
+    """The stored health counters (one row per provider and model that settled an attempt)."""
+    h = health.c
+    rows = conn.execute(
+        select(
+            h.scope,
+            h.target,
+            h.consecutive_failures,
+            h.last_failure_kind,
+            h.last_failure_ms,
+            h.last_success_ms,
+        )
+    )
+    return [
+        HealthCounters(CooldownScope(scope), str(target), int(n), kind, failed, succeeded)
+        for scope, target, n, kind, failed, succeeded in rows
+    ]
+
+
+def hour_counts(conn: Connection, now: int) -> list[HourCount]:
+    """Attempts per model created in the last hour and how many failed (bounded by the hourly
+    budget: read through ix_reservations_created)."""
+    r = reservations.c
+    failed = func.coalesce(func.sum(case((r.status == "failed", 1), else_=0)), 0)
+    rows = conn.execute(
+        select(r.provider, r.model_key, func.count(), failed)
+        .where(r.created_ms > now - HOUR_MS)
+        .group_by(r.provider, r.model_key)
+    )
+    return [HourCount(str(p), str(m), int(n), int(f)) for p, m, n, f in rows]
 
 
 def _journal_mode(conn: Connection) -> str | None:

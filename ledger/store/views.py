@@ -10,7 +10,7 @@ from sqlalchemy import Connection, bindparam, func, select
 from ledger.budgets import DAY_MS, DailyWindow
 from ledger.clock import iso
 from ledger.kinds import CooldownOrigin, CooldownScope
-from ledger.store import reads
+from ledger.store import probes, reads
 from ledger.store.engine import Database
 from ledger.store.schema import cooldowns, reservations, source_models, sources
 
@@ -149,6 +149,7 @@ class SelectState:
     source_models: frozenset[str]
     hourly_next_free_ms: int | None
     daily: DailyWindow | None = None
+    probing: tuple[CooldownEnd, ...] = ()  # recovery probes in flight, until their deadline
 
 
 def select_state(
@@ -166,6 +167,7 @@ def select_state(
         _, next_free = reads.hourly_usage(conn, now, calls_per_hour)
         rows = conn.execute(_COOLDOWN_ENDS, {"now": now}).all()
         daily = None if ceiling_micro is None else reads.daily_window(conn, now, ceiling_micro)
+        in_flight = probes.in_flight(conn, now)
     scopes = _SCOPES
     return SelectState(
         now_ms=now,
@@ -178,6 +180,7 @@ def select_state(
         source_models=used,
         hourly_next_free_ms=next_free,
         daily=daily,
+        probing=tuple(CooldownEnd(scope, target, until) for scope, target, until in in_flight),
     )
 
 

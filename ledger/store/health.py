@@ -1,0 +1,41 @@
+"""Health counters per provider and per model (R-DIAG-6), written inside settle's transaction.
+
+Invariant: for every target that has settled an attempt since the upgrade, the row holds the
+failures in a row since its last success (cancellations are not failures), the last failure's
+kind and time and the last success's time; a success resets the count.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, bindparam, insert, update
+
+from ledger.kinds import CooldownScope
+from ledger.store.schema import health
+
+_ONE = (health.c.scope == bindparam("b_scope")) & (health.c.target == bindparam("b_target"))
+_SUCCEEDED = update(health).where(_ONE).values(
+    consecutive_failures=0, last_success_ms=bindparam("b_now")
+)
+_FAILED = update(health).where(_ONE).values(
+    consecutive_failures=health.c.consecutive_failures + 1,
+    last_failure_kind=bindparam("b_kind"),
+    last_failure_ms=bindparam("b_now"),
+)
+
+
+def record(conn: Connection, now: int, provider: str, model_key: str, kind: str | None) -> None:
+    """One settled attempt on `model_key`: a success when `kind` is None, else a failure."""
+    for scope, target in ((CooldownScope.PROVIDER, provider), (CooldownScope.MODEL, model_key)):
+        params = {"b_scope": scope.value, "b_target": target, "b_now": now, "b_kind": kind}
+        if conn.execute(_SUCCEEDED if kind is None else _FAILED, params).rowcount:
+            continue
+        conn.execute(
+            insert(health).values(
+                scope=scope.value,
+                target=target,
+                consecutive_failures=0 if kind is None else 1,
+                last_failure_kind=kind,
+                last_failure_ms=None if kind is None else now,
+                last_success_ms=now if kind is None else None,
+            )
+        )
