@@ -468,3 +468,14 @@ def test_issue_22_failovers_name_source_models_and_kind(scene: Scene, home: Path
         (f["source"], f["from"], f["to"], f["kind"], f["status"]) for f in doc["failovers"]
     ] == [("src-fb", "beta/mid", "alpha/small", "rate_limit", "succeeded")]
     assert doc["failovers"][0]["time"].endswith("Z")
+
+
+def test_issue_22_text_shows_per_hour_line_and_failovers(scene: Scene, home: Path) -> None:
+    """The text dashboard renders the same hours and failovers as the JSON and the page."""
+    text = cli_ok(home, "status")
+    line = next(x for x in text.splitlines() if x.startswith("  calls per hour "))
+    assert line.endswith("(24 h, now at the right; peak 6, 3 failed)")
+    assert line[17:41] == " " * 23 + "█"
+    assert "── failovers (24 h)" in text
+    row = next(x for x in text.splitlines() if "beta/mid → alpha/small" in x)
+    assert row.split()[2:] == ["src-fb", "beta/mid", "→", "alpha/small", "rate_limit", "succeeded"]
