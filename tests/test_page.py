@@ -211,3 +211,18 @@ def test_r_srv_8_status_html_without_a_ledger_exits_4(tmp_path: Path) -> None:
     result = cli(home, "status", "--html", str(target))
     assert result.exit_code == 4
     assert not target.exists()
+
+
+def test_r_srv_8_stale_policy_writer_stands_out(doc: dict[str, Any]) -> None:
+    writers = [
+        *doc["policy"]["writers"],
+        {"fingerprint": "0ld0ld0ld0ld", "last_seen": doc["now"], "reservations": 2,
+         "current": False},
+    ]  # fmt: skip
+    html = render_page({**doc, "policy": {**doc["policy"], "writers": writers}})
+    section = html[html.index('id="writers"') :]
+    assert "Stale policy:" in section
+    stale = section[section.index("0ld0ld0ld0ld") :]
+    assert stale.index("STALE") < stale.index("</li>")  # a text label, not colour alone
+    assert 'class="stale"' in section
+    assert "Stale policy:" not in render_page(doc)

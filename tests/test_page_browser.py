@@ -324,6 +324,28 @@ def test_r_srv_8_readable_with_scripts_off(demo: Demo, browser: Any) -> None:
     assert "Recent failovers" in text
 
 
+def test_r_srv_8_health_section_in_the_browser(
+    demo: Demo, browser: Any, tmp_path: Path
+) -> None:
+    """A document with a health block (R-DIAG-6) renders it: state as text, no console error,
+    nothing wider than a 390 px screen."""
+    health = [
+        {"provider": "acme", "state": "cooling", "consecutive_failures": 3,
+         "last_failure_kind": "auth", "last_failure_at": demo.doc["now"], "attempts_1h": 5,
+         "failures_1h": 3, "probe_streak": 0},
+        {"model": "bolt/quill-3", "state": "probing", "consecutive_failures": 1,
+         "last_success_at": demo.doc["now"], "probe_streak": 2},
+        {"model": "cirrus/max-2", "state": "healthy", "consecutive_failures": 0},
+    ]  # fmt: skip
+    path = tmp_path / "health.html"
+    path.write_text(render_page({**demo.doc, "health": health}, inline=True))
+    w = open_page(browser, path.as_uri(), width=390, height=844)
+    states = w.page.locator("#health .tag.state").all_inner_texts()
+    assert [s.split()[-1] for s in states] == ["cooling", "probing", "healthy"]
+    assert w.page.evaluate("document.documentElement.scrollWidth") <= 390
+    assert w.problems == []
+
+
 def test_r_srv_8_pixel_variance_detects_a_blank_page(browser: Any) -> None:
     page = browser.new_page(viewport={"width": 390, "height": 300})
     page.set_content("<html><body style='background:#fff'></body></html>")
