@@ -96,9 +96,11 @@ class Watched:
 
 
 def open_page(browser: Any, url: str, width: int = 1280, height: int = 800,
-              scripts: bool = True, clock_ms: int | None = None) -> Watched:
+              scripts: bool = True, clock_ms: int | None = None,
+              timezone: str = "UTC") -> Watched:
     context = browser.new_context(
-        viewport={"width": width, "height": height}, java_script_enabled=scripts
+        viewport={"width": width, "height": height}, java_script_enabled=scripts,
+        timezone_id=timezone, locale="en-GB",
     )
     page = context.new_page()
     problems: list[str] = []
@@ -205,14 +207,15 @@ def test_r_srv_8_file_loads_offline_without_error_or_outside_request(
 
 def test_r_srv_8_served_page_strict_csp_same_origin_only(demo: Demo, browser: Any) -> None:
     with PageServer(demo.home) as server:
-        w = open_page(browser, server.url)
+        w = open_page(browser, server.url, timezone="Asia/Tokyo")
         w.page.wait_for_timeout(300)
         assert w.problems == []  # a CSP violation is a console error
         assert set(w.requests) == {server.url, server.url + "page.css",
                                             server.url + "page.js"}
         # the script ran under the CSP: times are in the viewer's zone, UTC on hover
-        first = w.page.locator("time").first
+        first = w.page.locator("header time")
         assert first.get_attribute("title").endswith(" UTC")
+        assert "UTC" not in first.inner_text()  # rewritten by page.js: it ran
 
 
 def test_r_srv_8_numbers_equal_status_json(demo: Demo, browser: Any) -> None:
@@ -322,6 +325,16 @@ def test_r_srv_8_readable_with_scripts_off(demo: Demo, browser: Any) -> None:
     assert f"at {now[:10]} {now[11:19]} UTC" in text  # server-rendered UTC times
     assert "Cooldowns" in text
     assert "Recent failovers" in text
+
+
+def test_r_srv_8_times_in_the_viewers_zone_with_utc_on_hover(demo: Demo, browser: Any) -> None:
+    page = open_page(browser, demo.page.as_uri(), timezone="Asia/Tokyo").page
+    stamp = page.locator("header time")
+    iso = stamp.get_attribute("datetime")
+    assert stamp.get_attribute("title") == f"{iso[:10]} {iso[11:19]} UTC"
+    hour = (int(iso[11:13]) + 9) % 24  # Tokyo is UTC+9, no daylight saving
+    assert f"{hour:02d}:{iso[14:16]}:{iso[17:19]}" in stamp.inner_text()
+    assert "UTC" not in stamp.inner_text()
 
 
 def test_r_srv_8_health_section_in_the_browser(

@@ -33,7 +33,6 @@
       var t = Date.parse(times[i].getAttribute("datetime"));
       if (!isNaN(t)) {
         times[i].textContent = fmt.format(new Date(t));
-        times[i].title = times[i].getAttribute("datetime").replace("T", " ").replace(/\.\d+Z$|Z$/, "") + " UTC";
       }
     }
   }
