@@ -8,11 +8,9 @@ Only valid Catalog objects are written.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 from pathlib import Path
 
+from ledger.atomic_file import write_atomic
 from ledger.catalog import CATALOG_FILE, Catalog, dump_catalog
 from ledger.errors import UsageError
 
@@ -36,32 +34,7 @@ def write_catalog(home: Path, catalog: Catalog) -> Path:
     target = catalog_path(home)
     data = dump_catalog(catalog).encode()
     try:
-        fd, temp_name = tempfile.mkstemp(prefix=".catalog.", suffix=".tmp", dir=home)
+        write_atomic(target, data)
     except OSError as exc:
         raise CatalogWriteError from exc
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp_name, target)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(temp_name)
-        raise CatalogWriteError from exc
-    _fsync_dir(home)
     return target
-
-
-def _fsync_dir(path: Path) -> None:
-    """Make the rename durable where the platform allows fsync on a directory."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

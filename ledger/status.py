@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ledger.api import Ledger
+from ledger.budgets import DAY_MS, HOUR_MS
 from ledger.catalog import split_model_key
 from ledger.clock import iso
 from ledger.config import Policy
@@ -21,7 +22,7 @@ from ledger.records import micro_to_usd
 from ledger.status_text import render_text
 from ledger.store.engine import network_filesystem
 from ledger.store.pending import no_database_yet
-from ledger.store.status_views import StatusData, status_data
+from ledger.store.status_views import HOURS, HourOutcome, StatusData, status_data
 
 SCHEMA_VERSION = 1
 __all__ = [
@@ -79,6 +80,43 @@ def fresh_routes(ledger: Ledger) -> RouteView:
 def _usd(micro: int) -> float:
     value = micro_to_usd(micro)
     return 0.0 if value is None else value
+
+
+def hours_24(now: int, rows: Iterable[HourOutcome]) -> list[dict[str, Any]]:
+    """The rolling 24 h window per hour, oldest first (always 24 entries): attempts, successes,
+    failures by kind, other outcomes (open, cancelled, expired) and cost, as the daily budget
+    counts it; the hours add up to `daily`."""
+    start = now - DAY_MS
+    out: list[dict[str, Any]] = [
+        {
+            "start": iso(start + i * HOUR_MS),
+            "end": iso(start + (i + 1) * HOUR_MS),
+            "attempts": 0,
+            "succeeded": 0,
+            "failed": {},
+            "other": 0,
+            "spent_usd": 0.0,
+            "unknown_cost_attempts": 0,
+        }
+        for i in range(HOURS)
+    ]
+    micro = [0] * HOURS
+    for row in rows:
+        hour = out[row.hour]
+        hour["attempts"] += row.count
+        hour["unknown_cost_attempts"] += row.unknown_cost
+        micro[row.hour] += row.cost_micro
+        if row.status == "succeeded":
+            hour["succeeded"] += row.count
+        elif row.status == "failed":
+            kind = row.kind or "unknown"
+            hour["failed"][kind] = hour["failed"].get(kind, 0) + row.count
+        else:
+            hour["other"] += row.count
+    for hour, cost in zip(out, micro, strict=True):
+        hour["spent_usd"] = _usd(cost)
+        hour["failed"] = dict(sorted(hour["failed"].items()))
+    return out
 
 
 def status_document(
@@ -203,6 +241,18 @@ def status_document(
                 "count": o.count,
             }
             for o in data.outcomes
+        ],
+        "hours_24": hours_24(now, data.hours),
+        "failovers": [
+            {
+                "time": iso(f.created_ms),
+                "source": f.source_id,
+                "from": f.from_model,
+                "to": f.to_model,
+                "kind": f.kind,
+                "status": f.status,
+            }
+            for f in data.failovers
         ],
         "notices": [
             {

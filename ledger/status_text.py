@@ -127,6 +127,7 @@ def render_text(doc: dict[str, Any], width: int = WIDTH) -> str:
     lines += _budget_lines(doc, width)
     lines += _cooldown_lines(doc, width)
     lines += _health_lines(doc, width)
+    lines += _failover_lines(doc, width)
     lines += _source_lines(doc, width)
     lines += _recent_lines(doc, width)
     if doc["notices"]:
@@ -205,6 +206,7 @@ def _budget_lines(doc: dict[str, Any], width: int) -> list[str]:
     lines = [_heading("budgets", width)]
     for text in (
         f"  hourly calls   {h['used']} / {h['limit']} used in the last hour; {nxt}",
+        *_per_hour(doc.get("hours_24") or []),
         f"  daily cost     {_money(d['spent_usd'])} estimated in 24 h; {ceiling}; "
         f"{d['unknown_cost_attempts']} attempt(s) of unknown cost",
         f"  tokens (24 h)  in {d['input_tokens']:,}  out {d['output_tokens']:,}  "
@@ -249,6 +251,46 @@ def _budget_lines(doc: dict[str, Any], width: int) -> list[str]:
             indent=4,
         )
     return lines
+
+
+SPARKS = " ▁▂▃▄▅▆▇█"
+
+
+def _per_hour(hours: list[dict[str, Any]]) -> list[str]:
+    """The last 24 h per hour as one line of bars (oldest left), with the failures' share."""
+    if not any(h["attempts"] for h in hours):
+        return []
+    peak = max(h["attempts"] for h in hours)
+    bars = "".join(SPARKS[math.ceil(h["attempts"] / peak * (len(SPARKS) - 1))] for h in hours)
+    failed = sum(sum(h["failed"].values()) for h in hours)
+    return [f"  calls per hour {bars}  (24 h, now at the right; peak {peak}, {failed} failed)"]
+
+
+def _failover_lines(doc: dict[str, Any], width: int) -> list[str]:
+    failovers = doc.get("failovers") or []
+    if not failovers:
+        return []
+    lines = [_heading("failovers (24 h)", width)]
+    return lines + table(
+        (
+            Column("time"),
+            Column("source", cut=True, min_width=8),
+            Column("from → to", cut=True, min_width=20),
+            Column("after"),
+            Column("outcome", drop=1),
+        ),
+        [
+            (
+                short_time(f["time"]),
+                f["source"],
+                f"{f['from'] or '?'} → {f['to']}",
+                f["kind"] or "-",
+                f["status"],
+            )
+            for f in failovers[:5]
+        ],
+        width,
+    )
 
 
 def _cooldown_lines(doc: dict[str, Any], width: int) -> list[str]:

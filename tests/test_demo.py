@@ -115,13 +115,16 @@ def test_issue15_item1_demo_keeps_its_state_and_prints_the_follow_up_commands(
     assert result.exit_code == 0, result.output
     (home,) = tmp_path.glob("ledger-demo-*")
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
-    tail = result.output.splitlines()[-5:]
+    tail = result.output.splitlines()[-8:]
     assert tail == [
         f"[demo] state kept in {home}; look around with:",
         f"  ledger --home {home} status",
         f"  ledger --home {home} source show demo-02",
         f"  ledger --home {home} cooldown list",
         f"  rm -r {home}    # when done",
+        "[demo] its status page, as one file or served at / by the service:",
+        f"  ledger --home {home} status --html {home}/status.html",
+        f"  ledger --home {home} serve",
     ]
     # the printed follow-up shows the demo's ledger, not an empty one
     after = CliRunner().invoke(cli, ["--home", str(home), "status", "--json"])

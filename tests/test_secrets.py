@@ -208,6 +208,19 @@ def test_r_diag_3_nothing_secret_stored_shown_or_logged(
         "cooldown list --json": _cli(home, "cooldown", "list", "--json"),
         "source list --json": _cli(home, "source", "list", "--json"),
     }
+    # the status page (issue 22): as a standalone file and as the service renders it
+    page_file = home.parent / "status.html"
+    outputs["status --html"] = _cli(home, "status", "--html", str(page_file))
+    outputs["status --html FILE"] = page_file.read_text()
+    from ledger.page import render_page
+    from ledger.status import build_status
+
+    led = Ledger.open(home)
+    try:
+        outputs["page served"] = render_page(build_status(led), refresh_url="/")
+    finally:
+        led.close()
+    assert "rate_limit" in outputs["status --html FILE"]
     for source in ("src-a0", "src-a1", "src-a2", "src-b0", "src-b1"):
         outputs[f"source show {source}"] = _cli(home, "source", "show", source)
         outputs[f"source show {source} --json"] = _cli(home, "source", "show", source, "--json")

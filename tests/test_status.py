@@ -432,3 +432,50 @@ def test_r_db_3a_network_filesystem_warning_in_document(scene: Scene) -> None:
     clean = status_document(data, led.policy, led.fingerprint, routes, None)
     assert clean["store"]["network_filesystem"] is None
     assert clean["warnings"] == []
+
+
+def test_issue_22_hours_24_partition_the_daily_window(
+    scene: Scene, home: Path, clock: Clock
+) -> None:
+    """R-SRV-8: the last 24 h per hour (calls, failures by kind, cost) is in the status document,
+    read in the same read; the hours add up to the daily totals."""
+    led = scene.ledger
+    clock.advance(90 * 60 * 1000)  # 1.5 h later: the scene sits in hour 22, this one in hour 23
+    late = led.reserve("src-late", "alpha/small", input_bytes=10)
+    led.settle(late.id, Failed(classify_http(503, {}, None, clock.ms)))
+    doc = status_json(home)
+    hours = doc["hours_24"]
+    assert len(hours) == 24
+    assert hours[-1]["end"] == doc["now"]
+    assert [h["start"] for h in hours[1:]] == [h["end"] for h in hours[:-1]]
+    daily = doc["daily"]
+    assert sum(h["attempts"] for h in hours) == daily["attempts"] == 7
+    assert sum(h["spent_usd"] for h in hours) == pytest.approx(daily["spent_usd"])
+    assert sum(h["unknown_cost_attempts"] for h in hours) == daily["unknown_cost_attempts"]
+    assert hours[22]["attempts"] == 6
+    assert hours[22]["succeeded"] == 2
+    assert hours[22]["failed"] == {"rate_limit": 1, "safety": 1, "transport": 1}
+    assert hours[22]["other"] == 1  # the open reservation
+    assert hours[23]["attempts"] == 1
+    assert hours[23]["failed"] == {"transport": 1}  # 503: a transport failure
+    assert all(h["attempts"] == 0 for h in hours[:22])
+
+
+def test_issue_22_failovers_name_source_models_and_kind(scene: Scene, home: Path) -> None:
+    """R-SRV-8: recent failovers (source, from → to, the kind that caused them)."""
+    doc = status_json(home)
+    assert [
+        (f["source"], f["from"], f["to"], f["kind"], f["status"]) for f in doc["failovers"]
+    ] == [("src-fb", "beta/mid", "alpha/small", "rate_limit", "succeeded")]
+    assert doc["failovers"][0]["time"].endswith("Z")
+
+
+def test_issue_22_text_shows_per_hour_line_and_failovers(scene: Scene, home: Path) -> None:
+    """The text dashboard renders the same hours and failovers as the JSON and the page."""
+    text = cli_ok(home, "status")
+    line = next(x for x in text.splitlines() if x.startswith("  calls per hour "))
+    assert line.endswith("(24 h, now at the right; peak 6, 3 failed)")
+    assert line[17:41] == " " * 23 + "█"
+    assert "── failovers (24 h)" in text
+    row = next(x for x in text.splitlines() if "beta/mid → alpha/small" in x)
+    assert row.split()[2:] == ["src-fb", "beta/mid", "→", "alpha/small", "rate_limit", "succeeded"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -73,6 +74,7 @@ def next_steps(result: DemoResult) -> list[str]:
     sources: list[dict[str, Any]] = result.status["sources"]["list"]
     paused = [s["id"] for s in sources if s["state"] == "paused"]
     shown = paused[0] if paused else (sources[0]["id"] if sources else None)
+    page = str(Path(result.home) / "status.html")
     lines = [
         f"[demo] state kept in {result.home}; look around with:",
         f"  {follow_up(result, 'status')}",
@@ -82,5 +84,8 @@ def next_steps(result: DemoResult) -> list[str]:
     lines += [
         f"  {follow_up(result, 'cooldown list')}",
         f"  rm -r {shlex.quote(result.home)}    # when done",
+        "[demo] its status page, as one file or served at / by the service:",
+        f"  {follow_up(result, 'status --html ' + shlex.quote(page))}",
+        f"  {follow_up(result, 'serve')}",
     ]
     return lines

@@ -1,10 +1,13 @@
-"""`ledger status` (R-DIAG-1, R-DIAG-2): the operator's dashboard, as text, JSON or Prometheus."""
+"""`ledger status` (R-DIAG-1, R-DIAG-2, R-SRV-8): the operator's dashboard, as text, JSON,
+Prometheus or a standalone HTML page."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import sys
+from pathlib import Path
+from typing import Any
 
 import click
 
@@ -28,15 +31,39 @@ def dashboard_width() -> int:
 @click.option(
     "--prometheus", is_flag=True, help="Numeric part in Prometheus text exposition format."
 )
+@click.option(
+    "--html",
+    "html_file",
+    metavar="FILE",
+    type=click.Path(dir_okay=False, writable=False, path_type=Path),
+    help="Write the status page as one standalone HTML file (replaced whole, never partial).",
+)
 @pass_app
-def status(app: AppContext, as_json: bool, prometheus: bool) -> None:
+def status(app: AppContext, as_json: bool, prometheus: bool, html_file: Path | None) -> None:
     """Routes, cooldowns, budgets, sources and recent outcomes."""
-    if as_json and prometheus:
-        fail(UsageError("choose one of --json and --prometheus"), as_json)
+    if sum([as_json, prometheus, html_file is not None]) > 1:
+        fail(UsageError("choose one of --json, --prometheus and --html"), as_json)
     doc = run(as_json, lambda: build_status(app.ledger(create=False)))
-    if as_json:
+    if html_file is not None:
+        write_page(app, doc, html_file)
+    elif as_json:
         emit_json(doc)
     elif prometheus:
         click.echo(render_prometheus(doc), nl=False)
     else:
         click.echo(render_text(doc, dashboard_width()))
+
+
+def write_page(app: AppContext, doc: dict[str, Any], target: Path) -> None:
+    """The standalone page, written to a temporary file beside `target` and renamed over it."""
+    from ledger.atomic_file import write_atomic  # only this path needs them (start-up time)
+    from ledger.page import render_page
+
+    html = render_page(
+        doc, inline=True, home=str(app.state.path), db_url_given=app.db is not None
+    )
+    try:
+        write_atomic(target, html.encode(), mode=0o644)
+    except OSError as exc:
+        fail(UsageError(f"cannot write {target}: {exc.strerror or type(exc).__name__}"))
+    click.echo(f"wrote {target}")

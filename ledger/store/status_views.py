@@ -16,7 +16,7 @@ from sqlalchemy import Connection, case, func, select
 
 from ledger.budgets import DAY_MS, HOUR_MS
 from ledger.health import Health, HealthCounters, HourCount, ProbeState, health_view
-from ledger.kinds import CooldownScope, SourceState
+from ledger.kinds import AttemptRole, CooldownScope, SourceState
 from ledger.store import reads
 from ledger.store.engine import Database
 from ledger.store.migrate import read_revision
@@ -34,6 +34,8 @@ from ledger.store.views import CooldownRow, active_cooldowns, policy_writers
 SOURCE_LIST_LIMIT = 50
 RECENT_LIMIT = 20
 NOTICE_LIMIT = 10
+FAILOVER_LIMIT = 20
+HOURS = DAY_MS // HOUR_MS  # the per-hour buckets of the rolling 24 h window
 HISTORY_DAYS = 30
 # Leased work first, then what needs an operator (paused), then what waits (queued).
 _STATE_ORDER = (SourceState.LEASED, SourceState.PAUSED, SourceState.QUEUED)
@@ -114,6 +116,31 @@ class ModelOutcome:
 
 
 @dataclass(frozen=True)
+class HourOutcome:
+    """Attempts of one (status, kind) in one hour of the rolling 24 h window; `hour` 0 is the
+    oldest: it covers (now - 24 h, now - 23 h], hour 23 ends at now."""
+
+    hour: int
+    status: str
+    kind: str | None
+    count: int
+    cost_micro: int
+    unknown_cost: int
+
+
+@dataclass(frozen=True)
+class FailoverRow:
+    """A fallback attempt in the last 24 h: which model it left, where it went, and why."""
+
+    created_ms: int
+    source_id: str
+    from_model: str | None
+    to_model: str
+    kind: str | None  # the kind of the failed attempt it follows (None when not recorded)
+    status: str
+
+
+@dataclass(frozen=True)
 class NoticeRow:
     """A deduplicated notice (R-DIAG-4)."""
 
@@ -148,6 +175,8 @@ class StatusData:
     sources: list[SourceSummary]
     recent: list[AttemptRow]
     outcomes: list[ModelOutcome]
+    hours: list[HourOutcome]
+    failovers: list[FailoverRow]
     notices: list[NoticeRow]
     writers: list[PolicyWriter]
     health: list[Health]
@@ -175,6 +204,8 @@ def status_data(db: Database, calls_per_hour: int) -> StatusData:
             sources=source_summaries(conn, now),
             recent=recent_attempts(conn, now),
             outcomes=model_outcomes(conn, now),
+            hours=hour_outcomes(conn, now),
+            failovers=recent_failovers(conn, now),
             notices=recent_notices(conn),
             writers=[PolicyWriter(fp, last, n) for fp, last, n in policy_writers(conn, now)],
             health=health_view(
@@ -448,3 +479,70 @@ def recent_notices(conn: Connection, limit: int = NOTICE_LIMIT) -> list[NoticeRo
         .limit(limit)
     ).all()
     return [NoticeRow(str(c), str(m), s, int(f), int(last), int(k)) for c, m, s, f, last, k in rows]
+
+
+def hour_outcomes(conn: Connection, now: int) -> list[HourOutcome]:
+    """Attempts per hour of the rolling 24 h window and (status, kind), with their cost (read
+    through the created_ms index; the hours partition the window the daily totals count)."""
+    r = reservations.c
+    start = now - DAY_MS
+    hour = ((r.created_ms - (start + 1)) // HOUR_MS).label("hour")  # created_ms in (start, now]
+    rows = conn.execute(
+        select(
+            hour,
+            r.status,
+            r.kind,
+            func.count(),
+            func.coalesce(func.sum(r.cost_micro), 0),
+            func.coalesce(func.sum(case((r.cost_micro.is_(None), 1), else_=0)), 0),
+        )
+        .where(r.created_ms > start)
+        .group_by(hour, r.status, r.kind)
+        .order_by(hour, r.status, r.kind)
+    ).all()
+    return [
+        HourOutcome(
+            # a row dated after `now` (another host's clock ahead) is counted in the last hour
+            min(HOURS - 1, int(h)),
+            str(status),
+            kind,
+            int(n),
+            int(cost),
+            int(unknown),
+        )
+        for h, status, kind, n, cost, unknown in rows
+    ]
+
+
+def recent_failovers(conn: Connection, now: int, limit: int = FAILOVER_LIMIT) -> list[FailoverRow]:
+    """The newest fallback attempts of the last 24 h, each with the kind of the failure it
+    follows (R-DIAG-5), newest first."""
+    r = reservations.c
+    before = reservations.alias("before")
+    b = before.c
+    # the failure it follows: the one it names (an immediate follow-up), else the newest failed
+    # attempt of the source on the model it left (an owed fallback made by a later queue item)
+    named = select(b.kind).where(b.id == r.after_id).scalar_subquery()
+    newest_failed = (
+        select(b.kind)
+        .where(
+            b.source_id == r.source_id,
+            b.status == "failed",
+            b.model_key == r.fallback_from,
+            b.created_ms <= r.created_ms,
+        )
+        .order_by(b.created_ms.desc(), b.id.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+    cause = func.coalesce(named, newest_failed)
+    rows = conn.execute(
+        select(r.created_ms, r.source_id, r.fallback_from, r.model_key, cause, r.status)
+        .where(r.created_ms > now - DAY_MS, r.role == AttemptRole.FALLBACK.value)
+        .order_by(r.created_ms.desc(), r.id.desc())
+        .limit(limit)
+    ).all()
+    return [
+        FailoverRow(int(t), str(sid), src, str(dst), kind, str(status))
+        for t, sid, src, dst, kind, status in rows
+    ]

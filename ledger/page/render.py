@@ -1,0 +1,198 @@
+"""The status page (R-SRV-8): one HTML page rendered from the status document — the same dict
+`ledger status --json` prints, so the page, the text and the JSON never disagree.
+
+Invariants: pure (the document in, HTML out); Jinja2 with autoescaping, so every value from the
+ledger is escaped; no external asset, no inline event handler, no `style` attribute. The CSS and
+the script are separate assets (`render_assets`) that a server serves from its own origin under a
+strict Content-Security-Policy; the standalone file (`inline=True`) carries them inline with a CSP
+meta element that allows exactly those two blocks by their SHA-256 and nothing else (no network).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import shlex
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from ledger.page.chart import build_chart
+
+REFRESH_SECONDS = 5
+# what the service sends with the page; the standalone file's meta CSP is stricter (no connect)
+SERVED_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+
+
+@dataclass(frozen=True)
+class Assets:
+    """The page's stylesheet and script, as served at `css_url` and `js_url`."""
+
+    css: bytes
+    js: bytes
+
+
+@cache
+def render_assets() -> Assets:
+    """The page's CSS and JavaScript bytes (served by the service, e.g. /page.css, /page.js)."""
+    static = resources.files("ledger.page") / "static"
+    return Assets((static / "page.css").read_bytes(), (static / "page.js").read_bytes())
+
+
+@cache
+def _environment() -> Environment:
+    env = Environment(
+        loader=PackageLoader("ledger.page", "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["usd"] = usd
+    env.filters["left"] = left
+    return env
+
+
+def _sha256(data: bytes) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(data).digest()).decode() + "'"
+
+
+def usd(value: float | None) -> str:
+    return "none" if value is None else f"${value:,.4f}"
+
+
+def left(seconds: float) -> str:
+    """Time left as the page shows it (`1h 05m`, `4m 09s`, `12s`); the script keeps it moving."""
+    total = max(0, int(-(-seconds // 1)))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    if minutes:
+        return f"{minutes}m {secs:02d}s"
+    return f"{secs}s"
+
+
+def _percent(used: float, limit: float | None) -> float | None:
+    if not limit:
+        return None
+    return round(min(100.0, max(0.0, used / limit * 100)), 1)
+
+
+def _seconds_between(start: str, end: str | None) -> float:
+    if end is None:
+        return 0.0
+    return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+
+
+def resume_command(source_id: str, home: str | None, db_url_given: bool) -> str:
+    """The exact command that resumes a paused source (shell-quoted)."""
+    prefix = "ledger" if home is None or db_url_given else f"ledger --home {shlex.quote(home)}"
+    return f"{prefix} source resume {shlex.quote(source_id)}"
+
+
+_HEALTH_KEYS = {
+    "name": ("target", "name", "model", "provider"),
+    "scope": ("scope",),
+    "state": ("state",),
+    "consecutive_failures": ("consecutive_failures", "streak"),
+    "last_failure_kind": ("last_failure_kind",),
+    "last_failure_at": ("last_failure_at", "last_failure"),
+    "last_success_at": ("last_success_at", "last_success"),
+    "attempts_1h": ("attempts_1h", "attempts_last_hour"),
+    "failures_1h": ("failures_1h", "failures_last_hour"),
+    "probe_streak": ("probe_streak",),
+}
+
+
+def health_rows(health: Any) -> list[dict[str, Any]]:
+    """Per provider and model health rows from the document's `health` block (R-DIAG-6): a list of
+    entries, or `{providers: [...], models: [...]}`; unknown fields show as `-`."""
+    if isinstance(health, dict):
+        entries = [
+            {"scope": scope.rstrip("s"), **e}
+            for scope in ("providers", "models")
+            for e in health.get(scope) or []
+            if isinstance(e, dict)
+        ]
+    elif isinstance(health, list):
+        entries = [e for e in health if isinstance(e, dict)]
+    else:
+        entries = []
+    rows = []
+    for entry in entries:
+        row = {
+            field: next((entry[k] for k in keys if entry.get(k) is not None), None)
+            for field, keys in _HEALTH_KEYS.items()
+        }
+        if row["scope"] is None:
+            row["scope"] = "model" if "/" in str(row["name"] or "") else "provider"
+        rows.append(row)
+    return rows
+
+
+def view(
+    doc: dict[str, Any], home: str | None = None, db_url_given: bool = False
+) -> dict[str, Any]:
+    """What the template shows, derived from the document alone."""
+    hourly, daily = doc["hourly"], doc["daily"]
+    paused = [
+        {**s, "resume": resume_command(s["id"], home, db_url_given)}
+        for s in doc["sources"]["list"]
+        if s["state"] == "paused"
+    ]
+    return {
+        "doc": doc,
+        "next_free_s": _seconds_between(doc["now"], hourly["next_free_at"]),
+        "hour_pct": _percent(hourly["used"], hourly["limit"]),
+        "day_pct": _percent(daily["spent_usd"], daily["ceiling_usd"]),
+        "chart": build_chart(doc.get("hours_24") or []),
+        "paused": paused,
+        "health": health_rows(doc["health"]) if "health" in doc else None,
+        "stale": [w for w in doc["policy"]["writers"] if not w["current"]],
+    }
+
+
+def render_page(
+    doc: dict[str, Any],
+    *,
+    refresh_url: str | None = None,
+    css_url: str = "/page.css",
+    js_url: str = "/page.js",
+    inline: bool = False,
+    home: str | None = None,
+    db_url_given: bool = False,
+) -> str:
+    """The status page for `doc` (the status document).
+
+    Served (`inline=False`): links `css_url` and `js_url`; with `refresh_url` (the URL of this
+    page, e.g. "/") the script fetches it every few seconds and swaps the content in place.
+    Standalone (`inline=True`): one file with the assets inline and a CSP meta allowing only them;
+    the script then only counts times down in the page's own clock. `home` (the state directory
+    the document was read from) goes into the resume commands.
+    """
+    assets = render_assets()
+    csp = None
+    if inline:
+        csp = (
+            f"default-src 'none'; script-src {_sha256(assets.js)}; "
+            f"style-src {_sha256(assets.css)}; img-src data:; base-uri 'none'; form-action 'none'"
+        )
+    template = _environment().get_template("page.html.j2")
+    return template.render(
+        **view(doc, home, db_url_given),
+        inline=inline,
+        csp=csp,
+        css_url=css_url,
+        js_url=js_url,
+        css_text=assets.css.decode(),
+        js_text=assets.js.decode(),
+        refresh_url=None if inline else refresh_url,
+        refresh_seconds=REFRESH_SECONDS,
+    )

@@ -1,0 +1,90 @@
+// ledger status page: local times, countdowns and (when served) refresh in place.
+// No inline handlers, no eval, no request but the page's own refresh URL on its own origin.
+(function () {
+  "use strict";
+  var body = document.body;
+  var docNow = Date.parse(body.getAttribute("data-now") || "");
+  var loadedAt = Date.now();
+  var refreshUrl = body.getAttribute("data-refresh");
+  var refreshMs = 1000 * (parseInt(body.getAttribute("data-refresh-seconds") || "5", 10) || 5);
+  var fmt = new Intl.DateTimeFormat(undefined, {
+    year: "numeric", month: "2-digit", day: "2-digit",
+    hour: "2-digit", minute: "2-digit", second: "2-digit", timeZoneName: "short"
+  });
+
+  // the ledger's clock as the page knows it: the document's time plus what passed since
+  function ledgerNow() {
+    return isNaN(docNow) ? Date.now() : docNow + (Date.now() - loadedAt);
+  }
+
+  function pad(n) { return (n < 10 ? "0" : "") + n; }
+
+  function left(ms) {
+    var total = Math.max(0, Math.ceil(ms / 1000));
+    var h = Math.floor(total / 3600), m = Math.floor((total % 3600) / 60), s = total % 60;
+    if (h) { return h + "h " + pad(m) + "m"; }
+    if (m) { return m + "m " + pad(s) + "s"; }
+    return s + "s";
+  }
+
+  function localTimes(root) {
+    var times = root.querySelectorAll("time[datetime]");
+    for (var i = 0; i < times.length; i++) {
+      var t = Date.parse(times[i].getAttribute("datetime"));
+      if (!isNaN(t)) {
+        times[i].textContent = fmt.format(new Date(t));
+      }
+    }
+  }
+
+  function tick() {
+    var now = ledgerNow();
+    var spans = document.querySelectorAll(".left[data-until]");
+    for (var i = 0; i < spans.length; i++) {
+      var until = Date.parse(spans[i].getAttribute("data-until"));
+      if (isNaN(until)) { continue; }
+      var ms = until - now;
+      spans[i].textContent = left(ms);
+      spans[i].classList.toggle("ended", ms <= 0);
+    }
+  }
+
+  function refresh() {
+    fetch(refreshUrl, { credentials: "same-origin", cache: "no-store", headers: { "Accept": "text/html" } })
+      .then(function (resp) {
+        if (!resp.ok) { throw new Error("status " + resp.status); }
+        return resp.text();
+      })
+      .then(function (text) {
+        var fresh = new DOMParser().parseFromString(text, "text/html");
+        var main = fresh.getElementById("status");
+        if (!main) { throw new Error("no status in the page"); }
+        var x = window.scrollX, y = window.scrollY;
+        var open = {};
+        var details = document.querySelectorAll("section[id] details");
+        for (var i = 0; i < details.length; i++) { open[details[i].closest("section").id] = details[i].open; }
+        document.getElementById("status").replaceWith(document.adoptNode(main));
+        for (var id in open) {
+          var d = document.querySelector("#" + id + " details");
+          if (d) { d.open = open[id]; }
+        }
+        docNow = Date.parse(fresh.body.getAttribute("data-now") || "");
+        loadedAt = Date.now();
+        localTimes(document);
+        tick();
+        window.scrollTo(x, y);
+        note("refreshed " + fmt.format(new Date()));
+      })
+      .catch(function () { note("refresh failed; showing the last page"); });
+  }
+
+  function note(text) {
+    var n = document.getElementById("refresh-note");
+    if (n) { n.textContent = text; }
+  }
+
+  localTimes(document);
+  tick();
+  window.setInterval(tick, 1000);
+  if (refreshUrl) { window.setInterval(refresh, refreshMs); }
+})();
