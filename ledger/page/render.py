@@ -97,42 +97,26 @@ def resume_command(source_id: str, home: str | None, db_url_given: bool) -> str:
     return f"{prefix} source resume {shlex.quote(source_id)}"
 
 
-_HEALTH_KEYS = {
-    "name": ("target", "name", "model", "provider"),
-    "scope": ("scope",),
-    "state": ("state",),
-    "consecutive_failures": ("consecutive_failures", "streak"),
-    "last_failure_kind": ("last_failure_kind",),
-    "last_failure_at": ("last_failure_at", "last_failure"),
-    "last_success_at": ("last_success_at", "last_success"),
-    "attempts_1h": ("attempts_1h", "attempts_last_hour"),
-    "failures_1h": ("failures_1h", "failures_last_hour"),
-    "probe_streak": ("probe_streak",),
-}
+_HEALTH_FIELDS = (
+    "scope",
+    "state",
+    "consecutive_failures",
+    "last_failure_kind",
+    "last_failure_at",
+    "last_success_at",
+    "attempts_1h",
+    "failures_1h",
+    "probe_streak",
+)
 
 
 def health_rows(health: Any) -> list[dict[str, Any]]:
-    """Per provider and model health rows from the document's `health` block (R-DIAG-6): a list of
-    entries, or `{providers: [...], models: [...]}`; unknown fields show as `-`."""
-    if isinstance(health, dict):
-        entries = [
-            {"scope": scope.rstrip("s"), **e}
-            for scope in ("providers", "models")
-            for e in health.get(scope) or []
-            if isinstance(e, dict)
-        ]
-    elif isinstance(health, list):
-        entries = [e for e in health if isinstance(e, dict)]
-    else:
-        entries = []
+    """Per provider and model health rows from the document's `health` list (R-DIAG-6), in the
+    shape `status --json` documents; a missing document block shows no section."""
     rows = []
-    for entry in entries:
-        row = {
-            field: next((entry[k] for k in keys if entry.get(k) is not None), None)
-            for field, keys in _HEALTH_KEYS.items()
-        }
-        if row["scope"] is None:
-            row["scope"] = "model" if "/" in str(row["name"] or "") else "provider"
+    for entry in health if isinstance(health, list) else []:
+        row = {field: entry.get(field) for field in _HEALTH_FIELDS}
+        row["name"] = entry.get("target")
         rows.append(row)
     return rows
 
