@@ -17,6 +17,9 @@ _MODEL_KEY = r"^[^/\s]{1,100}/[^\s]{1,200}$"
 _GLOB = r"^[^\s]{1,300}$"
 
 PositiveInt = Annotated[int, Field(gt=0, le=10**12)]
+# SQLite's busy timeout and PostgreSQL's lock_timeout are 32-bit signed milliseconds (~24.8 days):
+# beyond that SQLite silently waited 0 ms and PostgreSQL refused the connection.
+BUSY_TIMEOUT_MAX_MS = 2**31 - 1
 ModelKey = Annotated[str, Field(pattern=_MODEL_KEY)]
 Glob = Annotated[str, Field(pattern=_GLOB)]
 
@@ -51,7 +54,9 @@ class Policy(BaseModel):
     default_model: ModelKey | None = Field(None, alias="defaultModel")
     reply_tokens: PositiveInt = Field(4096, alias="replyTokens")
     routes: RouteRules = Field(default_factory=RouteRules)
-    busy_timeout_ms: PositiveInt = Field(10_000, alias="busyTimeoutMs")
+    busy_timeout_ms: Annotated[int, Field(gt=0, le=BUSY_TIMEOUT_MAX_MS)] = Field(
+        10_000, alias="busyTimeoutMs"
+    )
     lease_ms: PositiveInt = Field(360_000, alias="leaseMs")
     retention_days: PositiveInt = Field(30, alias="retentionDays")
 
