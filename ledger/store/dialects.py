@@ -61,6 +61,15 @@ def make_engine(url: str, busy_timeout_ms: int) -> Engine:
     return engine
 
 
+# The largest row id each backend's `integer` id column can hold: an id past it names no row.
+_ROW_ID_MAX = {"postgresql": 2**31 - 1, "sqlite": 2**63 - 1}
+
+
+def can_be_row_id(conn: Connection, row_id: int) -> bool:
+    """Whether `row_id` fits the backend's id column (else the driver or server refuses it)."""
+    return 0 < row_id <= _ROW_ID_MAX.get(conn.dialect.name, 2**31 - 1)
+
+
 def postgres_begin(conn: Connection) -> None:
     """First statement of a PostgreSQL transaction: the ledger lock (and the server's time
     after it) for writes, a snapshot else."""
