@@ -52,6 +52,8 @@ def make_engine(url: str, busy_timeout_ms: int) -> Engine:
         if isinstance(given, str) and given:
             options = f"{given} {options}"
         kwargs["connect_args"] = {"options": options}
+        # A pooled session the server dropped (restart, failover) is replaced at checkout.
+        kwargs["pool_pre_ping"] = True
     try:
         engine = create_engine(parsed, **kwargs)
     except ImportError as error:
