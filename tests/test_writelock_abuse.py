@@ -21,6 +21,7 @@ import pytest
 from ledger.api import Ledger
 from ledger.records import Success
 from ledger.store import writelock
+from ledger.store.writelock import tickets, turns
 from tests.test_writelock import (
     _cli_reserve_in_the_queue,
     _held_by_a_thread,
@@ -108,3 +109,29 @@ def test_issue20_6_r_db_3_no_thread_or_descriptor_leak_behind_a_stopped_writer(
         thread.join(60)  # the queue moved on once the stopped writer went: nothing left waiting
         assert not thread.is_alive()
     assert free_now(home / "ledger.db-writelock")
+
+
+def test_issue20_6_a_place_in_a_replaced_lock_file_is_not_taken_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lock file is deleted and created anew while this process waits behind a stopped
+    writer in the old one: its next write queues on the new file (where the others are), not
+    in its old place on the deleted one."""
+    monkeypatch.setattr(writelock, "_STALL_S", 0.005)
+    home = ledger_home(tmp_path)
+    path = home / "ledger.db-writelock"
+    stopped = _stopped_writer_in_the_queue(home)
+    led = Ledger.open(home, env={})
+    try:
+        led.reserve("s0", "alpha/small")  # goes around the stopped writer, its place left
+        path.unlink()
+        led.reserve("s1", "alpha/small")
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            assert (tickets(fd), turns(fd)) == (1, 1)  # it queued and wrote in the new file
+        finally:
+            os.close(fd)
+    finally:
+        _continue(stopped)
+        led.close()
+    assert rows(home) == 3

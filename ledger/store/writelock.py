@@ -142,7 +142,9 @@ class _Waiter:
                     return None
                 waiter = idle.pop()
             with waiter.mutex:
-                if waiter.abandoned:  # else it got through and released meanwhile
+                # else it got through and released meanwhile, or the file it queues on was
+                # replaced (it is left to finish on the old one; writers now queue on the new)
+                if waiter.abandoned and _same_file(waiter.fd, path):
                     waiter.abandoned = False
                     return waiter
 
@@ -378,6 +380,15 @@ def _draw(fd: int) -> int | None:
         if _byte_lock(fd, fcntl.F_WRLCK, _slot(ticket), 1, False):
             return ticket
     return None
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether `fd` is open on the file now at `path` (not one deleted or replaced since)."""
+    try:
+        here, there = os.fstat(fd), os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
 def _flock_now(path: Path) -> int | None:
