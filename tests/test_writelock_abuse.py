@@ -19,14 +19,16 @@ from pathlib import Path
 import pytest
 
 from ledger.api import Ledger
+from ledger.errors import BusyError
 from ledger.records import Success
 from ledger.store import writelock
-from ledger.store.writelock import tickets, turns
+from ledger.store.writelock import WriteLock, tickets, turns
 from tests.test_writelock import (
     _cli_reserve_in_the_queue,
     _held_by_a_thread,
     free_now,
     ledger_home,
+    lock_file_held,
     rows,
 )
 
@@ -135,3 +137,22 @@ def test_issue20_6_a_place_in_a_replaced_lock_file_is_not_taken_over(
         _continue(stopped)
         led.close()
     assert rows(home) == 3
+
+
+def test_issue20_6_busy_writes_behind_a_held_lock_leave_no_thread_behind(tmp_path: Path) -> None:
+    """Another process holds the lock file for good (a writer stopped while holding it): every
+    write of this process ends `busy`, and each takes over the wait the last one gave up rather
+    than leave one more thread and descriptor blocked in the kernel."""
+    path = tmp_path / "b.db-writelock"
+    path.touch(mode=0o600)
+    with lock_file_held(path):
+        counts = []
+        for attempt in range(30):
+            with pytest.raises(BusyError), WriteLock(path, 20).held():
+                pass
+            if attempt in (2, 29):
+                counts.append(_threads_and_descriptors())
+        assert counts[1] == counts[0], counts
+    for thread in [t for t in threading.enumerate() if t.name == "ledger-writelock"]:
+        thread.join(60)  # the holder left: the one waiter got through and let go at once
+    assert free_now(path)
