@@ -20,6 +20,9 @@ PositiveInt = Annotated[int, Field(gt=0, le=10**12)]
 MIN_LEASE_MS = 1000
 """The shortest lease a worker's heartbeat can keep: it renews every leaseMs/4 (250 ms at the
 floor), each renewal a write transaction that may wait its turn for the write lock."""
+# SQLite's busy timeout and PostgreSQL's lock_timeout are 32-bit signed milliseconds (~24.8 days):
+# beyond that SQLite silently waited 0 ms and PostgreSQL refused the connection.
+BUSY_TIMEOUT_MAX_MS = 2**31 - 1
 ModelKey = Annotated[str, Field(pattern=_MODEL_KEY), Printable]
 Glob = Annotated[str, Field(pattern=_GLOB), Printable]
 
@@ -54,7 +57,9 @@ class Policy(BaseModel):
     default_model: ModelKey | None = Field(None, alias="defaultModel")
     reply_tokens: PositiveInt = Field(4096, alias="replyTokens")
     routes: RouteRules = Field(default_factory=RouteRules)
-    busy_timeout_ms: PositiveInt = Field(10_000, alias="busyTimeoutMs")
+    busy_timeout_ms: Annotated[int, Field(gt=0, le=BUSY_TIMEOUT_MAX_MS)] = Field(
+        10_000, alias="busyTimeoutMs"
+    )
     lease_ms: Annotated[int, Field(ge=MIN_LEASE_MS, le=10**12)] = Field(360_000, alias="leaseMs")
     retention_days: PositiveInt = Field(30, alias="retentionDays")
 

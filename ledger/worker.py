@@ -50,6 +50,7 @@ Invariant: every attempt that was reserved is settled exactly once (success, fai
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
@@ -62,13 +63,13 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 from ledger.api import Ledger
 from ledger.budgets import DAY_MS
 from ledger.catalog import Model
 from ledger.classify import Classification, classify_exception, classify_stop_reason
-from ledger.errors import BusyError, Refused, UsageError
+from ledger.errors import BusyError, DatabaseUnreachableError, Refused, UsageError
 from ledger.heartbeat import LeaseHeartbeat
 from ledger.kinds import AttemptRole, FailureKind, RefusalReason
 from ledger.providers.base import CallRequest, Message, ProviderResponse
@@ -655,17 +656,33 @@ def drain(
     summary = DrainSummary()
     _compact_step(ledger)
     while not stopper.requested and not _limit_reached(summary, max_items):
-        state = _drain_pass(ledger, handler, worker, stopper, summary, max_items, on_item)
+        state = _drain_pass(ledger, handler, worker, stopper, summary, max_items, on_item, loop)
         if state.stop or stopper.requested or _limit_reached(summary, max_items):
             break
         if state.productive:
             continue
         if not loop:
             break
-        _compact_step(ledger)
-        stopper.sleep(_sleep_ms(ledger, state.wake_ms, max_sleep_ms) / 1000)
+        _poll(loop, lambda: _compact_step(ledger), 0)
+        wake = functools.partial(_sleep_ms, ledger, state.wake_ms, max_sleep_ms)
+        stopper.sleep(_poll(loop, wake, max_sleep_ms) / 1000)
     summary.stopped_by_signal = stopper.requested
     return summary
+
+
+_T = TypeVar("_T")
+
+
+def _poll(loop: bool, step: Callable[[], _T], otherwise: _T) -> _T:
+    """One queue poll between items. With `loop`, a database server that stayed out of reach
+    past the store's own reconnect wait (a restart, a failover) makes an empty poll: the loop
+    sleeps and polls again rather than exit while work may still be queued (issue 20 item 8)."""
+    try:
+        return step()
+    except DatabaseUnreachableError:
+        if not loop:
+            raise
+        return otherwise
 
 
 def _compact_step(ledger: Ledger) -> int:
@@ -691,14 +708,15 @@ def _drain_pass(
     summary: DrainSummary,
     max_items: int | None,
     on_item: Callable[[ItemReport, DrainSummary], Any] | None,
+    loop: bool = False,
 ) -> _Pass:
     state = _Pass()
-    started = store_queue.ledger_now(ledger.db)
+    started = _poll(loop, lambda: store_queue.ledger_now(ledger.db), None)
     seen: set[str] = set()
-    while not stopper.requested and not _limit_reached(summary, max_items):
-        claim = store_queue.claim(
+    while started is not None and not stopper.requested and not _limit_reached(summary, max_items):
+        claim = _poll(loop, lambda: store_queue.claim(
             ledger.db, worker, ledger.policy.lease_ms, checked_before=started
-        )
+        ), None)
         if claim is None:
             break
         if claim.source_id in seen:  # same-millisecond edge: never twice in one pass

@@ -53,6 +53,8 @@ def make_engine(url: str, busy_timeout_ms: int) -> Engine:
         if isinstance(given, str) and given:
             options = f"{given} {options}"
         kwargs["connect_args"] = {"options": options}
+        # A pooled session the server dropped (restart, failover) is replaced at checkout.
+        kwargs["pool_pre_ping"] = True
     elif parsed.database in (None, "", ":memory:"):
         # one in-memory database for every thread of this process (the empty ledger read while
         # nothing is recorded yet), not one per thread
@@ -65,6 +67,15 @@ def make_engine(url: str, busy_timeout_ms: int) -> Engine:
     except exc.ArgumentError as error:
         raise BadDatabaseUrlError() from error
     return engine
+
+
+# The largest row id each backend's `integer` id column can hold: an id past it names no row.
+_ROW_ID_MAX = {"postgresql": 2**31 - 1, "sqlite": 2**63 - 1}
+
+
+def can_be_row_id(conn: Connection, row_id: int) -> bool:
+    """Whether `row_id` fits the backend's id column (else the driver or server refuses it)."""
+    return 0 < row_id <= _ROW_ID_MAX.get(conn.dialect.name, 2**31 - 1)
 
 
 def postgres_begin(conn: Connection) -> None:

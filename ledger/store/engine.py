@@ -10,8 +10,9 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from sqlalchemy import (
 from ledger.clock import now_ms
 from ledger.errors import (
     BusyError,
+    DatabaseUnreachableError,
     LedgerError,
     ReadOnlyError,
     StorageFullError,
@@ -116,6 +118,7 @@ def translate(error: BaseException) -> LedgerError:
     return StoreError("database error; nothing was written")
 
 
+_RECONNECT_PAUSE_S = 0.2  # between attempts to reach a PostgreSQL server that went away
 _WALL: BindParameter[int] = bindparam("wall", type_=BigInteger)
 _READ_CLOCK = select(clock.c.newest_ms).where(clock.c.id == 1)
 _INSERT_CLOCK = insert(clock).values(id=1, newest_ms=_WALL)
@@ -161,7 +164,9 @@ class Database:
         # SQLite writers first queue on a lock file, in turn (ledger/store/writelock.py)
         self.write_lock = WriteLock(lock_path(url) if self.is_sqlite else None, busy_timeout_ms)
         self._returning = bool(getattr(self.engine.dialect, "update_returning", False))
+        self._reached = False  # a session was opened once: a later refusal is an outage
         event.listen(self.engine, "connect", self._on_connect_record_pid)
+        event.listen(self.engine, "connect", self._on_reached)
         event.listen(self.engine, "checkout", self._on_checkout)
         if self.is_sqlite:
             event.listen(self.engine, "connect", self._on_connect)
@@ -177,6 +182,9 @@ class Database:
     @staticmethod
     def _on_connect_record_pid(_dbapi_conn: Any, record: Any) -> None:
         record.info["pid"] = os.getpid()
+
+    def _on_reached(self, _dbapi_conn: Any, _record: Any) -> None:
+        self._reached = True
 
     @staticmethod
     def _on_checkout(_dbapi_conn: Any, record: Any, proxy: Any) -> None:
@@ -210,10 +218,8 @@ class Database:
     def write(self) -> Iterator[WriteTxn]:
         """One write transaction: lock first, then read the ledger time, then decide and write."""
         try:
-            with self.engine.connect() as conn:
-                conn.execution_options(ledger_write=True)
-                with self.write_lock.held(), conn.begin():
-                    yield WriteTxn(conn, self._ledger_now(conn))
+            with self._opened(write=True) as (conn, now):
+                yield WriteTxn(conn, now)
         except exc.DBAPIError as error:
             raise translate(error) from error
         except sqlite3.Error as error:
@@ -223,12 +229,58 @@ class Database:
     def read(self) -> Iterator[Connection]:
         """One short deferred read transaction."""
         try:
-            with self.engine.connect() as conn, conn.begin():
+            with self._opened(write=False) as (conn, _now):
                 yield conn
         except exc.DBAPIError as error:
             raise translate(error) from error
         except sqlite3.Error as error:
             raise translate(error) from error
+
+    @contextmanager
+    def _opened(self, *, write: bool) -> Iterator[tuple[Connection, int]]:
+        """A begun transaction (a write: its lock taken and the ledger time read, else 0).
+
+        Opening it writes nothing durable, so a PostgreSQL session found dropped meanwhile (a
+        restart, a failover) is replaced and the opening tried again, until the server is back
+        or the busy timeout has passed; only for a process that has reached the server before.
+        Once the caller's block runs, nothing is retried: the transaction may have committed.
+        """
+        first_failure: float | None = None
+        while True:
+            stack = ExitStack()
+            try:
+                conn = stack.enter_context(self.engine.connect())
+                if write:
+                    conn.execution_options(ledger_write=True)
+                    stack.enter_context(self.write_lock.held())
+                stack.enter_context(conn.begin())
+                now = self._ledger_now(conn) if write else 0
+            except exc.DBAPIError as error:
+                with contextlib.suppress(exc.DBAPIError):  # a rollback on a dead session
+                    stack.__exit__(type(error), error, error.__traceback__)
+                first_failure = first_failure or time.monotonic()
+                if not self._reconnect_wait(error, first_failure):
+                    raise
+                continue
+            except BaseException as error:
+                stack.__exit__(type(error), error, error.__traceback__)
+                raise
+            with stack:  # committed when the caller's block ends, rolled back if it raises
+                yield conn, now
+            return
+
+    def _reconnect_wait(self, error: exc.DBAPIError, since: float) -> bool:
+        """Whether to open the transaction again after `error`, having paused before it."""
+        if self.is_sqlite or not self._reached:
+            return False
+        if not isinstance(dialects.translate_postgres(error), DatabaseUnreachableError):
+            return False
+        waited = time.monotonic() - since
+        if waited * 1000 >= self.busy_timeout_ms:
+            return False
+        if waited > 0:  # the first retry goes at once (a stale session), later ones back off
+            time.sleep(min(_RECONNECT_PAUSE_S, self.busy_timeout_ms / 1000 - waited))
+        return True
 
     def _ledger_now(self, conn: Connection) -> int:
         """max(wall clock, newest stored time), stored back so time never moves backwards."""

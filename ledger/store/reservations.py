@@ -29,7 +29,7 @@ from ledger.kinds import (
 )
 from ledger.policy_table import Decision, FailureContext, decide
 from ledger.records import Cancelled, Failed, Outcome, Reservation, SettleResult, Success
-from ledger.store import health, probes, reads
+from ledger.store import dialects, health, probes, reads
 from ledger.store.cooldowns import upsert_cooldown
 from ledger.store.notices import record_notice
 from ledger.store.schema import cost_hours, reservations, source_models, sources, transport_strikes
@@ -167,6 +167,14 @@ class _Role:
     after_id: int | None = None  # set when this is the permitted immediate follow-up
 
 
+def _reservation(conn: Connection, reservation_id: int) -> Row[Any] | None:
+    """The reservation row with this id, or None; an id no row of this backend can have (past
+    PostgreSQL's 32-bit or SQLite's 64-bit id column) is None too, never a database error."""
+    if not dialects.can_be_row_id(conn, reservation_id):
+        return None
+    return conn.execute(_BY_ID, {"b_id": reservation_id}).first()
+
+
 def _permitted_follow_up(
     conn: Connection, now: int, request: ReserveRequest, after_id: int
 ) -> _Role | None:
@@ -178,7 +186,7 @@ def _permitted_follow_up(
     reservation's own queue item (issue 20 item 3): never after its deadline plus
     FOLLOW_UP_GRACE_MS, and never once a worker released the source after the failure.
     """
-    failed = conn.execute(_BY_ID, {"b_id": after_id}).first()
+    failed = _reservation(conn, after_id)
     if failed is None or failed.source_id != request.source_id:
         # a typo must not silently turn into a plain reservation: bad input, nothing written
         raise UsageError("after names no reservation of this source")
@@ -374,7 +382,7 @@ def settle(
     `overran`: the caller saw the deadline pass on its own clock (the call's elapsed time from
     the reservation, R-HTTP-3); the attempt is then `late` even if ledger time says otherwise.
     """
-    row = conn.execute(_BY_ID, {"b_id": reservation_id}).first()
+    row = _reservation(conn, reservation_id)
     if row is None:
         raise NotFoundError("unknown reservation")
     if row.status not in reads.OPEN_LIKE:

@@ -30,6 +30,15 @@ A writer stopped or starved while it is next (Ctrl-Z, a debugger, a frozen conta
 everyone behind it: while nothing changes hands, a waiting caller looks every `_STALL_S` whether
 the `flock` is free, and after two such looks in a row takes it outside the queue on a new
 description; its place in the queue is let go by its helper thread once that gets through.
+Until then that place is kept for the process's next write, which takes the waiting helper over
+instead of queueing anew: a writer stalled for good costs a long-lived process one waiting
+thread and descriptor, not one more per write.
+
+The caller itself never blocks in the kernel: it takes the ticket counter's guard and its own
+ticket's byte without waiting, so whatever the file holds (truncated or rewritten under queued
+writers, which restarts the counter onto tickets still held) the wait stays bounded by the busy
+timeout. A ticket whose byte is still held is skipped; with no free one the order is dropped for
+that write and `flock` alone decides.
 """
 
 from __future__ import annotations
@@ -55,6 +64,11 @@ _OPEN_FLAGS = os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK  # NONBLOCK: a FIFO m
 # must not keep the parent's lock alive nor hand it to itself.
 _OPEN_FDS: set[int] = set()
 _FDS_GUARD = threading.Lock()
+# Waiters given up on that are still in the queue, by lock file: the next write of this process
+# takes one over (its place, thread and descriptor) instead of queueing anew, so a writer stalled
+# ahead for good costs a process one waiting thread, not one more per write.
+_IDLE: dict[Path, list[_Waiter]] = {}
+_IDLE_GUARD = threading.Lock()
 
 
 def lock_path(url: str) -> Path | None:
@@ -90,8 +104,10 @@ def _close(fd: int) -> None:
 
 
 def _forget_in_child() -> None:
-    global _FDS_GUARD
+    global _FDS_GUARD, _IDLE_GUARD
     _FDS_GUARD = threading.Lock()  # a thread of the parent may have held it at fork time
+    _IDLE_GUARD = threading.Lock()
+    _IDLE.clear()  # their threads did not come along
     for fd in list(_OPEN_FDS):
         with contextlib.suppress(OSError):
             os.close(fd)
@@ -103,9 +119,11 @@ os.register_at_fork(after_in_child=_forget_in_child)
 
 class _Waiter:
     """A helper thread that waits out the rest of the queue (its turn, then the flock); whoever
-    loses the race (caller or thread) releases."""
+    loses the race (caller or thread) releases. A waiter given up on stays in `_IDLE` until a
+    later write takes it over or it gets through (and then releases at once)."""
 
-    def __init__(self, fd: int, place: _Place) -> None:
+    def __init__(self, path: Path, fd: int, place: _Place) -> None:
+        self.path = path
         self.fd = fd
         self.place = place
         self.granted = threading.Event()
@@ -114,6 +132,28 @@ class _Waiter:
         self.mutex = threading.Lock()
         threading.Thread(target=self._run, name="ledger-writelock", daemon=True).start()
 
+    @classmethod
+    def adopt(cls, path: Path) -> _Waiter | None:
+        """A waiter of this process given up on but still in the queue of `path`, now ours."""
+        while True:
+            with _IDLE_GUARD:
+                idle = _IDLE.get(path)
+                if not idle:
+                    return None
+                waiter = idle.pop()
+            with waiter.mutex:
+                # else it got through and released meanwhile, or the file it queues on was
+                # replaced (it is left to finish on the old one; writers now queue on the new)
+                if waiter.abandoned and _same_file(waiter.fd, path):
+                    waiter.abandoned = False
+                    return waiter
+
+    def _abandon(self) -> None:
+        """Give the wait up (mutex held): the thread releases if it ever gets through."""
+        self.abandoned = True
+        with _IDLE_GUARD:
+            _IDLE.setdefault(self.path, []).append(self)
+
     def _run(self) -> None:
         try:
             self.failed = not _advance(self.fd, self.place, block=True)
@@ -121,7 +161,14 @@ class _Waiter:
             self.failed = True
         with self.mutex:
             if self.abandoned:
+                self.abandoned = False  # done: never taken over now
                 _close(self.fd)
+                with _IDLE_GUARD:
+                    idle = _IDLE.get(self.path, [])
+                    if self in idle:
+                        idle.remove(self)
+                    if not idle:
+                        _IDLE.pop(self.path, None)
                 return
             self.granted.set()
 
@@ -149,7 +196,7 @@ class _Waiter:
                 elif jumped is not None:
                     with self.mutex:
                         if not self.granted.is_set():
-                            self.abandoned = True  # the thread lets its place go when it can
+                            self._abandon()  # the thread lets its place go when it can
                             return jumped, True
                     _close(jumped)  # the queue answered meanwhile
                     break
@@ -163,7 +210,7 @@ class _Waiter:
         with self.mutex:
             if self.granted.is_set():
                 return self.fd, not self.failed
-            self.abandoned = True  # the thread closes the descriptor once it gets the lock
+            self._abandon()  # the thread closes the descriptor once it gets the lock
             return None
 
     def _give_up(self) -> None:
@@ -171,7 +218,7 @@ class _Waiter:
             if self.granted.is_set():
                 _close(self.fd)  # granted just as we were interrupted: release at once
             else:
-                self.abandoned = True
+                self._abandon()
 
 
 class WriteLock:
@@ -188,24 +235,33 @@ class WriteLock:
         Raises BusyError when another writer holds it past the busy timeout.
         """
         path = self.path
-        fd = None if path is None else _open(path)
-        if fd is None or path is None:
+        if path is None:
             yield False
             return
         owner = os.getpid()
+        fd: int | None = None
         try:
-            place = _Place()
-            locked = _advance(fd, place, block=False)
-            if locked is None:  # others are ahead or hold it: wait in turn
-                waiter = _Waiter(fd, place)
-                fd = None  # the helper thread owns the descriptor until it is granted
+            locked: bool | None = None
+            waiter = _Waiter.adopt(path)  # this process's earlier place in the queue, if left
+            if waiter is None:
+                fd = _open(path)
+                if fd is None:
+                    yield False
+                    return
+                place = _Place()
+                locked = _advance(fd, place, block=False)
+                if locked is None:  # others are ahead or hold it: wait in turn
+                    waiter = _Waiter(path, fd, place)
+                    fd = None  # the helper thread owns the descriptor until it is granted
+            if waiter is not None:
                 got = waiter.wait(path, self.timeout_s)
                 if got is None:
                     raise BusyError()
                 fd, locked = got
             if locked:
+                assert fd is not None
                 take_turn(fd)
-            yield locked
+            yield bool(locked)
         finally:
             if fd is not None and os.getpid() == owner:
                 _release(fd)
@@ -244,6 +300,7 @@ def take_turn(fd: int) -> None:
 _TICKETS = (8, 8)  # the ticket counter's bytes, also the byte lock that guards it
 _SLOT_BASE = 4096  # ticket t waits on the byte _SLOT_BASE + (t - 1) % _SLOTS (past EOF is fine)
 _SLOTS = 1 << 20
+_DRAWS = 4096  # tickets tried for a free byte before giving up the order (microseconds each)
 _STALL_S = 0.1  # no hand-over this long while the flock is free: a writer ahead has stalled
 _OFD = getattr(fcntl, "F_OFD_SETLK", None), getattr(fcntl, "F_OFD_SETLKW", None)
 
@@ -283,22 +340,25 @@ def _slot(ticket: int) -> int:
 
 def _advance(fd: int, place: _Place, *, block: bool) -> bool | None:
     """Take the next steps to the lock: ticket, turn, flock. True once held; None when a step
-    would block (`block=False`); False when flock is unsupported here (SQLite alone decides)."""
+    would block (`block=False`); False when flock is unsupported here (SQLite alone decides).
+    Only the wait for the writer ahead (and for the flock) ever blocks, and only with `block`."""
     if place.ordered and not place.turn:
         try:
             if place.ticket is None:
                 if not _byte_lock(fd, fcntl.F_WRLCK, *_TICKETS, block):
                     return None
                 try:
-                    place.ticket = _bump(fd, _TICKETS[0])
-                    _byte_lock(fd, fcntl.F_WRLCK, _slot(place.ticket), 1, True)  # ours alone
+                    place.ticket = _draw(fd)
                 finally:
                     _byte_lock(fd, fcntl.F_UNLCK, *_TICKETS, True)
-            ahead = _slot(place.ticket - 1)
-            if not _byte_lock(fd, fcntl.F_WRLCK, ahead, 1, block):
-                return None
-            _byte_lock(fd, fcntl.F_UNLCK, ahead, 1, True)  # the one before us has gone
-            place.turn = True
+            if place.ticket is None:
+                place.ordered = False  # no free place (a mangled file): flock alone, unordered
+            else:
+                ahead = _slot(place.ticket - 1)
+                if not _byte_lock(fd, fcntl.F_WRLCK, ahead, 1, block):
+                    return None
+                _byte_lock(fd, fcntl.F_UNLCK, ahead, 1, True)  # the one before us has gone
+                place.turn = True
         except OSError:  # no byte-range locks here (read-only descriptor, odd filesystem)
             place.ordered = False  # flock alone still excludes; only the order is lost
     try:
@@ -308,6 +368,27 @@ def _advance(fd: int, place: _Place, *, block: bool) -> bool | None:
     except OSError:
         return False
     return True
+
+
+def _draw(fd: int) -> int | None:
+    """A ticket whose byte we now hold (the counter's guard held by the caller), never waiting
+    for it: a byte still held belongs to a writer that drew the same ticket before the counter
+    restarted (the file truncated or rewritten under queued writers) or wrapped; such tickets
+    are skipped, so the counter moves past them. None after `_DRAWS` held bytes in a row."""
+    for _ in range(_DRAWS):
+        ticket = _bump(fd, _TICKETS[0])
+        if _byte_lock(fd, fcntl.F_WRLCK, _slot(ticket), 1, False):
+            return ticket
+    return None
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether `fd` is open on the file now at `path` (not one deleted or replaced since)."""
+    try:
+        here, there = os.fstat(fd), os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
 def _flock_now(path: Path) -> int | None:
