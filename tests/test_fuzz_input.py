@@ -61,7 +61,7 @@ FIXED_RULES = (
     | {"is not valid JSON", "must be a JSON object", "is nested too deeply", "is invalid"}
     | {
         rule
-        for module in (config_module, catalog_module)
+        for module in (config_module, catalog_module, validation)
         for rule in re.findall(r'"rule: ([^"]+)"', inspect.getsource(module))
     }
 )
