@@ -92,3 +92,7 @@ class MissingDriverError(UsageError):
 
 class DatabaseUnreachableError(StoreError):
     """the database server cannot be reached or refused the connection; nothing was written"""
+
+
+class ServiceRunningError(StoreError):
+    """another `ledger serve` is already running on this state directory"""

@@ -118,6 +118,13 @@ class Exclusion:
     reason: ExclusionReason
     until_ms: int | None = None
 
+    def to_json(self) -> dict[str, object]:
+        """Model and reason; `until` (ISO) only for the cooldown reasons that carry it."""
+        doc: dict[str, object] = {"model": self.model, "reason": str(self.reason)}
+        if self.until_ms is not None:
+            doc["until"] = iso(self.until_ms)
+        return doc
+
 
 @dataclass(frozen=True)
 class Selection:
@@ -143,7 +150,7 @@ class Selection:
         """JSON data: routes, excluded models with reasons, per-reason counts, retry_at (ISO)."""
         return {
             "routes": list(self.routes),
-            "excluded": [{"model": e.model, "reason": str(e.reason)} for e in self.excluded],
+            "excluded": [e.to_json() for e in self.excluded],
             "excluded_by_reason": self.excluded_by_reason(),
             "retry_at": iso(self.retry_at_ms),
         }
