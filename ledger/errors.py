@@ -96,3 +96,7 @@ class DatabaseUnreachableError(StoreError):
 
 class ServiceRunningError(StoreError):
     """another `ledger serve` is already running on this state directory"""
+
+
+class ServiceUnreachableError(StoreError):
+    """the ledger service cannot be reached (is `ledger serve` running?); nothing was written"""
