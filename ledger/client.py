@@ -10,12 +10,15 @@ directory itself) or to a URL with the bearer token (`LEDGER_TOKEN` unless given
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import socket
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+import httpcore
 import httpx
+from httpcore._backends.sync import SyncStream  # the stream httpcore's own backend returns
 
 from ledger import errors
 from ledger.clock import parse_iso_ms
@@ -27,6 +30,38 @@ if TYPE_CHECKING:
 
 SOCKET_NAME = "ledger.sock"
 TOKEN_ENV = "LEDGER_TOKEN"  # noqa: S105 - a variable name, not a secret
+
+
+class _UnixBackend(httpcore.SyncBackend):
+    """httpcore's backend, but a unix socket whose connect fails is closed (httpcore 1.0 leaks it
+    when the service is down, and a worker retrying in a loop would run out of descriptors)."""
+
+    def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.NetworkStream:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            for option in socket_options or ():
+                sock.setsockopt(*option)
+            sock.settimeout(timeout)
+            sock.connect(path)
+        except TimeoutError as exc:
+            sock.close()
+            raise httpcore.ConnectTimeout(str(exc)) from exc
+        except OSError as exc:
+            sock.close()
+            raise httpcore.ConnectError(str(exc)) from exc
+        return SyncStream(sock)
+
+
+def unix_transport(path: str) -> httpx.HTTPTransport:
+    """An httpx transport on a unix socket that never leaks a socket whose connect failed."""
+    transport = httpx.HTTPTransport(uds=path)
+    transport._pool = httpcore.ConnectionPool(uds=path, network_backend=_UnixBackend())
+    return transport
 
 
 def _micro(usd: float | None) -> int | None:
@@ -161,7 +196,7 @@ class LedgerClient:
             path = Path(target)
             if path.is_dir():
                 path = path / SOCKET_NAME
-            transport = httpx.HTTPTransport(uds=str(path))
+            transport = unix_transport(str(path))
             base = "http://ledger"
         self._http = httpx.Client(
             base_url=base, transport=transport, headers=headers, timeout=timeout_s

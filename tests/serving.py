@@ -20,6 +20,8 @@ from pathlib import Path
 
 import httpx
 
+from ledger.client import unix_transport
+
 LISTENING = re.compile(r"listening on unix:(\S+)(?: and http://([\d.]+):(\d+))?")
 START_TIMEOUT_S = 60.0
 
@@ -46,7 +48,7 @@ class Served:
             )
         return httpx.Client(
             base_url="http://ledger",
-            transport=httpx.HTTPTransport(uds=str(self.socket)),
+            transport=unix_transport(str(self.socket)),
             timeout=timeout_s,
         )
 

@@ -49,6 +49,12 @@ MESSAGES: dict[int, str] = {
     503: "the service is not available",
 }
 
+HEADERS: dict[int, dict[str, str]] = {
+    401: {"www-authenticate": "Bearer"},
+    408: {"connection": "close"},  # the rest of the request is not read: the connection ends
+    413: {"connection": "close"},
+}
+
 
 def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
     """The one error shape (the same as the CLI's `--json` errors)."""
@@ -63,7 +69,7 @@ def error_response(
     return JSONResponse(
         error_body(code, message or MESSAGES.get(status, "error")),
         status_code=status,
-        headers={"www-authenticate": "Bearer"} if status == 401 else None,
+        headers=HEADERS.get(status),
     )
 
 
