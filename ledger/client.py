@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -21,9 +21,14 @@ import httpx
 from httpcore._backends.sync import SyncStream  # the stream httpcore's own backend returns
 
 from ledger import errors
-from ledger.clock import parse_iso_ms
+from ledger.catalog import Catalog, Model, load_catalog
+from ledger.clock import now_ms, parse_iso_ms
+from ledger.config import Policy, load_policy
+from ledger.home import state_dir
 from ledger.kinds import AttemptRole, AttemptStatus, ExclusionReason, FailureKind
 from ledger.records import Cancelled, Outcome, Reservation, SettleResult, Success
+from ledger.store.queue import Claim, QueueTimes
+from ledger.wire import claim_of, times_of
 
 if TYPE_CHECKING:
     from ledger.select import Selection
@@ -173,7 +178,11 @@ def error_of(status: int, doc: Any) -> errors.LedgerError:
 
 
 class LedgerClient:
-    """The `Ledger` API over HTTP: a unix socket path (or state directory), or a URL + token."""
+    """The `Ledger` API over HTTP: a unix socket path (or state directory), or a URL + token.
+
+    `policy`, `catalog` and `env` (what a worker needs to call providers itself) are read once
+    from the state directory `home` (resolved as the CLI does) when first asked for, unless given.
+    """
 
     def __init__(
         self,
@@ -182,8 +191,15 @@ class LedgerClient:
         token: str | None = None,
         timeout_s: float = 60.0,
         env: Mapping[str, str] | None = None,
+        home: str | Path | None = None,
+        policy: Policy | None = None,
+        catalog: Catalog | None = None,
     ) -> None:
         env = os.environ if env is None else env
+        self.env: Mapping[str, str] = env
+        self._home = None if home is None else str(home)
+        self._policy = policy
+        self._catalog = catalog
         target = str(server)
         headers: dict[str, str] = {}
         if target.startswith(("http://", "https://")):
@@ -299,6 +315,76 @@ class LedgerClient:
         """The status document (`ledger status --json`, `ledger.status.build_status`)."""
         doc: dict[str, Any] = self._call("GET", "/v1/status")
         return doc
+
+    @property
+    def policy(self) -> Policy:
+        """The policy (recovery.json of the state directory), read once."""
+        if self._policy is None:
+            self._policy = load_policy(state_dir(self._home, None).path)
+        return self._policy
+
+    @property
+    def catalog(self) -> Catalog:
+        """The catalog (catalog.json of the state directory), read once."""
+        if self._catalog is None:
+            self._catalog = load_catalog(state_dir(self._home, None).path)
+        return self._catalog
+
+    @property
+    def clock_fn(self) -> Callable[[], int]:
+        """This host's clock (the service stamps reservations; calls are timed from those)."""
+        return now_ms
+
+    def model(self, key: str) -> Model:
+        """A catalog model or a usage error (as `Ledger.model`)."""
+        return self.catalog.require_model(key)
+
+    def claim(self, worker_id: str, *, checked_before: int | None = None) -> Claim | None:
+        """Lease the due source checked longest ago (as `Ledger.claim`)."""
+        body: dict[str, Any] = {"worker_id": worker_id}
+        if checked_before is not None:
+            body["checked_before"] = checked_before
+        return claim_of(self._call("POST", "/v1/queue/claim", body))
+
+    def renew(
+        self, source: str, worker_id: str, *, cover_until_ms: int = 0, unpaused: bool = False
+    ) -> bool:
+        """Extend a lease this worker still holds (as `Ledger.renew`)."""
+        body = {
+            "source": source,
+            "worker_id": worker_id,
+            "cover_until_ms": cover_until_ms,
+            "unpaused": unpaused,
+        }
+        return bool(self._call("POST", "/v1/queue/renew", body)["held"])
+
+    def finish(self, source: str, worker_id: str) -> bool:
+        """Mark a leased source done (as `Ledger.finish`)."""
+        body = {"source": source, "worker_id": worker_id}
+        return bool(self._call("POST", "/v1/queue/finish", body)["held"])
+
+    def release(self, source: str, worker_id: str) -> bool:
+        """Give a lease back (as `Ledger.release`)."""
+        body = {"source": source, "worker_id": worker_id}
+        return bool(self._call("POST", "/v1/queue/release", body)["held"])
+
+    def defer_owed_fallback(self, source: str, worker_id: str) -> int | None:
+        """The generic backoff for an owed fallback with no alternate (as `Ledger`'s)."""
+        body = {"source": source, "worker_id": worker_id}
+        retry_at = self._call("POST", "/v1/queue/defer", body)["retry_at_ms"]
+        return None if retry_at is None else int(retry_at)
+
+    def queue_times(self) -> QueueTimes:
+        """Ledger time now and when queued work next becomes due (as `Ledger.queue_times`)."""
+        return times_of(self._call("GET", "/v1/queue/times"))
+
+    def ledger_now(self) -> int:
+        """The ledger's current time, as the service sees it."""
+        return self.queue_times().now_ms
+
+    def compact(self, batch: int) -> int:
+        """One bounded compaction step, done by the service (as `Ledger.compact`)."""
+        return int(self._call("POST", "/v1/queue/compact", {"batch": batch})["folded"])
 
     def close(self) -> None:
         """Close the connection pool."""

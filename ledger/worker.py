@@ -62,11 +62,9 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from ledger.api import Ledger
-from ledger.budgets import DAY_MS
 from ledger.catalog import Model
 from ledger.classify import Classification, classify_exception, classify_stop_reason
-from ledger.errors import BusyError, Refused, UsageError
+from ledger.errors import Refused, UsageError
 from ledger.heartbeat import LeaseHeartbeat
 from ledger.kinds import AttemptRole, FailureKind, RefusalReason
 from ledger.providers.base import CallRequest, Message, ProviderResponse, adapter_for
@@ -81,7 +79,7 @@ from ledger.queue import (
 )
 from ledger.records import Cancelled, Failed, Reservation, SettleResult, Success
 from ledger.store import queue as store_queue
-from ledger.store.compact import compact_step
+from ledger.worker_ledger import WorkerLedger
 
 __all__ = [
     "CallCancelled",
@@ -273,7 +271,7 @@ def _input_bytes(handler: Handler, payload_ref: str | None) -> int:
 
 
 def _caller(
-    ledger: Ledger, model: Model, clock: Callable[[], int]
+    ledger: WorkerLedger, model: Model, clock: Callable[[], int]
 ) -> Callable[[CallRequest], ProviderResponse]:
     catalog = ledger.catalog
 
@@ -312,7 +310,7 @@ def _classify(result: HandlerResult, now_ms: int) -> Classification:
 
 
 def _attempt(
-    ledger: Ledger,
+    ledger: WorkerLedger,
     claim: store_queue.Claim,
     handler: Handler,
     stopper: Stopper,
@@ -324,7 +322,7 @@ def _attempt(
     fallback_from: str | None = None,
     after: int | None = None,
 ) -> _Step:
-    started = _call_clock(ledger.db.clock_fn)
+    started = _call_clock(ledger.clock_fn)
     try:
         reservation = ledger.reserve(
             claim.source_id, route, input_bytes=size, role=role, fallback_from=fallback_from,
@@ -334,9 +332,8 @@ def _attempt(
         return _Step(None, refused=refusal)
     clock = started(reservation.created_ms)
     # the lease covers the whole call, whatever leaseMs is (issue 12 item 3)
-    if not store_queue.renew(
-        ledger.db, claim.source_id, claim.worker_id, ledger.policy.lease_ms,
-        cover_until_ms=reservation.deadline_ms, unpaused=True,
+    if not ledger.renew(
+        claim.source_id, claim.worker_id, cover_until_ms=reservation.deadline_ms, unpaused=True
     ):  # lost or paused before the call: nothing is sent, no failure added, the slot counts
         settled = ledger.settle(reservation.id, Cancelled())
         report = AttemptReport(reservation.id, route, reservation.role, FailureKind.CANCELLED.value)
@@ -367,7 +364,7 @@ def _attempt(
         return _Step(report, settled, cancelled=True)
     except Exception as exc:  # a failing handler is an outcome to classify, by type only
         classification = classify_exception(exc)
-    now = ledger.db.clock_fn()
+    now = ledger.clock_fn()
     overran = _overran(clock, reservation)
     if result is not None and not isinstance(result, HandlerResult):
         classification = Classification(FailureKind.UNKNOWN, "bad_handler_result")
@@ -400,10 +397,10 @@ def _attempt(
     return _Step(report, settled)
 
 
-def _still_held(ledger: Ledger, claim: store_queue.Claim) -> bool:
+def _still_held(ledger: WorkerLedger, claim: store_queue.Claim) -> bool:
     """After an `unpaused` renew failed: True when the lease is still ours, so the source was
     paused meanwhile (`ledger source pause`); False when the lease was lost."""
-    return store_queue.renew(ledger.db, claim.source_id, claim.worker_id, ledger.policy.lease_ms)
+    return ledger.renew(claim.source_id, claim.worker_id)
 
 
 def _overran(clock: Callable[[], int], reservation: Reservation) -> bool:
@@ -411,7 +408,7 @@ def _overran(clock: Callable[[], int], reservation: Reservation) -> bool:
 
 
 def _commit(
-    ledger: Ledger,
+    ledger: WorkerLedger,
     claim: store_queue.Claim,
     result: HandlerResult,
     report: AttemptReport,
@@ -425,35 +422,36 @@ def _commit(
     until resumed. A commit that raises is a failure of the item: nothing is finished, the source
     is claimable again (issue 12 item 1).
     """
-    lease_ms = ledger.policy.lease_ms
-    if not store_queue.renew(ledger.db, claim.source_id, claim.worker_id, lease_ms, unpaused=True):
+    if not ledger.renew(claim.source_id, claim.worker_id, unpaused=True):
         held = _still_held(ledger, claim)
         return _Step(report, settled, lost_lease=not held, paused=held)
     if result.commit is not None:
         # a commit slower than leaseMs must not let another worker claim the source meanwhile
-        heartbeat = LeaseHeartbeat(ledger.db, claim.source_id, claim.worker_id, lease_ms)
+        heartbeat = LeaseHeartbeat(
+            lambda: ledger.renew(claim.source_id, claim.worker_id), ledger.policy.lease_ms
+        )
         with heartbeat.running():
             try:
                 result.commit()
             except Exception:  # the handler's own store refused: the result is not taken
                 return _Step(report, settled, commit_failed=True)
-    if not store_queue.finish(ledger.db, claim.source_id, claim.worker_id):
+    if not ledger.finish(claim.source_id, claim.worker_id):
         return _Step(report, settled, lost_lease=True)  # lost meanwhile: not ours to finish
     return _Step(report, settled, accepted=True)
 
 
 def run_item(
-    ledger: Ledger, claim: store_queue.Claim, handler: Handler, stopper: Stopper | None = None
+    ledger: WorkerLedger, claim: store_queue.Claim, handler: Handler, stopper: Stopper | None = None
 ) -> ItemReport:
     """One queue item over a claimed source (R-POL-4); the lease is always released after."""
     try:
         return _run_item(ledger, claim, handler, stopper or Stopper())
     finally:
-        store_queue.release(ledger.db, claim.source_id, claim.worker_id)
+        ledger.release(claim.source_id, claim.worker_id)
 
 
 def _run_item(
-    ledger: Ledger, claim: store_queue.Claim, handler: Handler, stopper: Stopper
+    ledger: WorkerLedger, claim: store_queue.Claim, handler: Handler, stopper: Stopper
 ) -> ItemReport:
     source = claim.source_id
     size = _input_bytes(handler, claim.payload_ref)
@@ -468,9 +466,7 @@ def _run_item(
             fallback_from=claim.owed_fallback.failed_model,
         )
     elif claim.owed_fallback is not None and not claim.owed_fallback.deferred:
-        retry_at = store_queue.defer_owed_fallback(
-            ledger.db, source, claim.worker_id, ledger.store.jitter
-        )
+        retry_at = ledger.defer_owed_fallback(source, claim.worker_id)
         return ItemReport(source, ItemOutcome.FAILED, retry_at_ms=retry_at)
     else:
         selection = ledger.select(source, input_bytes=size)
@@ -503,7 +499,7 @@ def _run_item(
     return done if done is not None else _failed(second, attempts, source)
 
 
-def _owed_route(ledger: Ledger, claim: store_queue.Claim, size: int) -> str | None:
+def _owed_route(ledger: WorkerLedger, claim: store_queue.Claim, size: int) -> str | None:
     """The alternate model owed after the 2nd output failure (SPEC 8), when one is eligible.
 
     It is a fallback like the immediate one (same selection constraints: another model, an
@@ -550,7 +546,7 @@ def _failed(step: _Step, attempts: list[AttemptReport], source: str) -> ItemRepo
 
 
 def _second_attempt(
-    ledger: Ledger,
+    ledger: WorkerLedger,
     claim: store_queue.Claim,
     handler: Handler,
     stopper: Stopper,
@@ -563,7 +559,7 @@ def _second_attempt(
     assert first.report is not None
     if stopper.requested or not (settled.use_correction or settled.fallback is not None):
         return None
-    if not store_queue.renew(ledger.db, claim.source_id, claim.worker_id, ledger.policy.lease_ms):
+    if not ledger.renew(claim.source_id, claim.worker_id):
         return None  # the lease was lost: another worker may hold the source now
     failed_model = first.report.model
     if settled.use_correction:
@@ -602,7 +598,7 @@ class _Pass:
 
 
 def drain(
-    ledger: Ledger,
+    ledger: WorkerLedger,
     handler: Handler,
     *,
     worker_id: str | None = None,
@@ -636,15 +632,9 @@ def drain(
     return summary
 
 
-def _compact_step(ledger: Ledger) -> int:
+def _compact_step(ledger: WorkerLedger) -> int:
     """One bounded compaction batch (R-DB-6) per drain start and idle poll; busy is no failure."""
-    try:
-        return compact_step(
-            ledger.db, ledger.db.clock_fn(), ledger.policy.retention_days * DAY_MS,
-            batch=COMPACT_BATCH,
-        )
-    except BusyError:
-        return 0
+    return ledger.compact(COMPACT_BATCH)
 
 
 def _limit_reached(summary: DrainSummary, max_items: int | None) -> bool:
@@ -652,7 +642,7 @@ def _limit_reached(summary: DrainSummary, max_items: int | None) -> bool:
 
 
 def _drain_pass(
-    ledger: Ledger,
+    ledger: WorkerLedger,
     handler: Handler,
     worker: str,
     stopper: Stopper,
@@ -661,16 +651,14 @@ def _drain_pass(
     on_item: Callable[[ItemReport, DrainSummary], Any] | None,
 ) -> _Pass:
     state = _Pass()
-    started = store_queue.ledger_now(ledger.db)
+    started = ledger.ledger_now()
     seen: set[str] = set()
     while not stopper.requested and not _limit_reached(summary, max_items):
-        claim = store_queue.claim(
-            ledger.db, worker, ledger.policy.lease_ms, checked_before=started
-        )
+        claim = ledger.claim(worker, checked_before=started)
         if claim is None:
             break
         if claim.source_id in seen:  # same-millisecond edge: never twice in one pass
-            store_queue.release(ledger.db, claim.source_id, worker)
+            ledger.release(claim.source_id, worker)
             break
         seen.add(claim.source_id)
         item = run_item(ledger, claim, handler, stopper)
@@ -687,8 +675,8 @@ def _drain_pass(
     return state
 
 
-def _sleep_ms(ledger: Ledger, wake_ms: int | None, cap_ms: int) -> int:
-    times = store_queue.queue_times(ledger.db)
+def _sleep_ms(ledger: WorkerLedger, wake_ms: int | None, cap_ms: int) -> int:
+    times = ledger.queue_times()
     candidates = [t for t in (wake_ms, times.next_retry_ms, times.next_lease_expiry_ms) if t]
     wait = min(candidates) - times.now_ms if candidates else cap_ms
     return max(MIN_SLEEP_MS, min(cap_ms, wait))

@@ -131,6 +131,33 @@ class SourceStateBody(Body):
     source: Key
 
 
+class ClaimBody(Body):
+    """A worker asks for the next due source."""
+
+    worker_id: Key
+    checked_before: Annotated[StrictInt, Field(ge=0, le=2**62)] | None = None
+
+
+class LeaseBody(Body):
+    """A worker acts on a lease it holds."""
+
+    source: Key
+    worker_id: Key
+
+
+class RenewBody(LeaseBody):
+    """Extend a lease (to cover a call's deadline; `unpaused`: a paused source is not held)."""
+
+    cover_until_ms: Annotated[StrictInt, Field(ge=0, le=2**62)] = 0
+    unpaused: StrictBool = False
+
+
+class CompactBody(Body):
+    """One bounded compaction step."""
+
+    batch: Annotated[StrictInt, Field(ge=1, le=100_000)] = 1000
+
+
 # --------------------------------------------------------------------------- responses
 
 
@@ -223,4 +250,8 @@ REQUEST_MODELS: tuple[type[BaseModel], ...] = (
     CooldownBody,
     SourceBody,
     SourceStateBody,
+    ClaimBody,
+    LeaseBody,
+    RenewBody,
+    CompactBody,
 )
