@@ -17,13 +17,11 @@ from click.testing import CliRunner
 
 from ledger.api import Ledger
 from ledger.classify import classify_http, classify_kind
-from ledger.cli.main import _register, cli
+from ledger.cli.main import cli
 from ledger.errors import Refused, UsageError
 from ledger.kinds import AttemptRole, ExclusionReason
 from ledger.records import Failed, Reservation, SettleResult
 from tests.conftest import Clock, LedgerFactory
-
-_register()
 
 
 def refusal(fn: object) -> str:
