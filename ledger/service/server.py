@@ -26,12 +26,14 @@ from typing import Any
 
 import h11
 import uvicorn
+from starlette.types import Receive, Scope, Send
+from uvicorn.protocols.http import h11_impl
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ledger.api import Ledger
 from ledger.errors import ServiceRunningError, UsageError
 from ledger.service.app import create_app
-from ledger.service.errors import MESSAGES, error_body
+from ledger.service.errors import MESSAGES, error_body, error_response
 
 SOCKET_NAME = "ledger.sock"
 LOCK_NAME = "ledger.sock.lock"
@@ -174,6 +176,17 @@ class Protocol(H11Protocol):
             self.conn.send(h11.ConnectionClosed())
         self.transport.write(head + body)
         self.transport.close()
+
+
+async def too_many_connections(scope: Scope, receive: Receive, send: Send) -> None:
+    """The answer past `limit_concurrency`: a JSON 503 like every other error, then close."""
+    answer = error_response(503, "unavailable", "too many connections; retry shortly")
+    answer.headers["connection"] = "close"
+    await answer(scope, receive, send)
+
+
+# uvicorn answers past its concurrency limit with this module-level app (plain text by default)
+h11_impl.service_unavailable = too_many_connections  # type: ignore[attr-defined,assignment]
 
 
 class Server(uvicorn.Server):
