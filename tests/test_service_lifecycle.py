@@ -152,3 +152,45 @@ def test_r_srv_5_a_second_service_on_the_same_state_directory_exits_4(home: Path
         ]
         with served.client() as http:  # the first one is untouched, socket and all
             assert http.get("/healthz").status_code == 200
+
+
+def test_r_srv_5_a_request_past_the_grace_gets_a_json_503_and_the_service_still_exits_0(
+    home: Path,
+) -> None:
+    write_policy(home, busyTimeoutMs=120_000)
+    served = start(home, "--grace", "1")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_WRITE_LOCK, str(home / "ledger.db")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "locked"
+        answers: list[httpx.Response] = []
+
+        def reserve() -> None:
+            body = {"source": "s", "model": "alpha/small"}
+            with served.client(timeout_s=120) as http:
+                answers.append(http.post("/v1/reserve", json=body))
+
+        stuck = threading.Thread(target=reserve)
+        stuck.start()
+        time.sleep(1.0)
+        served.proc.send_signal(signal.SIGTERM)
+        # the lock stays held for minutes: the service must not wait for the stuck write
+        assert served.proc.wait(timeout=60) == 0
+        stuck.join(60)
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(30)
+        assert holder.stdout is not None
+        holder.stdout.close()
+    served.close()
+    assert [a.status_code for a in answers] == [503]
+    assert answers[0].json()["error"]["code"] == "unavailable"
+    log = "".join(served.log)
+    assert "Traceback" not in log
+    assert rows(f"sqlite:///{home / 'ledger.db'}", "SELECT count(*) FROM reservations") == [(0,)]

@@ -36,3 +36,4 @@ def serve(app: AppContext, listen: str | None, allow_remote: bool, grace: float)
         grace_s=grace,
         announce=lambda line: click.echo(line, err=True),
     )
+    server.abandon_stuck_work()

@@ -9,6 +9,7 @@ Every answer is counted for `/metrics` under its route template, never the raw p
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import time
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from ledger.service.errors import error_response, install
 MAX_BODY_BYTES = 64 * 1024
 BODY_TIMEOUT_S = 10.0
 API_VERSION = "1"
+STOPPED = "the service stopped before this request was answered; retry it"
 
 
 def create_app(
@@ -69,7 +71,7 @@ class Gate:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        status = 500
+        status = 0
 
         async def counted(message: Message) -> None:
             nonlocal status
@@ -87,10 +89,17 @@ class Gate:
                     await self.app(_as_json(scope), _replay(body, receive), counted)
             if refusal is not None:
                 await error_response(refusal)(scope, receive, counted)
+        except asyncio.CancelledError:
+            if status:  # the answer had begun: nothing more can be said
+                raise
+            # stopped past --grace: the caller learns it was not served (and may retry with its
+            # request id); the request ends here, no traceback is logged
+            await error_response(503, "unavailable", STOPPED)(scope, receive, counted)
         finally:
             route = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"
-            self.metrics.observe(scope["method"], template, status, time.perf_counter() - started)
+            elapsed = time.perf_counter() - started
+            self.metrics.observe(scope["method"], template, status or 500, elapsed)
 
     def _refusal(self, scope: Scope) -> int | None:
         if self.draining():

@@ -19,6 +19,8 @@ import os
 import secrets
 import signal
 import socket
+import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,6 +204,16 @@ class Server(uvicorn.Server):
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+
+def abandon_stuck_work() -> None:
+    """After the grace: exit now rather than wait for a database call still running in a worker
+    thread (its transaction is rolled back with the process; its client was answered 503)."""
+    main = threading.main_thread()
+    if any(t.is_alive() and not t.daemon and t is not main for t in threading.enumerate()):
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os._exit(0)
 
 
 def serve(
