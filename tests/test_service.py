@@ -239,3 +239,37 @@ def test_r_srv_2_status_is_the_status_document(home: Path) -> None:
     expected = json.loads(cli.stdout)
     assert set(doc) == set(expected)
     assert doc["hourly"] == expected["hourly"]
+
+
+def _readme_block(after: str, lang: str) -> str:
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    return text.split(after, 1)[1].split(f"```{lang}\n", 1)[1].split("```", 1)[0]
+
+
+def test_r_srv_2_readme_cron_and_client_examples_run_against_a_service(home: Path) -> None:
+    """The README's curl cron job and its Python client example, as written, on a real service
+    (only the socket path and the model key are this test's)."""
+    curl_job = _readme_block("From a shell cron job, with nothing but curl:", "sh")
+    client_code = _readme_block("### The Python client and workers", "python")
+    with running(home) as served:
+        script = curl_job.replace(
+            "SOCK=$HOME/.local/state/ledger/ledger.sock", f"SOCK={served.socket}"
+        ).replace("openai/gpt-4o-mini", "alpha/small")
+        for job_result in ("true", "false"):
+            result = subprocess.run(
+                ["bash", "-c", f"run_my_job() {{ {job_result}; }}\n{script}"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            assert result.returncode == 0, result.stderr
+        code = client_code.replace(
+            '"/home/jobs/.local/state/ledger/ledger.sock"', repr(str(served.socket))
+        ).replace("openai/gpt-4o-mini", "alpha/small")
+        subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+        with served.client() as http:
+            doc = http.get("/v1/sources/nightly-42").json()
+            assert doc["state"] == "done"  # the first run succeeded and finished the source
+            assert [a["status"] for a in doc["attempts"]] == ["succeeded"]
+            assert http.get("/v1/sources/doc-17").json()["calls"] == 1
