@@ -17,6 +17,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -154,10 +155,12 @@ def _fleet_rows(root: Path, settings: Settings, socket: Path) -> list[Row]:
 
 def run(root: Path, settings: Settings) -> list[Row]:
     """All three service figures against one running service."""
-    home = _service_home(root, "svc")
-    open_ledger(home).close()  # migrated before the service starts
-    with running(home) as served:
-        rows = _client_rows(root, settings, served.socket)
-        rows += _cli_rows(settings, home, served.socket)
-        rows += _fleet_rows(root, settings, served.socket)
+    # a unix socket path must stay short: the service's state directory lives under /tmp
+    with tempfile.TemporaryDirectory(prefix="ledger-svc-") as short:
+        home = _service_home(Path(short), "svc")
+        open_ledger(home).close()  # migrated before the service starts
+        with running(home) as served:
+            rows = _client_rows(root, settings, served.socket)
+            rows += _cli_rows(settings, home, served.socket)
+            rows += _fleet_rows(root, settings, served.socket)
     return rows

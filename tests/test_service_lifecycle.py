@@ -194,3 +194,17 @@ def test_r_srv_5_a_request_past_the_grace_gets_a_json_503_and_the_service_still_
     log = "".join(served.log)
     assert "Traceback" not in log
     assert rows(f"sqlite:///{home / 'ledger.db'}", "SELECT count(*) FROM reservations") == [(0,)]
+
+
+def test_r_srv_1_a_state_directory_too_deep_for_a_socket_is_one_line_exit_2(
+    tmp_path: Path,
+) -> None:
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    result = subprocess.run(
+        serve_argv(deep), capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert "too long for a unix socket" in lines[0]

@@ -39,6 +39,7 @@ from ledger.service.errors import MESSAGES, error_body, error_response
 
 SOCKET_NAME = "ledger.sock"
 LOCK_NAME = "ledger.sock.lock"
+MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes with the terminating NUL (Linux)
 TOKEN_NAME = "ledger.token"  # noqa: S105 - a file name, not a secret
 TOKEN_ENV = "LEDGER_TOKEN"  # noqa: S105 - a variable name, not a secret
 HEADER_TIMEOUT_S = 10.0
@@ -113,6 +114,11 @@ def service_lock(state: Path) -> Iterator[None]:
 
 def unix_listener(path: Path) -> socket.socket:
     """A listening unix socket at `path`, mode 0600 from birth (a stale file is replaced)."""
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        raise UsageError(
+            f"the state directory's path is too long for a unix socket (at most "
+            f"{MAX_SOCKET_PATH - len(SOCKET_NAME) - 1} bytes); use a shorter --home"
+        )
     with contextlib.suppress(FileNotFoundError):
         path.unlink()  # we hold the service lock: whatever is here was left by a dead service
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
