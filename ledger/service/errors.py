@@ -100,14 +100,14 @@ def _validation_message(error: RequestValidationError) -> tuple[int, str, str]:
     if kind == "extra_forbidden":
         return 422, "invalid_body", "the request body has an unknown field"
     loc = [p for p in first.get("loc", ()) if isinstance(p, int) or p in KNOWN_FIELDS]
-    where = ".".join(str(p) for p in loc[1:]) or "body"
+    where = ".".join(str(p) for p in loc) or "body"
     return 422, "invalid_body", f"{where}: {kind}"
 
 
-KNOWN_FIELDS = frozenset({"body", "query", "path"}).union(
+KNOWN_FIELDS = frozenset({"body", "query", "path", "action", "target", "source_id", "force"}).union(
     *(model.model_fields for model in REQUEST_MODELS)
 )
-"""Field names of every request model: a validation error names nothing else back."""
+"""Field and parameter names of the API: a validation error names nothing else back."""
 
 
 def install(app: FastAPI) -> None:
