@@ -19,6 +19,7 @@ from ledger.api import Ledger
 from ledger.catalog import Catalog
 from ledger.config import Policy
 from ledger.records import Success
+from ledger.worker_ledger import WorkerLedger
 
 BIG = 10**9  # budgets so large that nothing refuses during a benchmark
 
@@ -172,7 +173,9 @@ def open_ledger(
 MODEL_KEYS = tuple(f"{p}/m{i}" for p in BENCH_PROVIDERS for i in range(2))
 
 
-def ledger_cycle(ledger: Ledger, i: int, sources: int = 1000, prefix: str = "src") -> None:
+def ledger_cycle(
+    ledger: WorkerLedger, i: int, sources: int = 1000, prefix: str = "src"
+) -> None:
     """One reserve + settle(success) through the public API."""
     res = ledger.reserve(
         f"{prefix}-{i % sources}", MODEL_KEYS[i % len(MODEL_KEYS)], input_bytes=2000
@@ -205,7 +208,7 @@ def side_by_side(first: Chunk, second: Chunk, settings: Settings, start: int) ->
     return firsts, seconds
 
 
-def cycles_of(ledger: Ledger) -> Chunk:
+def cycles_of(ledger: WorkerLedger) -> Chunk:
     """The chunk function of reserve+settle cycles on one ledger."""
     return lambda start, count: per_cycle(lambda i: ledger_cycle(ledger, i), start, count)
 

@@ -17,6 +17,8 @@ from typing import Any
 
 from bench import common
 from bench.common import Row, Settings, Stats, ledger_cycle, make_home, ms, open_ledger, ratio_row
+from ledger.client import LedgerClient
+from ledger.worker_ledger import WorkerLedger
 
 PROCESS_COUNTS = (1, 4, 8)
 QUICK_COUNTS = (1, 2)
@@ -26,11 +28,16 @@ TAIL_TARGET = 2.0  # p99 reserve latency at N processes <= 2 x N x single-proces
 
 def _child(
     n: int, barrier: Barrier, out: Queue[Any], home: str, tag: str, seconds: float,
-    db: str | None = None,
+    db: str | None = None, server: str | None = None,
 ) -> None:
-    """Run cycles for `seconds` after everyone is ready; report cycles and reserve latencies."""
+    """Run cycles for `seconds` after everyone is ready; report cycles and reserve latencies.
+
+    With `server` (a `ledger serve` socket) the process is a `LedgerClient` of that service.
+    """
     tag = f"{tag}-p{n}"
-    ledger = open_ledger(Path(home), db=db)
+    ledger: WorkerLedger = (
+        LedgerClient(server) if server is not None else open_ledger(Path(home), db=db)
+    )
     latencies: list[float] = []
     from ledger.records import Success
 
@@ -52,15 +59,20 @@ def _child(
 
 
 def run_round(
-    home: Path, procs: int, seconds: float, tag: str, db: str | None = None
+    home: Path, procs: int, seconds: float, tag: str, db: str | None = None,
+    server: str | None = None,
 ) -> tuple[float, list[float]]:
-    results = common.run_together(_child, procs, seconds, str(home), tag, seconds, db=db)
+    """Total cycles/s of `procs` processes started together, and all their reserve latencies."""
+    results = common.run_together(
+        _child, procs, seconds, str(home), tag, seconds, db=db, server=server
+    )
     cycles = sum(r[0] for r in results)
     latencies = [lat for r in results for lat in r[1]]
     return cycles / seconds, latencies
 
 
 def percentile(values: list[float], q: float) -> float:
+    """The q-quantile (nearest rank) of a non-empty series."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 

@@ -33,6 +33,7 @@ from ledger.home import StateDir, ensure_home, state_dir
 from ledger.kinds import AttemptRole, CooldownScope, FailureKind
 from ledger.records import Cancelled, Failed, Outcome, Reservation, SettleResult, Success
 from ledger.store import Database, Store
+from ledger.store import queue as store_queue
 from ledger.store.pending import open_database
 from ledger.store.reservations import ReserveRequest
 
@@ -235,6 +236,70 @@ class Ledger:
         if target not in self.catalog.providers:
             raise UsageError("unknown provider: not in the catalog")
         return CooldownScope.PROVIDER, target
+
+    # ----------------------------------------------------------------- the work queue (R-Q-1..3)
+
+    @property
+    def clock_fn(self) -> Callable[[], int]:
+        """This process's view of ledger time (UTC ms), for timing calls against deadlines."""
+        return self.db.clock_fn
+
+    def claim(
+        self, worker_id: str, *, checked_before: int | None = None
+    ) -> store_queue.Claim | None:
+        """Lease the due source checked longest ago to `worker_id` for leaseMs (R-Q-2)."""
+        return store_queue.claim(
+            self.db, worker_id, self.policy.lease_ms, checked_before=checked_before
+        )
+
+    def renew(
+        self, source: str, worker_id: str, *, cover_until_ms: int = 0, unpaused: bool = False
+    ) -> bool:
+        """Extend a lease this worker still holds (False: lost, or paused with `unpaused`)."""
+        return store_queue.renew(
+            self.db, source, worker_id, self.policy.lease_ms,
+            cover_until_ms=cover_until_ms, unpaused=unpaused,
+        )
+
+    def finish(self, source: str, worker_id: str) -> bool:
+        """Mark a leased source done (never rerun); False when the lease was lost."""
+        return store_queue.finish(self.db, source, worker_id)
+
+    def release(self, source: str, worker_id: str) -> bool:
+        """Give a lease back (the source is queued again behind other work)."""
+        return store_queue.release(self.db, source, worker_id)
+
+    def defer_owed_fallback(self, source: str, worker_id: str) -> int | None:
+        """No alternate for an owed fallback: the generic backoff; the new retry time."""
+        return store_queue.defer_owed_fallback(self.db, source, worker_id, self.store.jitter)
+
+    def commit_failed(
+        self, source: str, worker_id: str, model: str
+    ) -> store_queue.CommitFailure | None:
+        """The handler's commit raised: one failure of the source with its backoff (issue 20
+        item 1); None when the lease was lost meanwhile."""
+        return store_queue.commit_failed(self.db, source, worker_id, model, self.store.jitter)
+
+    def queue_times(self) -> store_queue.QueueTimes:
+        """Ledger time now and when queued work next becomes due."""
+        return store_queue.queue_times(self.db)
+
+    def ledger_now(self) -> int:
+        """The ledger's current time (never before the newest stored time)."""
+        return store_queue.ledger_now(self.db)
+
+    def compact(self, batch: int) -> int:
+        """One bounded compaction step (R-DB-6); rows folded (0 when the lock is busy)."""
+        from ledger.budgets import DAY_MS
+        from ledger.errors import BusyError
+        from ledger.store.compact import compact_step
+
+        try:
+            return compact_step(
+                self.db, self.db.clock_fn(), self.policy.retention_days * DAY_MS, batch=batch
+            )
+        except BusyError:
+            return 0
 
     def close(self) -> None:
         """Release database connections."""

@@ -99,3 +99,11 @@ class MissingDriverError(UsageError):
 
 class DatabaseUnreachableError(StoreError):
     """the database server cannot be reached or refused the connection; nothing was written"""
+
+
+class ServiceRunningError(StoreError):
+    """another `ledger serve` is already running on this state directory"""
+
+
+class ServiceUnreachableError(StoreError):
+    """the ledger service cannot be reached (is `ledger serve` running?); nothing was written"""

@@ -1,6 +1,6 @@
 """Lease heartbeat: keeps a worker's lease alive while a handler's commit runs (R-Q-1, R-Q-2).
 
-Invariant: each renewal is its own short write transaction through `store.queue.renew` (never a
+Invariant: each renewal is its own short write transaction through the ledger's `renew` (never a
 transaction held open across the commit); once a renewal finds the lease lost, `lost` stays set
 and the heartbeat stops renewing, so the worker never finishes a source another worker now holds.
 """
@@ -8,12 +8,10 @@ and the heartbeat stops renewing, so the worker never finishes a source another 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from ledger.errors import LedgerError
-from ledger.store import queue as store_queue
-from ledger.store.engine import Database
 
 MIN_INTERVAL_S = 0.05
 """The shortest pause between renewals (a tiny leaseMs must not spin the write lock)."""
@@ -26,11 +24,8 @@ policy's floor (MIN_LEASE_MS, 1 s) that is every 250 ms (issue 20 item 2)."""
 class LeaseHeartbeat:
     """Renews one lease every leaseMs/4 on a daemon thread until stopped."""
 
-    def __init__(self, db: Database, source_id: str, worker_id: str, lease_ms: int) -> None:
-        self._db = db
-        self._source_id = source_id
-        self._worker_id = worker_id
-        self._lease_ms = lease_ms
+    def __init__(self, renew: Callable[[], bool], lease_ms: int) -> None:
+        self._renew = renew
         self._interval_s = max(MIN_INTERVAL_S, lease_ms / 1000 / BEATS_PER_LEASE)
         self._stop = threading.Event()
         self._lost = threading.Event()
@@ -46,7 +41,7 @@ class LeaseHeartbeat:
         if self._lost.is_set():
             return False
         try:
-            held = store_queue.renew(self._db, self._source_id, self._worker_id, self._lease_ms)
+            held = self._renew()
         except LedgerError:  # busy: try again at the next beat, the lease is still running
             return True
         if not held:

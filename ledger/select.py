@@ -121,6 +121,13 @@ class Exclusion:
     reason: ExclusionReason
     until_ms: int | None = None
 
+    def to_json(self) -> dict[str, object]:
+        """Model and reason; `until` (ISO) only for the cooldown reasons that carry it."""
+        doc: dict[str, object] = {"model": self.model, "reason": str(self.reason)}
+        if self.until_ms is not None:
+            doc["until"] = iso(self.until_ms)
+        return doc
+
 
 @dataclass(frozen=True)
 class Selection:

@@ -65,11 +65,9 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, TypeVar
 
-from ledger.api import Ledger
-from ledger.budgets import DAY_MS
 from ledger.catalog import Model
 from ledger.classify import Classification, classify_exception, classify_stop_reason
-from ledger.errors import BusyError, DatabaseUnreachableError, Refused, UsageError
+from ledger.errors import DatabaseUnreachableError, Refused, UsageError
 from ledger.heartbeat import LeaseHeartbeat
 from ledger.kinds import AttemptRole, FailureKind, RefusalReason
 from ledger.providers.base import CallRequest, Message, ProviderResponse
@@ -85,7 +83,7 @@ from ledger.queue import (
 )
 from ledger.records import Cancelled, Failed, Reservation, SettleResult, Success
 from ledger.store import queue as store_queue
-from ledger.store.compact import compact_step
+from ledger.worker_ledger import WorkerLedger
 
 __all__ = [
     "CallCancelled",
@@ -278,7 +276,7 @@ def _input_bytes(handler: Handler, payload_ref: str | None) -> int:
 
 
 def _caller(
-    ledger: Ledger, model: Model, clock: Callable[[], int]
+    ledger: WorkerLedger, model: Model, clock: Callable[[], int]
 ) -> Callable[[CallRequest], ProviderResponse]:
     catalog = ledger.catalog
 
@@ -317,7 +315,7 @@ def _classify(result: HandlerResult, now_ms: int) -> Classification:
 
 
 def _attempt(
-    ledger: Ledger,
+    ledger: WorkerLedger,
     claim: store_queue.Claim,
     handler: Handler,
     stopper: Stopper,
@@ -329,7 +327,7 @@ def _attempt(
     fallback_from: str | None = None,
     after: int | None = None,
 ) -> _Step:
-    started = _call_clock(ledger.db.clock_fn)
+    started = _call_clock(ledger.clock_fn)
     try:
         reservation = ledger.reserve(
             claim.source_id, route, input_bytes=size, role=role, fallback_from=fallback_from,
@@ -339,9 +337,8 @@ def _attempt(
         return _Step(None, refused=refusal)
     clock = started(reservation.created_ms)
     # the lease covers the whole call, whatever leaseMs is (issue 12 item 3)
-    if not store_queue.renew(
-        ledger.db, claim.source_id, claim.worker_id, ledger.policy.lease_ms,
-        cover_until_ms=reservation.deadline_ms, unpaused=True,
+    if not ledger.renew(
+        claim.source_id, claim.worker_id, cover_until_ms=reservation.deadline_ms, unpaused=True
     ):  # lost or paused before the call: nothing is sent, no failure added, the slot counts
         settled = ledger.settle(reservation.id, Cancelled())
         report = AttemptReport(reservation.id, route, reservation.role, FailureKind.CANCELLED.value)
@@ -372,7 +369,7 @@ def _attempt(
         return _Step(report, settled, cancelled=True)
     except Exception as exc:  # a failing handler is an outcome to classify, by type only
         classification = classify_exception(exc)
-    now = ledger.db.clock_fn()
+    now = ledger.clock_fn()
     overran = _overran(clock, reservation)
     if result is not None and not isinstance(result, HandlerResult):
         classification = Classification(FailureKind.UNKNOWN, "bad_handler_result")
@@ -413,10 +410,10 @@ def _attempt(
     return _Step(report, settled)
 
 
-def _still_held(ledger: Ledger, claim: store_queue.Claim) -> bool:
+def _still_held(ledger: WorkerLedger, claim: store_queue.Claim) -> bool:
     """After an `unpaused` renew failed: True when the lease is still ours, so the source was
     paused meanwhile (`ledger source pause`); False when the lease was lost."""
-    return store_queue.renew(ledger.db, claim.source_id, claim.worker_id, ledger.policy.lease_ms)
+    return ledger.renew(claim.source_id, claim.worker_id)
 
 
 def _overran(clock: Callable[[], int], reservation: Reservation) -> bool:
@@ -424,7 +421,7 @@ def _overran(clock: Callable[[], int], reservation: Reservation) -> bool:
 
 
 def _commit(
-    ledger: Ledger,
+    ledger: WorkerLedger,
     claim: store_queue.Claim,
     result: HandlerResult,
     report: AttemptReport,
@@ -438,13 +435,14 @@ def _commit(
     until resumed. A commit that raises is a failure of the item: nothing is finished, the source
     is claimable again after its backoff (issue 12 item 1, issue 20 item 1).
     """
-    lease_ms = ledger.policy.lease_ms
-    if not store_queue.renew(ledger.db, claim.source_id, claim.worker_id, lease_ms, unpaused=True):
+    if not ledger.renew(claim.source_id, claim.worker_id, unpaused=True):
         held = _still_held(ledger, claim)
         return _Step(report, settled, lost_lease=not held, paused=held)
     if result.commit is not None:
         # a commit slower than leaseMs must not let another worker claim the source meanwhile
-        heartbeat = LeaseHeartbeat(ledger.db, claim.source_id, claim.worker_id, lease_ms)
+        heartbeat = LeaseHeartbeat(
+            lambda: ledger.renew(claim.source_id, claim.worker_id), ledger.policy.lease_ms
+        )
         with heartbeat.running():
             try:
                 result.commit()
@@ -453,19 +451,17 @@ def _commit(
                 raised = True
         if raised:
             return _commit_failed(ledger, claim, report, settled)
-    if not store_queue.finish(ledger.db, claim.source_id, claim.worker_id):
+    if not ledger.finish(claim.source_id, claim.worker_id):
         return _Step(report, settled, lost_lease=True)  # lost meanwhile: not ours to finish
     return _Step(report, settled, accepted=True)
 
 
 def _commit_failed(
-    ledger: Ledger, claim: store_queue.Claim, report: AttemptReport, settled: SettleResult
+    ledger: WorkerLedger, claim: store_queue.Claim, report: AttemptReport, settled: SettleResult
 ) -> _Step:
     """A commit that raised is one failure of the source with its backoff (issue 20 item 1):
     never a rerun at once, which would spend the source's calls in one drain."""
-    failure = store_queue.commit_failed(
-        ledger.db, claim.source_id, claim.worker_id, report.model, ledger.store.jitter
-    )
+    failure = ledger.commit_failed(claim.source_id, claim.worker_id, report.model)
     if failure is None:
         return _Step(report, settled, lost_lease=True)
     if failure.paused is not None:  # the failure cap (R-POL-5)
@@ -474,17 +470,17 @@ def _commit_failed(
 
 
 def run_item(
-    ledger: Ledger, claim: store_queue.Claim, handler: Handler, stopper: Stopper | None = None
+    ledger: WorkerLedger, claim: store_queue.Claim, handler: Handler, stopper: Stopper | None = None
 ) -> ItemReport:
     """One queue item over a claimed source (R-POL-4); the lease is always released after."""
     try:
         return _run_item(ledger, claim, handler, stopper or Stopper())
     finally:
-        store_queue.release(ledger.db, claim.source_id, claim.worker_id)
+        ledger.release(claim.source_id, claim.worker_id)
 
 
 def _run_item(
-    ledger: Ledger, claim: store_queue.Claim, handler: Handler, stopper: Stopper
+    ledger: WorkerLedger, claim: store_queue.Claim, handler: Handler, stopper: Stopper
 ) -> ItemReport:
     source = claim.source_id
     size = _input_bytes(handler, claim.payload_ref)
@@ -499,9 +495,7 @@ def _run_item(
             fallback_from=claim.owed_fallback.failed_model,
         )
     elif claim.owed_fallback is not None and not claim.owed_fallback.deferred:
-        retry_at = store_queue.defer_owed_fallback(
-            ledger.db, source, claim.worker_id, ledger.store.jitter
-        )
+        retry_at = ledger.defer_owed_fallback(source, claim.worker_id)
         return ItemReport(source, ItemOutcome.FAILED, retry_at_ms=retry_at)
     else:
         selection = ledger.select(source, input_bytes=size)
@@ -534,7 +528,7 @@ def _run_item(
     return done if done is not None else _failed(second, attempts, source)
 
 
-def _owed_route(ledger: Ledger, claim: store_queue.Claim, size: int) -> str | None:
+def _owed_route(ledger: WorkerLedger, claim: store_queue.Claim, size: int) -> str | None:
     """The alternate model owed after the 2nd output failure (SPEC 8), when one is eligible.
 
     It is a fallback like the immediate one (same selection constraints: another model, an
@@ -583,7 +577,7 @@ def _failed(step: _Step, attempts: list[AttemptReport], source: str) -> ItemRepo
 
 
 def _second_attempt(
-    ledger: Ledger,
+    ledger: WorkerLedger,
     claim: store_queue.Claim,
     handler: Handler,
     stopper: Stopper,
@@ -596,7 +590,7 @@ def _second_attempt(
     assert first.report is not None
     if stopper.requested or not (settled.use_correction or settled.fallback is not None):
         return None
-    if not store_queue.renew(ledger.db, claim.source_id, claim.worker_id, ledger.policy.lease_ms):
+    if not ledger.renew(claim.source_id, claim.worker_id):
         return None  # the lease was lost: another worker may hold the source now
     failed_model = first.report.model
     if settled.use_correction:
@@ -635,7 +629,7 @@ class _Pass:
 
 
 def drain(
-    ledger: Ledger,
+    ledger: WorkerLedger,
     handler: Handler,
     *,
     worker_id: str | None = None,
@@ -685,15 +679,9 @@ def _poll(loop: bool, step: Callable[[], _T], otherwise: _T) -> _T:
         return otherwise
 
 
-def _compact_step(ledger: Ledger) -> int:
+def _compact_step(ledger: WorkerLedger) -> int:
     """One bounded compaction batch (R-DB-6) per drain start and idle poll; busy is no failure."""
-    try:
-        return compact_step(
-            ledger.db, ledger.db.clock_fn(), ledger.policy.retention_days * DAY_MS,
-            batch=COMPACT_BATCH,
-        )
-    except BusyError:
-        return 0
+    return ledger.compact(COMPACT_BATCH)
 
 
 def _limit_reached(summary: DrainSummary, max_items: int | None) -> bool:
@@ -701,7 +689,7 @@ def _limit_reached(summary: DrainSummary, max_items: int | None) -> bool:
 
 
 def _drain_pass(
-    ledger: Ledger,
+    ledger: WorkerLedger,
     handler: Handler,
     worker: str,
     stopper: Stopper,
@@ -711,16 +699,14 @@ def _drain_pass(
     loop: bool = False,
 ) -> _Pass:
     state = _Pass()
-    started = _poll(loop, lambda: store_queue.ledger_now(ledger.db), None)
+    started = _poll(loop, ledger.ledger_now, None)
     seen: set[str] = set()
     while started is not None and not stopper.requested and not _limit_reached(summary, max_items):
-        claim = _poll(loop, lambda: store_queue.claim(
-            ledger.db, worker, ledger.policy.lease_ms, checked_before=started
-        ), None)
+        claim = _poll(loop, lambda: ledger.claim(worker, checked_before=started), None)
         if claim is None:
             break
         if claim.source_id in seen:  # same-millisecond edge: never twice in one pass
-            store_queue.release(ledger.db, claim.source_id, worker)
+            ledger.release(claim.source_id, worker)
             break
         seen.add(claim.source_id)
         item = run_item(ledger, claim, handler, stopper)
@@ -737,8 +723,8 @@ def _drain_pass(
     return state
 
 
-def _sleep_ms(ledger: Ledger, wake_ms: int | None, cap_ms: int) -> int:
-    times = store_queue.queue_times(ledger.db)
+def _sleep_ms(ledger: WorkerLedger, wake_ms: int | None, cap_ms: int) -> int:
+    times = ledger.queue_times()
     candidates = [t for t in (wake_ms, times.next_retry_ms, times.next_lease_expiry_ms) if t]
     wait = min(candidates) - times.now_ms if candidates else cap_ms
     return max(MIN_SLEEP_MS, min(cap_ms, wait))

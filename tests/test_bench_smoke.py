@@ -25,6 +25,9 @@ def test_bench_quick_mode_runs_and_writes_a_table(tmp_path: Path) -> None:
         "handoff: fair-turn ceiling at 2 processes",
         "selection:",
         "growth:",
+        "service: LedgerClient cycle / in-process cycle",  # issue 21
+        "service: CLI pair / curl pair",
+        "service: 2 client processes, total cycles/s vs 1 in-process",
     ):
         assert figure in text
     assert "SQLite" in text

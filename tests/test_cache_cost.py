@@ -29,7 +29,7 @@ from ledger import budgets
 from ledger.api import Ledger
 from ledger.catalog import Catalog, Model, parse_catalog
 from ledger.classify import classify_kind
-from ledger.cli.main import _register, cli
+from ledger.cli.main import cli
 from ledger.errors import ConfigError, UsageError
 from ledger.litellm import convert
 from ledger.providers import CallRequest, Message, adapter_for
@@ -45,8 +45,6 @@ from ledger.worker import echo_handler, run_item
 from tests.backends import BACKENDS
 from tests.conftest import Clock
 from tests.test_queue import db_rows, open_ledger, standin_home
-
-_register()
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "litellm-prices-sample.json"
 

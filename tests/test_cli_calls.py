@@ -10,9 +10,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from ledger.cli.main import _register, cli
-
-_register()
+from ledger.cli.main import cli
 
 
 def invoke(home: Path, *args: str) -> Result:

@@ -8,7 +8,7 @@ from typing import Any
 
 from click.testing import CliRunner, Result
 
-from ledger.cli.main import _register, cli
+from ledger.cli.main import cli
 
 N_OFFLINE = 500
 
@@ -29,7 +29,6 @@ CATALOG: dict[str, Any] = {
 
 
 def invoke(home: Path, *args: str) -> Result:
-    _register()
     return CliRunner().invoke(cli, ["--home", str(home), "select", *args], env={})
 
 
@@ -37,7 +36,6 @@ def big_home(tmp_path: Path) -> Path:
     home = tmp_path / "state"
     home.mkdir(mode=0o700)
     (home / "catalog.json").write_text(json.dumps(CATALOG))
-    _register()
     upgraded = CliRunner().invoke(cli, ["--home", str(home), "db", "upgrade"], env={})
     assert upgraded.exit_code == 0, upgraded.output  # reads never create a ledger (issue 15)
     return home

@@ -14,15 +14,13 @@ from sqlalchemy import select
 from ledger.api import Ledger
 from ledger.budgets import SourceBudget
 from ledger.classify import classify_kind
-from ledger.cli.main import _register, cli
+from ledger.cli.main import cli
 from ledger.errors import Refused, UsageError
 from ledger.records import Cancelled, Failed, Success
 from ledger.store import reads
 from ledger.store.compact import compact, compact_step, utc_day
 from ledger.store.schema import daily_totals, reservations, sources
 from tests.conftest import Clock, LedgerFactory
-
-_register()
 
 HOUR = 3_600_000
 DAY = 24 * HOUR

@@ -11,14 +11,12 @@ import jsonschema
 import pytest
 from click.testing import CliRunner
 
-from ledger.cli.main import _register, cli
+from ledger.cli.main import cli
 from ledger.config import Policy, parse_policy, policy_schema
 from ledger.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "sk-live-S3CR3T-do-not-print-0123456789"
-
-_register()
 
 
 def test_r_cfg_1_defaults_match_spec() -> None:

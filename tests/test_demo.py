@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from ledger.cli.main import _register, cli
+from ledger.cli.main import cli
 from ledger.demo import DEMO_POLICY, run_demo
 from ledger.queue import DrainSummary
 
@@ -79,7 +79,6 @@ def test_issue24_item5_demo_shows_a_probe_a_safety_pause_and_a_credit_balance_qu
 
 
 def test_spec_14_cli_demo_honours_global_home_and_exits_0(tmp_path: Path) -> None:
-    _register()
     home = tmp_path / "demo-home"
     result = CliRunner().invoke(cli, ["--home", str(home), "demo", "--json", "--sources", "4"])
     assert result.exit_code == 0, result.output
@@ -93,7 +92,6 @@ def test_spec_14_cli_demo_honours_global_home_and_exits_0(tmp_path: Path) -> Non
 
 
 def test_spec_14_cli_demo_text_ends_with_status(tmp_path: Path) -> None:
-    _register()
     result = CliRunner().invoke(cli, ["demo", "--home", str(tmp_path / "d")])
     assert result.exit_code == 0, result.output
     home = tmp_path / "d"

@@ -24,7 +24,7 @@ from freezegun import freeze_time
 
 from ledger.api import Ledger
 from ledger.catalog import Catalog
-from ledger.cli.main import _register, cli
+from ledger.cli.main import cli
 from ledger.config import Policy
 from ledger.errors import (
     BusyError,
@@ -38,7 +38,6 @@ from ledger.store.engine import Database, chosen_journal_mode, network_filesyste
 from tests.conftest import T0, TEST_CATALOG, Clock, LedgerFactory, write_policy
 from tests.procs import HOLD_WRITE_LOCK
 
-_register()
 cli_main = importlib.import_module("ledger.cli.main")  # the package re-exports main()
 HOUR = 3_600_000
 

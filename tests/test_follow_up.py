@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from ledger.api import Ledger
 from ledger.classify import classify_http, classify_kind
-from ledger.cli.main import _register, cli
+from ledger.cli.main import cli
 from ledger.errors import Refused, UsageError
 from ledger.kinds import AttemptRole, ExclusionReason
 from ledger.records import Failed, Reservation, SettleResult
@@ -25,8 +25,6 @@ from ledger.store import queue as q
 from ledger.store.reservations import FOLLOW_UP_GRACE_MS
 from tests.backends import BACKENDS
 from tests.conftest import Clock, LedgerFactory
-
-_register()
 
 
 def refusal(fn: object) -> str:

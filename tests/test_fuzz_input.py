@@ -28,13 +28,11 @@ from ledger import config as config_module
 from ledger import validation
 from ledger.api import Ledger
 from ledger.catalog import Catalog, parse_catalog
-from ledger.cli.main import _register, cli
+from ledger.cli.main import cli
 from ledger.config import Policy, parse_policy
 from ledger.errors import ConfigError
 from ledger.kinds import FailureKind
 from tests.conftest import TEST_CATALOG
-
-_register()
 
 
 def schema_names(model: type[Any]) -> frozenset[str]:

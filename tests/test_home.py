@@ -8,10 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ledger.cli.main import _register, cli
+from ledger.cli.main import cli
 from ledger.home import resolve_db_url, resolve_home
-
-_register()
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from ledger.catalog import CATALOG_FILE, Model
-from ledger.cli.main import _register, cli
+from ledger.cli.main import cli
 from ledger.errors import UsageError
 from ledger.litellm import convert, parse_litellm
 
@@ -120,7 +120,6 @@ def test_issue13_item5_providers_matching_nothing_is_an_error(
     with pytest.raises(UsageError):
         convert(document, frozenset({"gemini", "nosuchprovider"}))
     assert convert(document, frozenset({"gemini"})).imported == 1
-    _register()
     home = tmp_path / "state"
     result = CliRunner().invoke(
         cli,
@@ -134,7 +133,6 @@ def test_issue13_item5_providers_matching_nothing_is_an_error(
 
 
 def test_issue13_item5_cli_warns_about_conflicting_duplicates(tmp_path: Path) -> None:
-    _register()
     args = ["--home", str(tmp_path / "s"), "catalog", "import-litellm", str(FIXTURE)]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output

@@ -13,14 +13,12 @@ from alembic.runtime.migration import MigrationContext
 from click.testing import CliRunner
 from sqlalchemy import inspect
 
-from ledger.cli.main import _register, cli
+from ledger.cli.main import cli
 from ledger.errors import SchemaTooOldError, UnreadableDatabaseError
 from ledger.store import Database, migrate
 from ledger.store.schema import metadata
 from tests.backends import BACKENDS
 from tests.conftest import T0
-
-_register()
 
 
 def _db(path: Path) -> Database:

@@ -24,10 +24,8 @@ HOSTILE = "<script>alert('x')</script>&\"$(rm -rf ~)"
 
 
 def cli(home: Path, *args: str) -> Any:
-    from ledger.cli.main import _register
     from ledger.cli.main import cli as group
 
-    _register()
     return CliRunner().invoke(group, ["--home", str(home), *args], catch_exceptions=False)
 
 

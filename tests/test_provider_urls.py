@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from ledger.catalog import Catalog
-from ledger.cli.main import _register, cli
+from ledger.cli.main import cli
 from ledger.litellm import convert
 from ledger.provider_urls import NoBaseUrlError, known_base_url, known_providers
 from ledger.providers import CallRequest, Message, adapter_for
@@ -38,7 +38,6 @@ CATALOG: dict[str, Any] = {
 
 
 def invoke(home: Path, *args: str) -> Result:
-    _register()
     env = {"NOURL_API_KEY": SECRET, "MISTRAL_API_KEY": SECRET}
     return CliRunner().invoke(cli, ["--home", str(home), *args], env=env)
 

@@ -164,9 +164,7 @@ def _drive(led: Ledger, model_key: str, source: str) -> SettleResult:
 
 
 def _cli(home: Path, *args: str) -> str:
-    from ledger.cli.main import _register, cli
-
-    _register()
+    from ledger.cli.main import cli
     result = CliRunner().invoke(cli, ["--home", str(home), *args], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return str(result.output) + str(result.stderr or "")

@@ -18,12 +18,10 @@ import pytest
 from click.testing import CliRunner, Result
 
 from ledger.api import Ledger
-from ledger.cli.main import _register, cli
+from ledger.cli.main import cli
 from ledger.home import symlink_warning
 from ledger.store import Database, migrate
 from tests.conftest import TEST_CATALOG
-
-_register()
 
 HOSTILE = ["x'); DROP TABLE sources;--", 'a" OR "1"="1', "%_\\'; DELETE FROM reservations; --"]
 

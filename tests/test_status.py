@@ -31,10 +31,7 @@ LONG_ID = "s" * 200
 
 
 def cli(home: Path, *args: str) -> Any:
-    from ledger.cli.main import _register
     from ledger.cli.main import cli as group
-
-    _register()
     return CliRunner().invoke(group, ["--home", str(home), *args], catch_exceptions=False)
 
 

@@ -246,9 +246,7 @@ def test_r_q_3_exit_code_3_when_everything_due_is_refused_by_budget(
     led.add_source("s1", "payload")
     led.add_source("s2", "payload")
     led.close()
-    from ledger.cli.main import _register, cli
-
-    _register()
+    from ledger.cli.main import cli
     result = CliRunner().invoke(cli, ["--home", str(home), "worker", "run", "--once", "--json"])
     assert result.exit_code == 3, result.output
     doc = json.loads(result.output)
@@ -261,9 +259,7 @@ def test_r_q_3_exit_code_3_when_everything_due_is_refused_by_budget(
 
 def test_r_q_3_exit_code_0_when_nothing_is_due(tmp_path: Path, standin: StandIn) -> None:
     home = standin_home(tmp_path / "home", standin)
-    from ledger.cli.main import _register, cli
-
-    _register()
+    from ledger.cli.main import cli
     result = CliRunner().invoke(cli, ["--home", str(home), "worker", "run", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["items"] == 0
@@ -271,9 +267,7 @@ def test_r_q_3_exit_code_0_when_nothing_is_due(tmp_path: Path, standin: StandIn)
 
 def test_r_q_3_bad_handler_spec_is_usage_error(tmp_path: Path, standin: StandIn) -> None:
     home = standin_home(tmp_path / "home", standin)
-    from ledger.cli.main import _register, cli
-
-    _register()
+    from ledger.cli.main import cli
     for spec in ("nocolon", "no.such.module:f", "ledger.worker:NOPE"):
         result = CliRunner().invoke(cli, ["--home", str(home), "worker", "run", "--handler", spec])
         assert result.exit_code == 2, spec

@@ -557,9 +557,7 @@ def test_issue12_item9_settle_kind_cancelled_goes_through_the_cancelled_branch(
     led = make_ledger(defaultModel="alpha/small")
     r = led.reserve("s", "alpha/small")
     led.close()
-    from ledger.cli.main import _register, cli
-
-    _register()
+    from ledger.cli.main import cli
     result = CliRunner().invoke(
         cli, ["--home", str(led.state.path), "settle", str(r.id), "--kind", "cancelled"]
     )
@@ -695,9 +693,8 @@ def test_issue20_item1_a_failing_commit_in_a_worker_process_makes_one_provider_c
 
 
 def _cli() -> Any:
-    from ledger.cli.main import _register, cli
+    from ledger.cli.main import cli
 
-    _register()
     return cli
 
 

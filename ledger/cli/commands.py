@@ -62,6 +62,10 @@ COMMANDS: dict[str, LazyCommand] = {
     "worker": LazyCommand(
         "ledger.cli.worker_cmd:worker_group", "Queue workers for cron and services."
     ),
+    "serve": LazyCommand(
+        "ledger.cli.serve_cmd:serve",
+        "Serve the ledger's JSON API on a unix socket in the state directory (and TCP).",
+    ),
     "demo": LazyCommand(
         "ledger.cli.demo_cmd:demo",
         "Run the real worker against a local provider stand-in; no setup, no network.",

@@ -3,12 +3,11 @@ and what else still refuses it, with the command that clears each."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
 from ledger.cli.main import AppContext, emit_json, pass_app, run
 from ledger.clock import iso
+from ledger.cooldown_doc import change_json, set_json
 from ledger.durations import human_duration_ms, parse_duration_ms
 from ledger.errors import UsageError
 from ledger.store.views import CooldownChange, CooldownRow, cooldown_list
@@ -60,20 +59,6 @@ def _still_refused(change: CooldownChange) -> list[str]:
     ]
 
 
-def _change_json(change: CooldownChange) -> dict[str, Any]:
-    """The target, the cooldown in force (`until`, null when none) and every one that refuses."""
-    top = change.in_force
-    return {
-        "scope": change.scope.value,
-        "target": change.target,
-        "until": None if top is None else iso(top.until_ms),
-        "remaining_s": None if top is None else round((top.until_ms - change.now_ms) / 1000, 3),
-        "kind": None if top is None else top.kind,
-        "origin": None if top is None else top.origin.value,
-        "cooldowns": [c.to_json(change.now_ms) for c in change.blocking],
-    }
-
-
 @cooldown_group.command("set")
 @click.argument("target")
 @click.argument("duration")
@@ -94,22 +79,13 @@ def set_cooldown(
         return led.store.set_cooldown(scope, key, ms, reason), ms
 
     change, asked = run(as_json, act)
+    if as_json:
+        emit_json(set_json(change))
+        return
     manual = change.manual_row()
     until = change.manual_until_ms if manual is None else manual.until_ms
     assert until is not None
     now = change.now_ms
-    if as_json:
-        emit_json(
-            {
-                **_change_json(change),
-                "manual": {
-                    "until": iso(until),
-                    "remaining_s": round((until - now) / 1000, 3),
-                    "reason": None if manual is None else manual.reason,
-                },
-            }
-        )
-        return
     kept = " (an existing longer manual cooldown is kept)" if until > now + asked else ""
     click.echo(
         f"manual cooldown on {change.scope.value} {change.target} until {iso(until)}"
@@ -135,7 +111,7 @@ def clear_cooldown(app: AppContext, target: str, force: bool, as_json: bool) -> 
 
     change = run(as_json, act)
     if as_json:
-        emit_json({**_change_json(change), "target": target, "removed": change.removed})
+        emit_json({**change_json(change), "target": target, "removed": change.removed})
         return
     kinds = "cooldown(s)" if force else "manual cooldown(s)"
     click.echo(f"removed {change.removed} {kinds} on {change.scope.value} {change.target}")

@@ -207,10 +207,6 @@ def cli(ctx: click.Context, home: str | None, db: str | None, debug: bool) -> No
     ctx.call_on_close(ctx.obj.close)
 
 
-def _register() -> None:
-    """Kept for callers from before lazy loading: every command is already reachable via `cli`."""
-
-
 def quiet_broken_pipe() -> NoReturn:
     """Exit as Unix tools do when the reader of stdout went away: no message, status 128+SIGPIPE.
 

@@ -9,7 +9,7 @@ import click
 from ledger.cli.main import AppContext, emit_json, pass_app, run
 from ledger.clock import iso
 from ledger.errors import NotFoundError
-from ledger.records import micro_to_usd
+from ledger.source_doc import source_document, source_json
 from ledger.status_text import WIDTH, Column, cut, short_time, table, took
 from ledger.store.views import source_detail, source_rows
 
@@ -45,7 +45,7 @@ def add(
 def list_sources(app: AppContext, as_json: bool) -> None:
     """List sources with state and counters."""
     rows = run(as_json, lambda: source_rows(app.ledger(create=False).db))
-    docs = [_source_json(r) for r in rows]
+    docs = [source_json(r) for r in rows]
     if as_json:
         emit_json({"sources": docs})
         return
@@ -56,54 +56,6 @@ def list_sources(app: AppContext, as_json: bool) -> None:
             f"{d['id'][:40]:40}  {d['state']:7} calls {d['calls']:>3}  failures {d['failures']:>2}"
             + (f"  paused: {d['pause_reason']}" if d["pause_reason"] else "")
         )
-
-
-def _source_json(row: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "id": row["id"],
-        "state": row["state"],
-        "queued": bool(row["in_queue"]),
-        "calls": int(row.get("calls", 0)) + int(row["archived_calls"]),
-        "failures": row["failures"],
-        "output_failures": row["output_failures"],
-        "retry_at": iso(row["retry_at_ms"]),
-        "last_checked": iso(row["last_checked_ms"]),
-        "lease_owner": row["lease_owner"],
-        "lease_expires": iso(row["lease_expires_ms"]),
-        "correction_used": bool(row["correction_used"]),
-        "pause_reason": row["pause_reason"],
-        "finished": iso(row["finished_ms"]),
-    }
-
-
-def _attempt_json(a: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "id": a["id"],
-        "created": iso(a["created_ms"]),
-        "model": a["model_key"],
-        "role": a["role"],
-        "fallback": a["role"] == "fallback",
-        "correction": a["role"] == "correction",
-        "override": a["role"] == "override",
-        "fallback_from": a["fallback_from"],
-        # R-DIAG-5: an immediate follow-up names the failed attempt it followed in the same item
-        "immediate": a["after_id"] is not None,
-        "after": a["after_id"],
-        "permits": a["follow_up"],  # the one follow-up this failure permitted (R-POL-4)
-        "status": a["status"],
-        "kind": a["kind"],
-        "subkind": a["subkind"],
-        "reason": a["reason"],
-        "late": bool(a["late"]),
-        "duration_ms": a["duration_ms"],
-        "deadline": iso(a["deadline_ms"]),
-        "input_tokens": a["input_tokens"],
-        "output_tokens": a["output_tokens"],
-        "cache_write_tokens": a["cache_write_tokens"],
-        "cache_read_tokens": a["cache_read_tokens"],
-        "estimate_usd": micro_to_usd(a["estimate_micro"]),
-        "cost_usd": micro_to_usd(a["actual_micro"]),
-    }
 
 
 @source_group.command("show")
@@ -119,16 +71,7 @@ def show(app: AppContext, source_id: str, as_json: bool) -> None:
             raise NotFoundError("unknown source")
         return detail
 
-    detail = run(as_json, load)
-    budget = detail["budget"]
-    doc = _source_json({**detail["source"], "calls": len(detail["attempts"])})
-    doc["models"] = sorted(budget.models)
-    doc["time_used_ms"] = budget.time_used_ms
-    doc["open_allowance_ms"] = sum(detail["open_allowance"])
-    doc["open_reservations"] = len(detail["open_allowance"])
-    doc["backoff_steps"] = detail["source"]["backoff_steps"]
-    doc["correction_reason"] = detail["source"]["correction_reason"]
-    doc["attempts"] = [_attempt_json(a) for a in detail["attempts"]]
+    doc = source_document(run(as_json, load))
     if as_json:
         emit_json(doc)
         return

@@ -9,10 +9,13 @@ import click
 
 from ledger.catalog import NO_CATALOG, load_catalog
 from ledger.cli.main import AppContext, emit_json, fail, pass_app, run
+from ledger.client import LedgerClient
+from ledger.config import load_policy
 from ledger.errors import UsageError
 from ledger.inert import config_findings
 from ledger.queue import DrainSummary, ItemReport
 from ledger.worker import MAX_SLEEP_MS, Stopper, drain, load_handler
+from ledger.worker_ledger import WorkerLedger
 
 
 @click.group("worker")
@@ -57,6 +60,9 @@ class Progress:
               help="Lease owner name (default host:pid:random).")
 @click.option("--max-sleep", type=click.FloatRange(0.2, 3600), default=MAX_SLEEP_MS / 1000,
               show_default=True, help="With --loop: the longest pause between polls, seconds.")
+@click.option("--server", metavar="SOCKET_OR_URL", default=None,
+              help="Work through a running `ledger serve` (its socket, state directory or URL; "
+              "TCP takes the token from $LEDGER_TOKEN).")
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
 @pass_app
 def run_cmd(
@@ -66,6 +72,7 @@ def run_cmd(
     max_items: int | None,
     worker_id: str | None,
     max_sleep: float,
+    server: str | None,
     as_json: bool,
 ) -> None:
     """Drain due sources: claim, at most two immediate attempts, release (R-POL-4).
@@ -80,7 +87,12 @@ def run_cmd(
     catalog = run(as_json, lambda: load_catalog(app.state.path))
     if not catalog.models:  # bad configuration, not a budget refusal (R-Q-3): nothing is written
         fail(UsageError(NO_CATALOG), as_json)
-    ledger = app.ledger(catalog=catalog)
+    ledger: WorkerLedger
+    if server is None:
+        ledger = app.ledger(catalog=catalog)
+    else:  # many workers share the service's one warm writer (R-SRV-7)
+        policy = run(as_json, lambda: load_policy(app.state.path))
+        ledger = LedgerClient(server, home=app.state.path, policy=policy, catalog=catalog)
     for warning in config_findings(ledger.policy, ledger.catalog, ledger.env).warnings():
         click.echo(f"warning: {warning}", err=True)  # issue 15 item 8: inert entries at start
     stopper = Stopper()
@@ -100,6 +112,8 @@ def run_cmd(
             ),
         )
     progress.finish()
+    if isinstance(ledger, LedgerClient):
+        ledger.close()
     if as_json:
         emit_json(summary.to_json())
     else:

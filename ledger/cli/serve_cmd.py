@@ -1,0 +1,39 @@
+"""`ledger serve`: the ledger as a local service (README "Service")."""
+
+from __future__ import annotations
+
+import click
+
+from ledger.cli.main import AppContext, pass_app
+from ledger.errors import UsageError
+
+MISSING_EXTRA = "ledger serve needs the serve extra: pip install 'ledger[serve]'"
+
+
+@click.command("serve")
+@click.option(
+    "--listen", metavar="HOST:PORT", help="Also listen on TCP (bearer token; loopback only)."
+)
+@click.option("--allow-remote", is_flag=True, help="Allow a non-loopback --listen address.")
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0, max=3600),
+    default=10.0,
+    show_default=True,
+    help="Seconds requests in flight get to finish after SIGTERM/SIGINT.",
+)
+@pass_app
+def serve(app: AppContext, listen: str | None, allow_remote: bool, grace: float) -> None:
+    """Serve the ledger's JSON API on a unix socket in the state directory (and TCP)."""
+    try:
+        from ledger.service import server
+    except ImportError:
+        raise UsageError(MISSING_EXTRA) from None
+    address = server.parse_listen(listen, allow_remote) if listen is not None else None
+    server.serve(
+        app.ledger(),
+        listen=address,
+        grace_s=grace,
+        announce=lambda line: click.echo(line, err=True),
+    )
+    server.abandon_stuck_work()

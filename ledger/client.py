@@ -1,0 +1,412 @@
+"""`LedgerClient`: the `Ledger` methods over the service's JSON API (`ledger serve`), on httpx.
+
+A worker switches by changing one constructor: the same method names and arguments, the same
+record types (`Reservation`, `SettleResult`, `Selection`) and the same exceptions (`Refused` with
+its reason code and retry time, `UsageError`, `NotFoundError`, `StoreError` subclasses). The
+client speaks to the unix socket (`LedgerClient("/path/to/state/ledger.sock")`, or the state
+directory itself) or to a URL with the bearer token (`LEDGER_TOKEN` unless given).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import httpcore
+import httpx
+from httpcore._backends.sync import SyncStream  # the stream httpcore's own backend returns
+
+from ledger import errors
+from ledger.catalog import Catalog, Model, load_catalog
+from ledger.clock import now_ms, parse_iso_ms
+from ledger.config import Policy, load_policy
+from ledger.home import state_dir
+from ledger.kinds import AttemptRole, AttemptStatus, ExclusionReason, FailureKind
+from ledger.records import Cancelled, Outcome, Reservation, SettleResult, Success
+from ledger.store.queue import Claim, CommitFailure, QueueTimes
+from ledger.wire import claim_of, times_of
+
+if TYPE_CHECKING:
+    from ledger.select import Selection
+
+SOCKET_NAME = "ledger.sock"
+TOKEN_ENV = "LEDGER_TOKEN"  # noqa: S105 - a variable name, not a secret
+
+
+class _UnixBackend(httpcore.SyncBackend):
+    """httpcore's backend, but a unix socket whose connect fails is closed (httpcore 1.0 leaks it
+    when the service is down, and a worker retrying in a loop would run out of descriptors)."""
+
+    def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.NetworkStream:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            for option in socket_options or ():
+                sock.setsockopt(*option)
+            sock.settimeout(timeout)
+            sock.connect(path)
+        except TimeoutError as exc:
+            sock.close()
+            raise httpcore.ConnectTimeout(str(exc)) from exc
+        except OSError as exc:
+            sock.close()
+            raise httpcore.ConnectError(str(exc)) from exc
+        return SyncStream(sock)
+
+
+def unix_transport(path: str) -> httpx.HTTPTransport:
+    """An httpx transport on a unix socket that never leaks a socket whose connect failed."""
+    transport = httpx.HTTPTransport(uds=path)
+    transport._pool = httpcore.ConnectionPool(uds=path, network_backend=_UnixBackend())
+    return transport
+
+
+def _micro(usd: float | None) -> int | None:
+    return None if usd is None else round(usd * 1_000_000)
+
+
+def _ms(text: str | None) -> int:
+    value = parse_iso_ms(text)
+    assert value is not None
+    return value
+
+
+def reservation_of(doc: Mapping[str, Any]) -> Reservation:
+    """The `Reservation` a `/v1/reserve` answer (`Reservation.to_json()`) describes."""
+    return Reservation(
+        id=int(doc["id"]),
+        source=str(doc["source"]),
+        model=str(doc["model"]),
+        created_ms=_ms(doc["created"]),
+        deadline_ms=_ms(doc["deadline"]),
+        estimate_micro=_micro(doc["estimate_usd"]),
+        role=AttemptRole(doc["role"]),
+        status=AttemptStatus(doc["status"]),
+        request_id=doc["request_id"],
+        replayed=bool(doc["replayed"]),
+    )
+
+
+def settle_result_of(doc: Mapping[str, Any]) -> SettleResult:
+    """The `SettleResult` a `/v1/settle` answer (`SettleResult.to_json()`) describes."""
+    fallback = doc["fallback"]
+    return SettleResult(
+        reservation_id=int(doc["reservation"]),
+        source=str(doc["source"]),
+        model=str(doc["model"]),
+        status=AttemptStatus(doc["status"]),
+        late=bool(doc["late"]),
+        kind=doc["kind"],
+        subkind=doc["subkind"],
+        reason=doc["reason"],
+        actions=tuple(doc["actions"]),
+        fallback=None if fallback is None else str(fallback["constraint"]),
+        use_correction=bool(doc["correction"]),
+        paused=doc["paused"],
+        finished=bool(doc["finished"]),
+        cost_micro=_micro(doc["cost_usd"]),
+    )
+
+
+def selection_of(doc: Mapping[str, Any]) -> Selection:
+    """The `Selection` a `/v1/select` answer (`Selection.to_json()`) describes."""
+    from ledger.select import Exclusion, Selection
+
+    excluded = tuple(
+        Exclusion(e["model"], ExclusionReason(e["reason"]), parse_iso_ms(e.get("until")))
+        for e in doc["excluded"]
+    )
+    return Selection(tuple(doc["routes"]), excluded, parse_iso_ms(doc["retry_at"]))
+
+
+def outcome_json(outcome: Outcome) -> dict[str, Any]:
+    """A library outcome as the service's `outcome` object."""
+    if isinstance(outcome, Success):
+        return {
+            "result": "success",
+            "input_tokens": outcome.input_tokens,
+            "output_tokens": outcome.output_tokens,
+            "cost_usd": outcome.cost_usd,
+            "finish": outcome.finish,
+            "cache_write_tokens": outcome.cache_write_tokens,
+            "cache_read_tokens": outcome.cache_read_tokens,
+        }
+    if isinstance(outcome, Cancelled):
+        return {"result": "cancelled"}
+    c = outcome.classification
+    return {
+        "result": "failed",
+        "kind": c.kind.value,
+        "subkind": c.subkind,
+        "reason": c.reason,
+        "retry_after_ms": c.retry_after_ms,
+        "reset_at_ms": c.reset_at_ms,
+        "side_effects": outcome.side_effects,
+        "input_tokens": outcome.input_tokens,
+        "output_tokens": outcome.output_tokens,
+        "cache_write_tokens": outcome.cache_write_tokens,
+        "cache_read_tokens": outcome.cache_read_tokens,
+    }
+
+
+def error_of(status: int, doc: Any) -> errors.LedgerError:
+    """The library exception an error answer stands for (same class, reason code and message)."""
+    detail = doc.get("error") if isinstance(doc, dict) else None
+    if not isinstance(detail, dict):
+        return errors.LedgerError(f"the service answered HTTP {status}")
+    code, message = str(detail.get("code", "")), str(detail.get("message", ""))
+    if status == 409:
+        inner = message.removeprefix(f"refused: {code}").strip()
+        return errors.Refused(
+            code, inner[1:-1] if inner.startswith("(") else "", parse_iso_ms(detail.get("retry_at"))
+        )
+    named = getattr(errors, code, None)
+    plain = named not in (errors.ConfigError, errors.Refused)  # their constructors differ
+    if isinstance(named, type) and issubclass(named, errors.LedgerError) and plain:
+        return named(message)
+    if status == 404:
+        return errors.NotFoundError(message)
+    if status > 500:
+        return errors.StoreError(message)
+    if 400 <= status < 500:
+        return errors.UsageError(message)
+    return errors.LedgerError(message)
+
+
+class LedgerClient:
+    """The `Ledger` API over HTTP: a unix socket path (or state directory), or a URL + token.
+
+    `policy`, `catalog` and `env` (what a worker needs to call providers itself) are read once
+    from the state directory `home` (resolved as the CLI does) when first asked for, unless given.
+    """
+
+    def __init__(
+        self,
+        server: str | Path,
+        *,
+        token: str | None = None,
+        timeout_s: float = 60.0,
+        env: Mapping[str, str] | None = None,
+        home: str | Path | None = None,
+        policy: Policy | None = None,
+        catalog: Catalog | None = None,
+    ) -> None:
+        env = os.environ if env is None else env
+        self.env: Mapping[str, str] = env
+        self._home = None if home is None else str(home)
+        self._policy = policy
+        self._catalog = catalog
+        target = str(server)
+        headers: dict[str, str] = {}
+        if target.startswith(("http://", "https://")):
+            transport = httpx.HTTPTransport()
+            base = target.rstrip("/")
+            token = token if token is not None else env.get(TOKEN_ENV)
+            if token:
+                headers["authorization"] = f"Bearer {token}"
+        else:
+            path = Path(target)
+            if path.is_dir():
+                path = path / SOCKET_NAME
+            transport = unix_transport(str(path))
+            base = "http://ledger"
+        self._http = httpx.Client(
+            base_url=base, transport=transport, headers=headers, timeout=timeout_s
+        )
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        try:
+            answer = self._http.request(method, path, json=body)
+        except httpx.TransportError as exc:
+            raise errors.ServiceUnreachableError() from exc
+        try:
+            doc = answer.json()
+        except ValueError:
+            doc = None
+        if answer.status_code >= 400:
+            raise error_of(answer.status_code, doc)
+        return doc
+
+    def reserve(
+        self,
+        source: str,
+        model: str,
+        *,
+        input_bytes: int | None = None,
+        text: str | None = None,
+        request_id: str | None = None,
+        override: bool = False,
+        role: AttemptRole = AttemptRole.PRIMARY,
+        fallback_from: str | None = None,
+        after: int | None = None,
+    ) -> Reservation:
+        """Permission for one call, or `Refused` with its reason code (as `Ledger.reserve`)."""
+        body: dict[str, Any] = {"source": source, "model": model}
+        optional = {
+            "input_bytes": input_bytes,
+            "text": text,
+            "request_id": request_id,
+            "fallback_from": fallback_from,
+            "after": after,
+        }
+        body.update({k: v for k, v in optional.items() if v is not None})
+        if override:
+            body["override"] = True
+        if role is not AttemptRole.PRIMARY:
+            body["role"] = AttemptRole(role).value
+        return reservation_of(self._call("POST", "/v1/reserve", body))
+
+    def settle(
+        self, reservation_id: int, outcome: Outcome, *, overran: bool = False
+    ) -> SettleResult:
+        """Record the outcome of a reservation (as `Ledger.settle`)."""
+        body = {"reservation": reservation_id, "outcome": outcome_json(outcome)}
+        if overran:
+            body["overran"] = True
+        return settle_result_of(self._call("POST", "/v1/settle", body))
+
+    def evolve(self, source: str, model: str, *, input_bytes: int | None = None) -> Reservation:
+        """One explicit override attempt (as `Ledger.evolve`)."""
+        return self.reserve(source, model, input_bytes=input_bytes, override=True)
+
+    def select(
+        self,
+        source: str | None,
+        *,
+        model: str | None = None,
+        input_bytes: int | None = None,
+        text: str | None = None,
+        after_failure: FailureKind | None = None,
+        failed_model: str | None = None,
+        tried: frozenset[str] = frozenset(),
+    ) -> Selection:
+        """Ordered eligible routes and every exclusion (as `Ledger.select`)."""
+        optional = {
+            "source": source,
+            "model": model,
+            "input_bytes": input_bytes,
+            "text": text,
+            "after_failure": None if after_failure is None else FailureKind(after_failure).value,
+            "failed_model": failed_model,
+        }
+        body: dict[str, Any] = {k: v for k, v in optional.items() if v is not None}
+        if tried:
+            body["tried"] = sorted(tried)
+        return selection_of(self._call("POST", "/v1/select", body))
+
+    def add_source(self, source: str, payload_ref: str | None = None, enqueue: bool = True) -> bool:
+        """Create or enqueue a source for workers (as `Ledger.add_source`)."""
+        body: dict[str, Any] = {"source": source, "enqueue": enqueue}
+        if payload_ref is not None:
+            body["payload_ref"] = payload_ref
+        return bool(self._call("POST", "/v1/sources", body)["created"])
+
+    def set_source_state(self, source: str, action: str) -> str:
+        """pause / resume / done (as `Ledger.set_source_state`)."""
+        if action not in ("pause", "resume", "done"):
+            raise errors.UsageError("unknown source action")
+        return str(self._call("POST", f"/v1/sources/{action}", {"source": source})["state"])
+
+    def status(self) -> dict[str, Any]:
+        """The status document (`ledger status --json`, `ledger.status.build_status`)."""
+        doc: dict[str, Any] = self._call("GET", "/v1/status")
+        return doc
+
+    @property
+    def policy(self) -> Policy:
+        """The policy (recovery.json of the state directory), read once."""
+        if self._policy is None:
+            self._policy = load_policy(state_dir(self._home, None).path)
+        return self._policy
+
+    @property
+    def catalog(self) -> Catalog:
+        """The catalog (catalog.json of the state directory), read once."""
+        if self._catalog is None:
+            self._catalog = load_catalog(state_dir(self._home, None).path)
+        return self._catalog
+
+    @property
+    def clock_fn(self) -> Callable[[], int]:
+        """This host's clock (the service stamps reservations; calls are timed from those)."""
+        return now_ms
+
+    def model(self, key: str) -> Model:
+        """A catalog model or a usage error (as `Ledger.model`)."""
+        return self.catalog.require_model(key)
+
+    def claim(self, worker_id: str, *, checked_before: int | None = None) -> Claim | None:
+        """Lease the due source checked longest ago (as `Ledger.claim`)."""
+        body: dict[str, Any] = {"worker_id": worker_id}
+        if checked_before is not None:
+            body["checked_before"] = checked_before
+        return claim_of(self._call("POST", "/v1/queue/claim", body))
+
+    def renew(
+        self, source: str, worker_id: str, *, cover_until_ms: int = 0, unpaused: bool = False
+    ) -> bool:
+        """Extend a lease this worker still holds (as `Ledger.renew`)."""
+        body = {
+            "source": source,
+            "worker_id": worker_id,
+            "cover_until_ms": cover_until_ms,
+            "unpaused": unpaused,
+        }
+        return bool(self._call("POST", "/v1/queue/renew", body)["held"])
+
+    def finish(self, source: str, worker_id: str) -> bool:
+        """Mark a leased source done (as `Ledger.finish`)."""
+        body = {"source": source, "worker_id": worker_id}
+        return bool(self._call("POST", "/v1/queue/finish", body)["held"])
+
+    def release(self, source: str, worker_id: str) -> bool:
+        """Give a lease back (as `Ledger.release`)."""
+        body = {"source": source, "worker_id": worker_id}
+        return bool(self._call("POST", "/v1/queue/release", body)["held"])
+
+    def defer_owed_fallback(self, source: str, worker_id: str) -> int | None:
+        """The generic backoff for an owed fallback with no alternate (as `Ledger`'s)."""
+        body = {"source": source, "worker_id": worker_id}
+        retry_at = self._call("POST", "/v1/queue/defer", body)["retry_at_ms"]
+        return None if retry_at is None else int(retry_at)
+
+    def commit_failed(self, source: str, worker_id: str, model: str) -> CommitFailure | None:
+        """The handler's commit raised: one failure of the source (as `Ledger.commit_failed`)."""
+        body = {"source": source, "worker_id": worker_id, "model": model}
+        answer = self._call("POST", "/v1/queue/commit-failed", body)
+        if not answer["held"]:
+            return None
+        retry_at = answer["retry_at_ms"]
+        return CommitFailure(None if retry_at is None else int(retry_at), answer["paused"])
+
+    def queue_times(self) -> QueueTimes:
+        """Ledger time now and when queued work next becomes due (as `Ledger.queue_times`)."""
+        return times_of(self._call("GET", "/v1/queue/times"))
+
+    def ledger_now(self) -> int:
+        """The ledger's current time, as the service sees it."""
+        return self.queue_times().now_ms
+
+    def compact(self, batch: int) -> int:
+        """One bounded compaction step, done by the service (as `Ledger.compact`)."""
+        return int(self._call("POST", "/v1/queue/compact", {"batch": batch})["folded"])
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    def __enter__(self) -> LedgerClient:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

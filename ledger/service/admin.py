@@ -1,0 +1,77 @@
+"""`/v1/cooldowns` and `/v1/sources`: the operator commands `ledger cooldown …` / `ledger source …`.
+
+Each route is one library call in a worker thread, answering the JSON the CLI's `--json` prints.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from ledger.cooldown_doc import change_json, set_json
+from ledger.durations import parse_duration_ms
+from ledger.errors import NotFoundError, UsageError
+from ledger.service.calls import ERRORS, LedgerDep
+from ledger.service.models import CooldownBody, SourceBody, SourceStateBody
+from ledger.source_doc import source_document, source_json
+from ledger.store.views import cooldown_list, source_detail, source_rows
+
+router = APIRouter(prefix="/v1", tags=["operators"], responses=ERRORS)
+
+
+@router.get("/cooldowns")
+def list_cooldowns(ledger: LedgerDep) -> JSONResponse:
+    """Active cooldowns with time left, kind and origin (`ledger cooldown list --json`)."""
+    now, rows = cooldown_list(ledger.db)
+    return JSONResponse({"cooldowns": [c.to_json(now) for c in rows]})
+
+
+@router.post("/cooldowns")
+def set_cooldown(body: CooldownBody, ledger: LedgerDep) -> JSONResponse:
+    """A manual cooldown on a provider or a model (`ledger cooldown set --json`)."""
+    ms = parse_duration_ms(body.duration)
+    if body.reason is not None and (len(body.reason) > 200 or not body.reason.isprintable()):
+        raise UsageError("a reason must be at most 200 printable characters")
+    scope, key = ledger.cooldown_target(body.target)
+    return JSONResponse(set_json(ledger.store.set_cooldown(scope, key, ms, body.reason)))
+
+
+@router.delete("/cooldowns/{target:path}")
+def clear_cooldown(target: str, ledger: LedgerDep, force: bool = False) -> JSONResponse:
+    """Remove manual cooldowns on a target; `force=true` also policy and hint ones."""
+    scope, key = ledger.cooldown_target(target)
+    change = ledger.store.clear_cooldown(scope, key, force)
+    return JSONResponse({**change_json(change), "target": target, "removed": change.removed})
+
+
+@router.get("/sources")
+def list_sources(ledger: LedgerDep) -> JSONResponse:
+    """Sources with state and counters (`ledger source list --json`)."""
+    return JSONResponse({"sources": [source_json(r) for r in source_rows(ledger.db)]})
+
+
+@router.post("/sources")
+def add_source(body: SourceBody, ledger: LedgerDep) -> JSONResponse:
+    """Create a source and (by default) queue it for workers."""
+    created = ledger.add_source(body.source, body.payload_ref, body.enqueue)
+    return JSONResponse({"source": body.source, "created": created, "queued": body.enqueue})
+
+
+@router.post("/sources/{action}")
+def set_source_state(
+    action: Literal["pause", "resume", "done"], body: SourceStateBody, ledger: LedgerDep
+) -> JSONResponse:
+    """Pause, resume or finish a source."""
+    state = ledger.set_source_state(body.source, action)
+    return JSONResponse({"source": body.source, "state": state})
+
+
+@router.get("/sources/{source_id:path}")
+def show_source(source_id: str, ledger: LedgerDep) -> JSONResponse:
+    """One source's counters and whole failover history (`ledger source show --json`)."""
+    detail: dict[str, Any] | None = source_detail(ledger.db, source_id)
+    if detail is None:
+        raise NotFoundError("unknown source")
+    return JSONResponse(source_document(detail))

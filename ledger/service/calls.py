@@ -1,0 +1,120 @@
+"""`/v1/reserve`, `/v1/settle`, `/v1/select`: parse, call one `Ledger` method, render its JSON.
+
+The routes are plain functions, so FastAPI runs them in its worker threads: the database work
+(and SQLite's fsync) never runs on the event loop, and the request body was read in full before
+the transaction starts, the answer written only after it ended.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+
+from ledger.api import Ledger
+from ledger.classify import Classification, classify_http
+from ledger.clock import now_ms
+from ledger.records import Cancelled, Failed, Outcome, Success
+from ledger.service.models import (
+    CancelledOutcome,
+    ErrorOut,
+    FailedOutcome,
+    HttpOutcome,
+    ReservationOut,
+    ReserveBody,
+    SelectBody,
+    SelectionOut,
+    SettleBody,
+    SettleOut,
+    SuccessOutcome,
+)
+
+router = APIRouter(prefix="/v1", tags=["calls"])
+ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorOut} for status in (400, 401, 404, 409, 413, 422, 503)
+}
+
+
+async def ledger_of(request: Request) -> Ledger:
+    """The service's one `Ledger` (policy and catalog read once at start)."""
+    ledger: Ledger = request.app.state.ledger
+    return ledger
+
+
+LedgerDep = Annotated[Ledger, Depends(ledger_of)]
+
+
+def outcome_of(
+    body: SuccessOutcome | CancelledOutcome | FailedOutcome | HttpOutcome, now: int
+) -> Outcome:
+    """The library's outcome for a wire outcome (an HTTP status is classified here, as the CLI)."""
+    if isinstance(body, SuccessOutcome):
+        return Success(
+            body.input_tokens,
+            body.output_tokens,
+            body.cost_usd,
+            body.finish,
+            body.cache_write_tokens,
+            body.cache_read_tokens,
+        )
+    if isinstance(body, CancelledOutcome):
+        return Cancelled()
+    if isinstance(body, HttpOutcome):
+        headers = {"retry-after": body.retry_after} if body.retry_after is not None else {}
+        error = json.dumps({"error": {"code": body.code}}).encode() if body.code else None
+        return Failed(classify_http(body.http_status, headers, error, now), body.side_effects)
+    classification = Classification(
+        body.kind, body.subkind, body.retry_after_ms, body.reset_at_ms, body.reason
+    )
+    return Failed(
+        classification,
+        body.side_effects,
+        body.input_tokens,
+        body.output_tokens,
+        body.cache_write_tokens,
+        body.cache_read_tokens,
+    )
+
+
+@router.post("/reserve", responses={200: {"model": ReservationOut}, **ERRORS})
+def reserve(body: ReserveBody, ledger: LedgerDep) -> JSONResponse:
+    """Permission for one provider call, or 409 with the refusal's reason code."""
+    reservation = ledger.reserve(
+        body.source,
+        body.model,
+        input_bytes=body.input_bytes,
+        text=body.text,
+        request_id=body.request_id,
+        override=body.override,
+        role=body.role,
+        fallback_from=body.fallback_from,
+        after=body.after,
+    )
+    return JSONResponse(reservation.to_json())
+
+
+@router.post("/settle", responses={200: {"model": SettleOut}, **ERRORS})
+def settle(body: SettleBody, ledger: LedgerDep) -> JSONResponse:
+    """Record a reservation's outcome; the answer lists every action the policy table applied."""
+    outcome = outcome_of(body.outcome, now_ms())
+    result = ledger.settle(body.reservation, outcome, overran=body.overran)
+    return JSONResponse(result.to_json())
+
+
+@router.post("/select", responses={200: {"model": SelectionOut}, **ERRORS})
+def select(body: SelectBody, ledger: LedgerDep) -> JSONResponse:
+    """Ordered eligible routes and every exclusion (an empty route list is still a 200)."""
+    for key in body.tried:
+        ledger.model(key)
+    selection = ledger.select(
+        body.source,
+        model=body.model,
+        input_bytes=body.input_bytes,
+        text=body.text,
+        after_failure=body.after_failure,
+        failed_model=body.failed_model,
+        tried=frozenset(body.tried),
+    )
+    return JSONResponse(selection.to_json())

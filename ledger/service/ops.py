@@ -1,0 +1,91 @@
+"""`/v1/status`, `/metrics`, `/healthz`, `/readyz`: the status document and the service's health.
+
+`/metrics` is the status gauges (the same renderer as `ledger status --prometheus`) followed by
+the service's own request counts and latency histograms.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+
+from ledger.errors import StoreError
+from ledger.service.calls import ERRORS, LedgerDep
+from ledger.service.errors import error_response
+from ledger.status import build_status, render_prometheus
+from ledger.store.migrate import HEAD_REVISION, current_revision
+
+router = APIRouter(tags=["operations"])
+EXPOSITION = "text/plain; version=0.0.4; charset=utf-8"
+disable_created_metrics()  # type: ignore[no-untyped-call] # no `_created` series: this process serves only this registry
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+
+
+class RequestMetrics:
+    """Request counts and latencies by method, route template (never the raw path) and status."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "ledger_http_requests",
+            "HTTP requests answered, by method, route and status.",
+            ("method", "route", "status"),
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "ledger_http_request_duration_seconds",
+            "Time from the request's arrival to its answer.",
+            ("method", "route"),
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+
+    def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        """Count one answered request."""
+        self.requests.labels(method, route, str(status)).inc()
+        self.latency.labels(method, route).observe(seconds)
+
+    def exposition(self) -> str:
+        """The text exposition of the request metrics."""
+        return generate_latest(self.registry).decode()
+
+
+@router.get("/v1/status", responses=ERRORS)
+def status(ledger: LedgerDep) -> JSONResponse:
+    """The whole status document (`ledger status --json`)."""
+    return JSONResponse(build_status(ledger))
+
+
+@router.get("/metrics", response_class=PlainTextResponse)
+def metrics(request: Request, ledger: LedgerDep) -> PlainTextResponse:
+    """Prometheus text exposition: status gauges plus request counts and latency histograms."""
+    gauges = render_prometheus(build_status(ledger))
+    requests: RequestMetrics = request.app.state.metrics
+    return PlainTextResponse(gauges + requests.exposition(), media_type=EXPOSITION)
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, Any]:
+    """The process answers."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz", responses={503: {"model": ERRORS[503]["model"]}})
+def readyz(ledger: LedgerDep) -> JSONResponse:
+    """Database reachable and at the head revision, else 503."""
+    try:
+        revision = current_revision(ledger.db)
+    except StoreError:
+        return error_response(503, "not_ready", "the database cannot be reached")
+    if revision != HEAD_REVISION:
+        return error_response(503, "not_ready", "the database is not at the head revision")
+    return JSONResponse({"status": "ready", "revision": revision})

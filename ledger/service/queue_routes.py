@@ -1,0 +1,72 @@
+"""`/v1/queue/…`: the work queue's lease operations, so `ledger worker run --server` drains the
+queue through the service (each route one `Ledger` call, in a worker thread)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from ledger.service.calls import ERRORS, LedgerDep
+from ledger.service.models import ClaimBody, CommitFailedBody, CompactBody, LeaseBody, RenewBody
+from ledger.wire import claim_json, times_json
+
+router = APIRouter(prefix="/v1/queue", tags=["queue"], responses=ERRORS)
+
+
+@router.post("/claim")
+def claim(body: ClaimBody, ledger: LedgerDep) -> JSONResponse:
+    """Lease the due source checked longest ago (`{"claim": null}` when nothing is due)."""
+    return JSONResponse(
+        claim_json(ledger.claim(body.worker_id, checked_before=body.checked_before))
+    )
+
+
+@router.post("/renew")
+def renew(body: RenewBody, ledger: LedgerDep) -> JSONResponse:
+    """Extend a lease this worker holds; `held: false` when it was lost (or paused)."""
+    held = ledger.renew(
+        body.source, body.worker_id, cover_until_ms=body.cover_until_ms, unpaused=body.unpaused
+    )
+    return JSONResponse({"held": held})
+
+
+@router.post("/finish")
+def finish(body: LeaseBody, ledger: LedgerDep) -> JSONResponse:
+    """Mark the leased source done; `held: false` when the lease was lost."""
+    return JSONResponse({"held": ledger.finish(body.source, body.worker_id)})
+
+
+@router.post("/release")
+def release(body: LeaseBody, ledger: LedgerDep) -> JSONResponse:
+    """Give the lease back."""
+    return JSONResponse({"held": ledger.release(body.source, body.worker_id)})
+
+
+@router.post("/defer")
+def defer(body: LeaseBody, ledger: LedgerDep) -> JSONResponse:
+    """No alternate for an owed fallback: the generic backoff; the new retry time."""
+    return JSONResponse({"retry_at_ms": ledger.defer_owed_fallback(body.source, body.worker_id)})
+
+
+@router.post("/commit-failed")
+def commit_failed(body: CommitFailedBody, ledger: LedgerDep) -> JSONResponse:
+    """The handler's commit raised: one failure of the source with its backoff; `held: false`
+    when the lease was lost meanwhile."""
+    failure = ledger.commit_failed(body.source, body.worker_id, body.model)
+    if failure is None:
+        return JSONResponse({"held": False, "retry_at_ms": None, "paused": None})
+    return JSONResponse(
+        {"held": True, "retry_at_ms": failure.retry_at_ms, "paused": failure.paused}
+    )
+
+
+@router.get("/times")
+def times(ledger: LedgerDep) -> JSONResponse:
+    """Ledger time now and when queued work next becomes due."""
+    return JSONResponse(times_json(ledger.queue_times()))
+
+
+@router.post("/compact")
+def compact(body: CompactBody, ledger: LedgerDep) -> JSONResponse:
+    """One bounded compaction step (R-DB-6)."""
+    return JSONResponse({"folded": ledger.compact(body.batch)})

@@ -1,0 +1,75 @@
+"""The JSON documents of a source (`source list`, `source show`, the service's /v1/sources).
+
+Pure: rows read by ledger.store.views in, JSON data out (ledger facts only, R-DIAG-3).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ledger.clock import iso
+from ledger.records import micro_to_usd
+
+
+def source_json(row: dict[str, Any]) -> dict[str, Any]:
+    """One row of `source list --json`."""
+    return {
+        "id": row["id"],
+        "state": row["state"],
+        "queued": bool(row["in_queue"]),
+        "calls": int(row.get("calls", 0)) + int(row["archived_calls"]),
+        "failures": row["failures"],
+        "output_failures": row["output_failures"],
+        "retry_at": iso(row["retry_at_ms"]),
+        "last_checked": iso(row["last_checked_ms"]),
+        "lease_owner": row["lease_owner"],
+        "lease_expires": iso(row["lease_expires_ms"]),
+        "correction_used": bool(row["correction_used"]),
+        "pause_reason": row["pause_reason"],
+        "finished": iso(row["finished_ms"]),
+    }
+
+
+def attempt_json(a: dict[str, Any]) -> dict[str, Any]:
+    """One attempt of `source show --json`."""
+    return {
+        "id": a["id"],
+        "created": iso(a["created_ms"]),
+        "model": a["model_key"],
+        "role": a["role"],
+        "fallback": a["role"] == "fallback",
+        "correction": a["role"] == "correction",
+        "override": a["role"] == "override",
+        "fallback_from": a["fallback_from"],
+        # R-DIAG-5: an immediate follow-up names the failed attempt it followed in the same item
+        "immediate": a["after_id"] is not None,
+        "after": a["after_id"],
+        "permits": a["follow_up"],  # the one follow-up this failure permitted (R-POL-4)
+        "status": a["status"],
+        "kind": a["kind"],
+        "subkind": a["subkind"],
+        "reason": a["reason"],
+        "late": bool(a["late"]),
+        "duration_ms": a["duration_ms"],
+        "deadline": iso(a["deadline_ms"]),
+        "input_tokens": a["input_tokens"],
+        "output_tokens": a["output_tokens"],
+        "cache_write_tokens": a["cache_write_tokens"],
+        "cache_read_tokens": a["cache_read_tokens"],
+        "estimate_usd": micro_to_usd(a["estimate_micro"]),
+        "cost_usd": micro_to_usd(a["actual_micro"]),
+    }
+
+
+def source_document(detail: dict[str, Any]) -> dict[str, Any]:
+    """`source show --json`: counters plus the whole failover history (R-DIAG-5)."""
+    budget = detail["budget"]
+    doc = source_json({**detail["source"], "calls": len(detail["attempts"])})
+    doc["models"] = sorted(budget.models)
+    doc["time_used_ms"] = budget.time_used_ms
+    doc["open_allowance_ms"] = sum(detail["open_allowance"])
+    doc["open_reservations"] = len(detail["open_allowance"])
+    doc["backoff_steps"] = detail["source"]["backoff_steps"]
+    doc["correction_reason"] = detail["source"]["correction_reason"]
+    doc["attempts"] = [attempt_json(a) for a in detail["attempts"]]
+    return doc
