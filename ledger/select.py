@@ -163,8 +163,9 @@ class Selection:
 
 
 def exclusion_json(exclusion: Exclusion, catalog: Catalog | None = None) -> dict[str, object]:
-    """`{model, reason}`, plus `credential_env` (a variable's name) for an unavailable model."""
-    doc: dict[str, object] = {"model": exclusion.model, "reason": str(exclusion.reason)}
+    """`{model, reason}` (`until` for cooling reasons), plus `credential_env` (a variable's
+    name, never its value) for an unavailable model."""
+    doc = exclusion.to_json()
     if exclusion.reason == R.UNAVAILABLE and catalog is not None:
         doc["credential_env"] = catalog.credential_to_set(_provider_of(exclusion.model))
     return doc

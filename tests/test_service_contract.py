@@ -70,7 +70,7 @@ class LibraryWay:
         return self.ledger.settle(reservation, outcome).to_json()
 
     def select(self, source: str, **kw: Any) -> dict[str, Any]:
-        return self.ledger.select(source, **kw).to_json()
+        return self.ledger.select(source, **kw).to_json(self.ledger.catalog)
 
     def hourly_used(self) -> int:
         if isinstance(self.ledger, LedgerClient):
@@ -187,7 +187,8 @@ def test_r_srv_7_library_cli_and_client_make_the_same_decisions(tmp_path: Path) 
     finally:
         library.close()
     by_cli = scenario(CliWay(_fresh_home(tmp_path, "cli")))
-    with running(_fresh_home(tmp_path, "svc")) as served, LedgerClient(served.socket) as client:
+    svc = _fresh_home(tmp_path, "svc")
+    with running(svc) as served, LedgerClient(served.socket, home=svc) as client:
         by_client = scenario(LibraryWay(client))
     assert by_library == by_cli == by_client
     codes = [d["error"]["code"] for d in by_library if isinstance(d, dict) and "error" in d]

@@ -42,12 +42,16 @@ class AppContext:
         self.debug = debug
         self._ledger: Ledger | None = None
 
-    def ledger(self, create: bool = True, catalog: Catalog | None = None) -> Ledger:
+    def ledger(
+        self, create: bool = True, catalog: Catalog | None = None, lazy: bool = True
+    ) -> Ledger:
         """Open the ledger once per command (policy and catalog read at start, R-HOME-3).
 
         Nothing is created here: a missing database reads as an empty ledger, and only a write
-        that records something creates it; read-only commands pass `create=False` (never). A
-        command that checked the catalog first passes it, so the file is read only once.
+        that records something creates it; read-only commands pass `create=False` (never), and
+        `serve` passes `lazy=False` (a service is the ledger's writer: it creates and migrates
+        the database at start, so `/readyz` speaks of a real one). A command that checked the
+        catalog first passes it, so the file is read only once.
         """
         if self._ledger is None:
             warning = symlink_warning(self.state.path)
@@ -55,7 +59,7 @@ class AppContext:
                 click.echo(warning, err=True)
             # a command creates the ledger only by a write that records something (issue 25)
             self._ledger = Ledger.open(
-                self.home, self.db, create=create, catalog=catalog, lazy=True
+                self.home, self.db, create=create, catalog=catalog, lazy=lazy
             )
             path = self._ledger.state.db_path
             fs = network_filesystem(path) if path is not None else None

@@ -31,7 +31,7 @@ def serve(app: AppContext, listen: str | None, allow_remote: bool, grace: float)
         raise UsageError(MISSING_EXTRA) from None
     address = server.parse_listen(listen, allow_remote) if listen is not None else None
     server.serve(
-        app.ledger(),
+        app.ledger(lazy=False),
         listen=address,
         grace_s=grace,
         announce=lambda line: click.echo(line, err=True),

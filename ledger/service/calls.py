@@ -117,4 +117,4 @@ def select(body: SelectBody, ledger: LedgerDep) -> JSONResponse:
         failed_model=body.failed_model,
         tried=frozenset(body.tried),
     )
-    return JSONResponse(selection.to_json())
+    return JSONResponse(selection.to_json(ledger.catalog))

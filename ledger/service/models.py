@@ -238,6 +238,7 @@ class ExclusionOut(Answer):
     model: str
     reason: str
     until: str | None = None
+    credential_env: str | None = None
 
 
 class SelectionOut(Answer):
