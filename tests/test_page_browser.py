@@ -16,16 +16,16 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ledger.page import SERVED_CSP, render_assets, render_page
+from ledger.page import render_page
+from tests.serving import running
 
 CHROMIUM = os.environ.get("LEDGER_TEST_CHROMIUM", "/usr/bin/chromium")
 ARGS = [
@@ -101,6 +101,7 @@ def open_page(browser: Any, url: str, width: int = 1280, height: int = 800,
     context = browser.new_context(
         viewport={"width": width, "height": height}, java_script_enabled=scripts,
         timezone_id=timezone, locale="en-GB",
+        extra_http_headers={"Authorization": f"Bearer {TOKEN}"},
     )
     page = context.new_page()
     problems: list[str] = []
@@ -117,51 +118,16 @@ def open_page(browser: Any, url: str, width: int = 1280, height: int = 800,
     return Watched(page, problems, requests)
 
 
-class PageServer:
-    """What `ledger serve` will do for the page: GET / renders the status of the ledger now,
-    the assets from render_assets, every response with the strict CSP."""
+TOKEN = "page-test-token-0123456789abcdef"
 
-    def __init__(self, home: Path) -> None:
-        self.home = home
-        owner = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                assets = render_assets()
-                if self.path == "/":
-                    doc = json.loads(ledger_cli(owner.home, "status", "--json"))
-                    body, ctype = render_page(doc, refresh_url="/").encode(), "text/html"
-                elif self.path == "/page.css":
-                    body, ctype = assets.css, "text/css"
-                elif self.path == "/page.js":
-                    body, ctype = assets.js, "text/javascript"
-                else:
-                    self.send_error(404)
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", f"{ctype}; charset=utf-8")
-                self.send_header("Content-Security-Policy", SERVED_CSP)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/"
-
-    def __enter__(self) -> PageServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+@contextmanager
+def page_server(home: Path) -> Iterator[str]:
+    """A real `ledger serve` on 127.0.0.1 (the page at `/`, its assets, the strict CSP header);
+    the browser context sends the bearer token (TCP always needs it)."""
+    with running(home, "--listen", "127.0.0.1:0", env={"LEDGER_TOKEN": TOKEN}) as served:
+        assert served.url is not None
+        yield served.url + "/"
 
 
 def seconds_left(text: str) -> int:
@@ -206,12 +172,12 @@ def test_r_srv_8_file_loads_offline_without_error_or_outside_request(
 
 
 def test_r_srv_8_served_page_strict_csp_same_origin_only(demo: Demo, browser: Any) -> None:
-    with PageServer(demo.home) as server:
-        w = open_page(browser, server.url, timezone="Asia/Tokyo")
+    with page_server(demo.home) as url:
+        w = open_page(browser, url, timezone="Asia/Tokyo")
         w.page.wait_for_timeout(300)
         assert w.problems == []  # a CSP violation is a console error
-        assert set(w.requests) == {server.url, server.url + "page.css",
-                                            server.url + "page.js"}
+        assert set(w.requests) == {url, url + "page.css",
+                                            url + "page.js"}
         # the script ran under the CSP: times are in the viewer's zone, UTC on hover
         first = w.page.locator("header time")
         assert first.get_attribute("title").endswith(" UTC")
@@ -271,8 +237,8 @@ def test_r_srv_8_file_countdown_moves_in_the_page_clock(demo: Demo, browser: Any
 def test_r_srv_8_served_page_refreshes_in_place_keeping_scroll(
     demo: Demo, browser: Any, tmp_path: Path
 ) -> None:
-    with PageServer(demo.home) as server:
-        w = open_page(browser, server.url, width=390, height=844, clock_ms=1_900_000_000_000)
+    with page_server(demo.home) as url:
+        w = open_page(browser, url, width=390, height=844, clock_ms=1_900_000_000_000)
         page = w.page
         assert page.locator("#cooldowns tr", has_text="manual").count() == 0
         page.evaluate("window.scrollTo(0, document.body.scrollHeight / 2)")

@@ -20,7 +20,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger.api import Ledger
-from ledger.service import admin, calls, ops, queue_routes
+from ledger.service import admin, calls, ops, page_routes, queue_routes
 from ledger.service.errors import error_response, install
 
 MAX_BODY_BYTES = 64 * 1024
@@ -43,7 +43,7 @@ def create_app(
     )
     app.state.ledger = ledger
     app.state.metrics = ops.RequestMetrics()
-    for router in (calls.router, admin.router, queue_routes.router, ops.router):
+    for router in (calls.router, admin.router, queue_routes.router, ops.router, page_routes.router):
         app.include_router(router)
     install(app)
     app.add_middleware(Gate, token=token, draining=draining, metrics=app.state.metrics)
