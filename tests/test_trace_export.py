@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ledger.cli.main import cli
 from ledger.classify import Classification
+from ledger.cli.main import cli
 from ledger.kinds import FailureKind
 from ledger.records import Failed, Success
 from tests.backends import BACKENDS
@@ -77,7 +77,9 @@ def test_r_sim_2_trace_export_lists_attempts_and_arrivals_without_ids_or_text(
     assert (backup["inputTokens"], backup["outputTokens"]) == (100, 20)
     assert late["costUsd"] == 0.001
     assert late["costKnown"] is True
-    assert [(a["atMs"], a["source"]) for a in trace["arrivals"]] == [(0, 1), (0, 2)]  # type: ignore[union-attr]
+    arrivals = trace["arrivals"]
+    assert isinstance(arrivals, list)
+    assert [(a["atMs"], a["source"]) for a in arrivals] == [(0, 1), (0, 2)]
 
 
 def test_r_sim_2_trace_export_since_keeps_the_window_and_its_sources(

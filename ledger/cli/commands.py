@@ -69,6 +69,10 @@ COMMANDS: dict[str, LazyCommand] = {
     "trace": LazyCommand(
         "ledger.cli.trace_cmd:trace_group", "Traces of provider behaviour for `ledger simulate`."
     ),
+    "simulate": LazyCommand(
+        "ledger.cli.simulate_cmd:simulate",
+        "Replay a trace or scenario through the real code in virtual time; compare two policies.",
+    ),
 }
 
 
