@@ -22,6 +22,7 @@ from bench import (
     handoff,
     report,
     selection,
+    simulate,
     worker_overhead,
 )
 from bench.common import Row, Settings
@@ -35,6 +36,7 @@ FIGURES: dict[str, Callable[[Path, Settings], list[Row]]] = {
     "growth": growth.run,
     "worker": worker_overhead.run,
     "fleet": fleet.run,
+    "simulate": simulate.run,
 }
 
 

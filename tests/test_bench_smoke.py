@@ -25,6 +25,7 @@ def test_bench_quick_mode_runs_and_writes_a_table(tmp_path: Path) -> None:
         "handoff: fair-turn ceiling at 2 processes",
         "selection:",
         "growth:",
+        "simulate: a day of",  # issue 23: the simulator's speed and memory figure
     ):
         assert figure in text
     assert "SQLite" in text

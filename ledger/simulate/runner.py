@@ -4,9 +4,11 @@ A fresh SQLite ledger built by the migrations in a temporary directory, opened w
 clock as its clock (`Ledger.open(clock=...)`) and a seeded jitter; the real worker drain loop
 (`ledger.worker.drain` in `--loop` form) with the real selection, reservations, budgets, policy
 table and queue; a handler that answers through the in-process provider stand-in. Where the worker
-would sleep, `VirtualStopper.sleep` moves the virtual clock instead (to the worker's own wake time
-or the next arrival, whichever is sooner); `clock.virtual_time` makes the worker's elapsed-time
-reading follow the same clock. The lease heartbeat thread runs only while a handler's `commit`
+would sleep, `VirtualStopper.sleep` moves the virtual clock by the same amount instead (the
+worker's own wake time: the soonest retry, cooldown end or budget slot, at most 30 s); sources
+arriving meanwhile are enqueued when virtual time reaches them and seen at the worker's next poll,
+as a real `--loop` worker would. `clock.virtual_time` makes the worker's elapsed-time reading
+follow the same clock. The lease heartbeat thread runs only while a handler's `commit`
 runs; the simulated handler has none, so no thread and no real wait is ever started.
 
 Invariant: nothing here reads the wall clock or sleeps; the same workload, policy, catalog and
@@ -19,6 +21,7 @@ import os
 import random
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,9 +68,6 @@ class _Feeder:
         self._arrivals = arrivals
         self._next = 0
 
-    def next_at(self) -> int | None:
-        return self._arrivals[self._next].at_ms if self._next < len(self._arrivals) else None
-
     def pending(self) -> bool:
         return self._next < len(self._arrivals)
 
@@ -112,16 +112,14 @@ class VirtualStopper(Stopper):
         self.drained_at_ms: int | None = None
 
     def sleep(self, seconds: float) -> None:
-        """Advance to the worker's wake time or the next arrival; stop when nothing is left."""
+        """Advance by the worker's own sleep (as a `--loop` worker, it sees arrivals at its next
+        poll, not before); stop once nothing is queued or due to arrive, or at the end."""
         now = self._clock.now()
         if not self._feeder.pending() and _queue_empty(self._ledger):
             self.drained_at_ms = now
             self.request()
             return
         target = now + max(1, round(seconds * 1000))
-        arrival = self._feeder.next_at()
-        if arrival is not None:
-            target = min(target, max(arrival, now + 1))
         if target > self._end_ms:
             self.request()
             return
@@ -144,9 +142,18 @@ def simulated_env(catalog: Catalog) -> dict[str, str]:
 
 
 def run_policy(
-    workload: Workload, policy: Policy, catalog: Catalog, seed: int, end_ms: int
+    workload: Workload,
+    policy: Policy,
+    catalog: Catalog,
+    seed: int,
+    end_ms: int,
+    on_progress: Callable[[int, int], object] | None = None,
 ) -> RunRecord:
-    """Run `policy` over `workload` until the queue drains or virtual time reaches `end_ms`."""
+    """Run `policy` over `workload` until the queue drains or virtual time reaches `end_ms`.
+
+    `on_progress(virtual_now_ms, items)` is called after every queue item (benchmarks sample
+    memory with it); it must not touch the ledger.
+    """
     clock = VirtualClock(workload.start_ms)
     behaviour = workload.behaviour(random.Random(seed))
     jitter = random.Random(seed + 1)
@@ -180,6 +187,8 @@ def run_policy(
                         if old is None or band.until_ms > old.until_ms:
                             bands[key] = band
                 feeder.add_due(ledger, clock.now())
+                if on_progress is not None:
+                    on_progress(clock.now(), sum(outcomes.values()))
 
             feeder.add_due(ledger, clock.now())
             summary = drain(
