@@ -29,10 +29,11 @@ PROVIDER_GREY = "#999999"
 
 def render_svg(result: Comparison) -> str:
     """The whole picture as SVG text."""
-    start, end = result.workload.start_ms, max(result.end_ms, result.workload.start_ms + 1)
+    start = result.workload.start_ms
     runs = [("current", result.current)]
     if result.candidate is not None:
         runs.append(("candidate", result.candidate))
+    end = _last_activity(result, [r for _, r in runs])
     models = sorted({a.model for _, r in runs for a in r.history.attempts})
     colour = {m: COLOURS[i % len(COLOURS)] for i, m in enumerate(models)}
     peak = max([1, *(_peak(r, start) for _, r in runs)])
@@ -51,6 +52,17 @@ def render_svg(result: Comparison) -> str:
     title = (f'<text x="{PLOT_LEFT}" y="16" font-size="13">calls per minute per model, '
              f'{escape(iso(start) or "")} to {escape(iso(end) or "")}</text>')
     return "\n".join([head, title, *parts, "</svg>", ""])
+
+
+def _last_activity(result: Comparison, runs: list[RunRecord]) -> int:
+    """Where the time axis ends: the last call, cooldown end or arrival (plus a minute), never
+    past the simulation's end: the hours a drained queue sat idle are not drawn."""
+    moments = [a.at_ms for a in result.workload.arrivals]
+    for run in runs:
+        moments.extend(a.created_ms for a in run.history.attempts)
+        moments.extend(b.until_ms for b in run.bands.values())
+    last = max(moments, default=result.workload.start_ms) + MINUTE_MS
+    return max(result.workload.start_ms + MINUTE_MS, min(last, result.end_ms))
 
 
 def _per_minute(run: RunRecord, start: int) -> dict[str, Counter[int]]:

@@ -5,6 +5,7 @@ moment" with a `Reply`. A recorded trace answers from its observations:
 
 - `time` replay (the default): a call gets the outcome recorded on the same model nearest in time
   (an outage recorded from 02:00 to 02:40 fails calls made then, whatever policy makes them);
+  after the recording's end nothing is known, and every target answers as healthy;
 - `sequence` replay: the n-th call on a model gets the n-th outcome recorded on it (how the
   demo's own stand-in is scripted; replaying the same policy then repeats the recording exactly).
 
@@ -83,6 +84,7 @@ class TraceBehaviour:
 
     def __init__(self, trace: Trace, mode: ReplayMode) -> None:
         self._mode = mode
+        self._end_ms = trace.start_ms + recording_end(trace)
         observed = [a for a in trace.attempts if a.status in _OBSERVED]
         self._typical = _typical(observed)
         by_model: dict[str, list[tuple[int, Reply]]] = defaultdict(list)
@@ -96,7 +98,7 @@ class TraceBehaviour:
 
     def reply(self, model: str, provider: str, at_ms: int) -> tuple[Reply, bool]:
         """The recorded outcome for this call (see the module docstring)."""
-        if model not in self._replies:
+        if model not in self._replies or (self._mode == "time" and at_ms > self._end_ms):
             return self._typical, False
         if self._mode == "sequence":
             queue = self._queues[model]
@@ -123,6 +125,13 @@ def _typical(attempts: Sequence[TraceAttempt]) -> Reply:
     )
 
 
+def recording_end(trace: Trace) -> int:
+    """Milliseconds after the start when the recording ended (its export, or its last event)."""
+    events = [a.at_ms + (a.duration_ms or 0) for a in trace.attempts]
+    events.extend(a.at_ms for a in trace.arrivals)
+    return max([trace.end_ms, *events])
+
+
 def trace_workload(trace: Trace, mode: ReplayMode = "time") -> Workload:
     """A trace as a workload: its arrivals (sizes from each source's first attempt)."""
     sizes: dict[int, int] = {}
@@ -137,8 +146,7 @@ def trace_workload(trace: Trace, mode: ReplayMode = "time") -> Workload:
         )
         for a in sorted(trace.arrivals, key=lambda a: (a.at_ms, a.source))
     )
-    last = max([trace.end_ms] + [a.at_ms + (a.duration_ms or 0) for a in trace.attempts])
     return Workload(
-        "trace", trace.start_ms, trace.start_ms + last, arrivals,
+        "trace", trace.start_ms, trace.start_ms + recording_end(trace), arrivals,
         lambda _rng: TraceBehaviour(trace, mode),
     )
