@@ -36,7 +36,7 @@ def test_r_sim_2_time_replay_answers_with_the_outcome_nearest_in_time() -> None:
 
 def test_r_sim_2_after_the_recording_and_on_unseen_models_targets_answer_healthy() -> None:
     behaviour = TraceBehaviour(_trace(), "time")
-    late, observed = behaviour.reply("p/m", "p", START + 10_001)
+    late, observed = behaviour.reply("p/m", "p", START + 6_701)  # after the last call's end
     assert (late.kind, observed) == (None, False)
     unseen, observed = behaviour.reply("q/other", "q", START + 4_000)
     assert (unseen.kind, unseen.latency_ms, observed) == (None, 700, False)
@@ -53,4 +53,5 @@ def test_r_sim_2_trace_arrivals_keep_their_recorded_sizes() -> None:
     workload = trace_workload(_trace())
     assert [(a.at_ms - START, a.source, a.input_bytes) for a in workload.arrivals] == [
         (0, "s000001", 1234), (5, "s000002", 4000)]
-    assert workload.end_ms == START + 10_000
+    assert workload.end_ms == START + 6_700  # the last event, not the export (endMs)
+    assert workload.worker_start_ms == START  # the first recorded call

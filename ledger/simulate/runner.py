@@ -77,6 +77,14 @@ class _Feeder:
             ledger.add_source(arrivals[self._next].source, arrivals[self._next].source)
             self._next += 1
 
+    def add_until(self, ledger: Ledger, clock: VirtualClock, until_ms: int) -> None:
+        """Before the worker starts: each arrival at its own time, then the clock at `until_ms`."""
+        arrivals = self._arrivals
+        while self._next < len(arrivals) and arrivals[self._next].at_ms <= until_ms:
+            clock.advance_to(arrivals[self._next].at_ms)
+            self.add_due(ledger, clock.now())
+        clock.advance_to(until_ms)
+
 
 @dataclass
 class _Handler:
@@ -190,7 +198,7 @@ def run_policy(
                 if on_progress is not None:
                     on_progress(clock.now(), sum(outcomes.values()))
 
-            feeder.add_due(ledger, clock.now())
+            feeder.add_until(ledger, clock, workload.worker_start_ms or workload.start_ms)
             summary = drain(
                 ledger, handler, worker_id=WORKER_ID, loop=True, stopper=stopper,
                 on_item=on_item,

@@ -5,7 +5,7 @@ moment" with a `Reply`. A recorded trace answers from its observations:
 
 - `time` replay (the default): a call gets the outcome recorded on the same model nearest in time
   (an outage recorded from 02:00 to 02:40 fails calls made then, whatever policy makes them);
-  after the recording's end nothing is known, and every target answers as healthy;
+  after the recording's last event nothing is known, and every target answers as healthy;
 - `sequence` replay: the n-th call on a model gets the n-th outcome recorded on it (how the
   demo's own stand-in is scripted; replaying the same policy then repeats the recording exactly).
 
@@ -62,6 +62,9 @@ class Workload:
     end_ms: int
     arrivals: tuple[Arrival, ...]
     behaviour: Callable[[random.Random], Behaviour] = field(repr=False, compare=False)
+    worker_start_ms: int | None = None
+    """When the worker's first poll happens (None: at `start_ms`). A trace's worker starts at
+    its first recorded call: the sources that arrived before it were all waiting for it."""
 
 
 def _observation(attempt: TraceAttempt, typical: Reply) -> Reply:
@@ -126,10 +129,13 @@ def _typical(attempts: Sequence[TraceAttempt]) -> Reply:
 
 
 def recording_end(trace: Trace) -> int:
-    """Milliseconds after the start when the recording ended (its export, or its last event)."""
+    """Milliseconds after the start of the recording's last event (the end of its last attempt,
+    or its last arrival); the export time (`endMs`) only for a trace without events. A worker
+    that stopped after its last call (`ledger demo`, a cron `--once` run) left no events after
+    it, and the idle time until the export must not become simulated work."""
     events = [a.at_ms + (a.duration_ms or 0) for a in trace.attempts]
     events.extend(a.at_ms for a in trace.arrivals)
-    return max([trace.end_ms, *events])
+    return max(events) if events else trace.end_ms
 
 
 def trace_workload(trace: Trace, mode: ReplayMode = "time") -> Workload:
@@ -146,7 +152,8 @@ def trace_workload(trace: Trace, mode: ReplayMode = "time") -> Workload:
         )
         for a in sorted(trace.arrivals, key=lambda a: (a.at_ms, a.source))
     )
+    first_call = min((a.at_ms for a in trace.attempts), default=0)
     return Workload(
         "trace", trace.start_ms, trace.start_ms + recording_end(trace), arrivals,
-        lambda _rng: TraceBehaviour(trace, mode),
+        lambda _rng: TraceBehaviour(trace, mode), trace.start_ms + first_call,
     )
