@@ -92,16 +92,13 @@ class _Handler:
 
     behaviour: Behaviour
     clock: VirtualClock
-    ledger: Ledger
-    feeder: _Feeder
     sizes: dict[str, int]
     unobserved: int = 0
 
     def __call__(self, job: Job) -> HandlerResult:
         reply, observed = self.behaviour.reply(job.route, job.model.provider, self.clock.now())
         self.unobserved += not observed
-        result = call_result(job, reply, self.clock)
-        return result
+        return call_result(job, reply, self.clock)
 
     def input_bytes(self, payload_ref: str | None) -> int:
         """The recorded (or described) request size of the source."""
@@ -180,7 +177,7 @@ def run_policy(
         )
         try:
             feeder = _Feeder(workload.arrivals)
-            handler = _Handler(behaviour, clock, ledger, feeder, sizes)
+            handler = _Handler(behaviour, clock, sizes)
             stopper = VirtualStopper(clock, feeder, ledger, end_ms)
 
             def on_item(item: ItemReport, _summary: DrainSummary) -> None:
