@@ -23,6 +23,7 @@ from bench import (
     report,
     selection,
     service,
+    simulate,
     worker_overhead,
 )
 from bench.common import Row, Settings
@@ -37,6 +38,7 @@ FIGURES: dict[str, Callable[[Path, Settings], list[Row]]] = {
     "worker": worker_overhead.run,
     "fleet": fleet.run,
     "service": service.run,
+    "simulate": simulate.run,
 }
 
 

@@ -67,6 +67,7 @@ from typing import Any, TypeVar
 
 from ledger.catalog import Model
 from ledger.classify import Classification, classify_exception, classify_stop_reason
+from ledger.clock import monotonic_s
 from ledger.errors import DatabaseUnreachableError, Refused, UsageError
 from ledger.heartbeat import LeaseHeartbeat
 from ledger.kinds import AttemptRole, FailureKind, RefusalReason
@@ -295,11 +296,11 @@ def _call_clock(wall: Callable[[], int]) -> Callable[[int], Callable[[], int]]:
     clock's and the monotonic clock's progress, so neither a slow local clock, nor a ledger clock
     another process pushed ahead, nor a wall clock stepping back lengthens the call).
     """
-    wall0, mono0 = wall(), time.monotonic()
+    wall0, mono0 = wall(), monotonic_s()
 
     def from_created(created_ms: int) -> Callable[[], int]:
         def now() -> int:
-            elapsed = max(wall() - wall0, int((time.monotonic() - mono0) * 1000))
+            elapsed = max(wall() - wall0, int((monotonic_s() - mono0) * 1000))
             return created_ms + max(0, elapsed)
 
         return now

@@ -28,6 +28,7 @@ def test_bench_quick_mode_runs_and_writes_a_table(tmp_path: Path) -> None:
         "service: LedgerClient cycle / in-process cycle",  # issue 21
         "service: CLI pair / curl pair",
         "service: 2 client processes, total cycles/s vs 1 in-process",
+        "simulate: a day of",  # issue 23: the simulator's speed and memory figure
     ):
         assert figure in text
     assert "SQLite" in text

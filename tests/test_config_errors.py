@@ -90,7 +90,7 @@ def test_issue15_item7_invalid_json_gives_line_and_column(
 
 @pytest.mark.parametrize(
     ("typed", "meant"),
-    [("stauts", "status"), ("catlog", "catalog"), ("sorce", "source"), ("wroker", "worker")],
+    [("stauts", "status"), ("catlog", "catalog"), ("soruce", "source"), ("wroker", "worker")],
 )
 def test_issue15_item7_misspelt_command_suggests_the_nearest(
     tmp_path: Path, typed: str, meant: str

@@ -70,6 +70,13 @@ COMMANDS: dict[str, LazyCommand] = {
         "ledger.cli.demo_cmd:demo",
         "Run the real worker against a local provider stand-in; no setup, no network.",
     ),
+    "trace": LazyCommand(
+        "ledger.cli.trace_cmd:trace_group", "Traces of provider behaviour for `ledger simulate`."
+    ),
+    "simulate": LazyCommand(
+        "ledger.cli.simulate_cmd:simulate",
+        "Replay a trace or scenario through the real code in virtual time; compare two policies.",
+    ),
 }
 
 

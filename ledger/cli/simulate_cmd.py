@@ -1,0 +1,106 @@
+"""`ledger simulate` (SPEC section 17): replay a trace or scenario in virtual time, two policies."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TypeVar
+
+import click
+from pydantic import BaseModel
+
+from ledger.cli.main import AppContext, emit_json, run
+
+M = TypeVar("M", bound=BaseModel)
+_FILE = click.Path(dir_okay=False, path_type=Path)
+
+
+@click.group("simulate", invoke_without_command=True)
+@click.option("--trace", "trace", metavar="FILE", type=_FILE,
+              help="A trace (`ledger trace export`) or a scenario file.")
+@click.option("--policy", "policy", metavar="FILE", type=_FILE,
+              help="The candidate recovery.json to compare with the current one.")
+@click.option("--catalog", "catalog", metavar="FILE", type=_FILE,
+              help="The catalog to simulate with (default: the state directory's).")
+@click.option("--seed", default=0, type=click.IntRange(0, 2**63 - 1), show_default=True,
+              help="Seed of every random draw (same inputs and seed: same output).")
+@click.option("--replay", type=click.Choice(["time", "sequence"]), default="time",
+              show_default=True,
+              help="A trace answers by the outcome nearest in time, or the n-th call on a model "
+              "by the n-th recorded outcome.")
+@click.option("--drain-for", "drain_for", metavar="DURATION", default="24h", show_default=True,
+              help="How long after the input's end the queue may keep draining ('0s': stop at "
+              "the end).")
+@click.option("--timeline", "timeline", metavar="OUT.svg", type=_FILE,
+              help="Write the timeline picture (SVG) to this file.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def simulate(
+    ctx: click.Context,
+    trace: Path | None,
+    policy: Path | None,
+    catalog: Path | None,
+    seed: int,
+    replay: str,
+    drain_for: str,
+    timeline: Path | None,
+    as_json: bool,
+) -> None:
+    """Replay a trace or scenario through the real code in virtual time; compare two policies."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if trace is None:
+        raise click.UsageError("--trace FILE is required (a trace or a scenario file)")
+    app = ctx.find_object(AppContext)
+    assert app is not None
+    from ledger.catalog import Catalog, load_catalog
+    from ledger.config import Policy, load_policy
+    from ledger.durations import parse_duration_ms
+    from ledger.simulate.report import render_text
+    from ledger.simulate.simulation import simulate as run_simulation
+    from ledger.simulate.timeline import render_svg
+
+    def prepare() -> tuple[Policy, Catalog, Policy | None, int]:
+        current = load_policy(app.state.path)
+        cat = load_catalog(app.state.path) if catalog is None else _required(catalog, Catalog)
+        candidate = None if policy is None else _required(policy, Policy)
+        window = 0 if drain_for in ("0", "0s") else parse_duration_ms(drain_for)
+        return current, cat, candidate, window
+
+    current, cat, candidate, window = run(as_json, prepare)
+    result = run(as_json, lambda: run_simulation(
+        trace, current, cat, candidate=candidate, seed=seed,
+        replay="sequence" if replay == "sequence" else "time", drain_for_ms=window,
+    ))
+    if timeline is not None:
+        timeline.write_text(render_svg(result.comparison))
+    if as_json:
+        emit_json(result.document)
+    else:
+        click.echo(render_text(result.document))
+        if timeline is not None:
+            click.echo(f"timeline: {timeline}")
+
+
+def _required(path: Path, model: type[M]) -> M:
+    """A file that must exist, validated like recovery.json and catalog.json (fails closed)."""
+    from ledger.errors import ConfigError
+    from ledger.validation import parse_document
+
+    try:
+        text = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(str(path), "(file)", "cannot be read") from exc
+    return parse_document(model, text, str(path))
+
+
+@simulate.command("schema")
+@click.option("--of", "of", type=click.Choice(["scenario", "trace"]), default="scenario",
+              show_default=True, help="Which file's schema.")
+def schema(of: str) -> None:
+    """Print the JSON Schema of scenario (or trace) files."""
+    from ledger.simulate.scenario import scenario_schema
+    from ledger.simulate.trace import trace_schema
+
+    click.echo(json.dumps(scenario_schema() if of == "scenario" else trace_schema(), indent=2))
+

@@ -1,0 +1,15 @@
+"""`ledger trace export` (R-SIM-2): read a ledger's history through the store and build its trace.
+
+Invariant: one read transaction (`store.history.read_history`); nothing is written.
+"""
+
+from __future__ import annotations
+
+from ledger.api import Ledger
+from ledger.simulate.trace import Trace, trace_from_history
+from ledger.store.history import read_history
+
+
+def export_trace(ledger: Ledger, window_ms: int | None = None) -> Trace:
+    """The ledger's attempts and arrivals of the last `window_ms` (all when None) as a trace."""
+    return trace_from_history(read_history(ledger.db, window_ms))

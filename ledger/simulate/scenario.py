@@ -1,0 +1,313 @@
+"""Scenario files (R-SIM-2): provider behaviour and source arrivals described instead of recorded.
+
+A scenario names a start time and a span; typical latency and token sizes (per provider or model
+under `targets`); windows of behaviour per provider or model (`anthropic` answers 529 with
+probability 0.3 from 10:00 to 10:40; `openai/gpt-4.1` answers 429 with Retry-After 30 for 20
+minutes; a provider times out for 40 minutes); and arrivals (an even or Poisson rate between two
+times, bursts at a time). Times are `HH:MM` or `HH:MM:SS` after the start's midnight (`26:30` is
+02:30 the next day). `ledger simulate schema` prints the JSON Schema.
+
+Invariant: validation fails closed with the fixed messages of `ledger.validation` (never a
+value); expansion is pure and draws randomness only from the seeded `random.Random` it is given.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ledger.classify import KNOWN_ERROR_CODES
+from ledger.durations import parse_duration_ms
+from ledger.errors import UsageError
+from ledger.kinds import FailureKind
+from ledger.simulate.provider import Reply
+from ledger.simulate.workload import DEFAULT_INPUT_BYTES, Arrival, Workload
+
+SCENARIO_FORMAT = "ledger-scenario"
+MAX_ARRIVALS = 1_000_000
+_CLOCK = re.compile(r"([0-9]{1,3}):([0-5][0-9])(?::([0-5][0-9]))?")
+_TARGET = r"^[^/\s]{1,100}(/[^\s]{1,200})?$"
+_P95_Z = 1.6448536269514722  # the standard normal's 95th percentile
+
+Clock = Annotated[str, Field(pattern=r"^[0-9]{1,3}:[0-5][0-9](:[0-5][0-9])?$")]
+Target = Annotated[str, Field(pattern=_TARGET)]
+Count = Annotated[int, Field(ge=1, le=MAX_ARRIVALS)]
+Ms = Annotated[int, Field(gt=0, le=24 * 3600 * 1000)]
+TokenCount = Annotated[int, Field(ge=0, le=10_000_000)]
+
+
+def clock_ms(text: str) -> int:
+    """`HH:MM[:SS]` as milliseconds after midnight of the start day."""
+    match = _CLOCK.fullmatch(text)
+    if match is None:  # pragma: no cover - the field pattern checked it
+        raise ValueError("rule: must be HH:MM or HH:MM:SS")
+    hours, minutes, seconds = int(match[1]), int(match[2]), int(match[3] or 0)
+    return ((hours * 60 + minutes) * 60 + seconds) * 1000
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class Latency(_Strict):
+    """Call latency: fixed (`fixedMs`), uniform (`minMs`..`maxMs`) or log-normal
+    (`medianMs` with an optional `p95Ms`)."""
+
+    fixed_ms: Ms | None = Field(None, alias="fixedMs")
+    min_ms: Ms | None = Field(None, alias="minMs")
+    max_ms: Ms | None = Field(None, alias="maxMs")
+    median_ms: Ms | None = Field(None, alias="medianMs")
+    p95_ms: Ms | None = Field(None, alias="p95Ms")
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> Latency:
+        shapes = [self.fixed_ms is not None, self.min_ms is not None or self.max_ms is not None,
+                  self.median_ms is not None]
+        if sum(shapes) != 1:
+            raise ValueError("rule: give exactly one of fixedMs, minMs+maxMs, medianMs")
+        if shapes[1] and (self.min_ms is None or self.max_ms is None or self.min_ms > self.max_ms):
+            raise ValueError("rule: minMs and maxMs both, minMs <= maxMs")
+        if self.p95_ms is not None and (self.median_ms is None or self.p95_ms < self.median_ms):
+            raise ValueError("rule: p95Ms needs medianMs and must not be below it")
+        return self
+
+    def draw(self, rng: random.Random) -> int:
+        """One latency in ms."""
+        if self.fixed_ms is not None:
+            return self.fixed_ms
+        if self.min_ms is not None and self.max_ms is not None:
+            return rng.randint(self.min_ms, self.max_ms)
+        assert self.median_ms is not None
+        p95 = self.p95_ms or self.median_ms
+        sigma = math.log(p95 / self.median_ms) / _P95_Z
+        return max(1, round(rng.lognormvariate(math.log(self.median_ms), sigma)))
+
+
+TokenSize = TokenCount | Annotated[list[TokenCount], Field(min_length=2, max_length=2)]
+
+
+class Tokens(_Strict):
+    """Reply usage: a fixed count or a `[min, max]` range each."""
+
+    input: TokenSize = 1000
+    output: TokenSize = 200
+
+    @staticmethod
+    def _draw(size: int | list[int], rng: random.Random) -> int:
+        if isinstance(size, int):
+            return size
+        low, high = sorted(size)
+        return rng.randint(low, high)
+
+    def draw(self, rng: random.Random) -> tuple[int, int]:
+        """(input tokens, output tokens) of one reply."""
+        return self._draw(self.input, rng), self._draw(self.output, rng)
+
+
+class Profile(_Strict):
+    """Typical behaviour of a provider or model."""
+
+    latency: Latency | None = None
+    tokens: Tokens | None = None
+
+
+class Window(_Strict):
+    """A time window in which calls to a provider or model fail (with a probability)."""
+
+    target: Target
+    from_: Clock = Field(alias="from")
+    until: Clock | None = None
+    for_: str | None = Field(None, alias="for", pattern=r"^[0-9a-z]{1,20}$")
+    outcome: Literal["error", "timeout", "connect_error", "invalid_json", "length"] = "error"
+    status: Annotated[int, Field(ge=400, le=599)] | None = None
+    error_code: Annotated[str, Field(pattern=r"^[a-z0-9_.-]{1,64}$")] | None = Field(
+        None, alias="errorCode"
+    )
+    retry_after_s: Annotated[int, Field(ge=0, le=7 * 86400)] | None = Field(
+        None, alias="retryAfterS"
+    )
+    probability: Annotated[float, Field(ge=0, le=1)] = 1.0
+    latency: Latency | None = None
+
+    @field_validator("for_")
+    @classmethod
+    def _duration(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                parse_duration_ms(value)
+            except UsageError:
+                raise ValueError("rule: a duration such as 20m or 1h30m") from None
+        return value
+
+    @model_validator(mode="after")
+    def _shape(self) -> Window:
+        if (self.until is None) == (self.for_ is None):
+            raise ValueError("rule: give exactly one of until and for")
+        if self.outcome == "error" and self.status is None and self.error_code is None:
+            raise ValueError("rule: an error window needs status or errorCode")
+        if self.error_code is not None and self.error_code not in KNOWN_ERROR_CODES:
+            raise ValueError("rule: errorCode must be a known provider error code")
+        if self.span()[1] <= self.span()[0]:
+            raise ValueError("rule: the window must end after it starts")
+        return self
+
+    def span(self) -> tuple[int, int]:
+        """(start, end) in ms after the start day's midnight."""
+        start = clock_ms(self.from_)
+        end = clock_ms(self.until) if self.until else start + parse_duration_ms(self.for_ or "")
+        return start, end
+
+    def reply(self, latency_ms: int, tokens: tuple[int, int]) -> Reply:
+        """The failing reply this window gives."""
+        retry = None if self.retry_after_s is None else self.retry_after_s * 1000
+        if self.outcome in ("timeout", "connect_error"):
+            return Reply(FailureKind.TRANSPORT, self.outcome, latency_ms=latency_ms)
+        if self.outcome == "invalid_json":
+            return Reply(FailureKind.INVALID_OUTPUT, reason="invalid_json", latency_ms=latency_ms,
+                         input_tokens=tokens[0], output_tokens=tokens[1])
+        if self.outcome == "length":
+            return Reply(FailureKind.INVALID_OUTPUT, "length_stop", latency_ms=latency_ms,
+                         input_tokens=tokens[0], output_tokens=tokens[1])
+        kind = KNOWN_ERROR_CODES[self.error_code] if self.error_code else FailureKind.UNKNOWN
+        return Reply(kind, self.error_code, latency_ms=latency_ms, retry_after_ms=retry,
+                     status=self.status)
+
+
+class Stream(_Strict):
+    """Arrivals: `count` sources at `at` (a burst), or `perHour` from `from` until `until`."""
+
+    at: Clock | None = None
+    count: Count | None = None
+    from_: Clock | None = Field(None, alias="from")
+    until: Clock | None = None
+    per_hour: Annotated[float, Field(gt=0, le=1_000_000)] | None = Field(None, alias="perHour")
+    poisson: bool = False
+    input_bytes: Annotated[int, Field(ge=0, le=10**9)] | None = Field(None, alias="inputBytes")
+
+    @model_validator(mode="after")
+    def _shape(self) -> Stream:
+        burst = self.at is not None and self.count is not None
+        rate = self.from_ is not None and self.until is not None and self.per_hour is not None
+        if burst == rate or (burst and (self.from_ or self.until or self.per_hour)):
+            raise ValueError("rule: give at+count (a burst) or from+until+perHour (a rate)")
+        if rate and clock_ms(self.until or "") <= clock_ms(self.from_ or ""):
+            raise ValueError("rule: until must be after from")
+        return self
+
+    def times(self, rng: random.Random) -> list[int]:
+        """Arrival times in ms after the start day's midnight."""
+        if self.at is not None and self.count is not None:
+            return [clock_ms(self.at)] * self.count
+        assert self.from_
+        assert self.until
+        assert self.per_hour
+        start, end, gap = clock_ms(self.from_), clock_ms(self.until), 3_600_000 / self.per_hour
+        out: list[int] = []
+        t = float(start)
+        while t < end and len(out) < MAX_ARRIVALS:
+            out.append(int(t))
+            t += rng.expovariate(1 / gap) if self.poisson else gap
+        return out
+
+
+class Scenario(_Strict):
+    """A whole scenario file."""
+
+    format: Literal["ledger-scenario"] = "ledger-scenario"
+    version: Literal[1] = 1
+    start: str = Field(
+        pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}(:[0-9]{2})?Z$",
+        description="The UTC time the scenario starts, e.g. 2026-11-30T00:00Z.",
+    )
+    hours: Annotated[float, Field(gt=0, le=24 * 31)] = 24
+    latency: Latency = Field(default_factory=lambda: Latency(median_ms=1000))
+    tokens: Tokens = Field(default_factory=Tokens)
+    input_bytes: Annotated[int, Field(ge=0, le=10**9)] = Field(
+        DEFAULT_INPUT_BYTES, alias="inputBytes"
+    )
+    targets: dict[Target, Profile] = Field(default_factory=dict, max_length=10_000)
+    windows: list[Window] = Field(default_factory=list, max_length=10_000)
+    arrivals: list[Stream] = Field(default_factory=list, max_length=10_000)
+
+    @field_validator("start")
+    @classmethod
+    def _a_time(cls, value: str) -> str:
+        try:
+            datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError("rule: a UTC time such as 2026-11-30T00:00Z") from None
+        return value
+
+    def start_ms(self) -> int:
+        """UTC ms of the start."""
+        moment = datetime.fromisoformat(self.start.replace("Z", "+00:00")).astimezone(UTC)
+        return int(moment.timestamp() * 1000)
+
+    def midnight_ms(self) -> int:
+        """UTC ms of the start day's midnight (clock times count from it)."""
+        return self.start_ms() - self.start_ms() % 86_400_000
+
+
+class ScenarioBehaviour:
+    """Answers from a scenario: the first window active on the model or its provider fails the
+    call with its probability; otherwise a healthy reply with the target's profile."""
+
+    def __init__(self, scenario: Scenario, rng: random.Random) -> None:
+        self._scenario = scenario
+        self._rng = rng
+        base = scenario.midnight_ms()
+        self._windows = [(w, base + w.span()[0], base + w.span()[1]) for w in scenario.windows]
+
+    def _profile(self, model: str, provider: str) -> tuple[Latency, Tokens]:
+        s = self._scenario
+        own = s.targets.get(model) or Profile()
+        family = s.targets.get(provider) or Profile()
+        return (own.latency or family.latency or s.latency, own.tokens or family.tokens or s.tokens)
+
+    def reply(self, model: str, provider: str, at_ms: int) -> tuple[Reply, bool]:
+        """The call's outcome at `at_ms`; every target counts as described."""
+        latency, tokens = self._profile(model, provider)
+        rng = self._rng
+        for window, start, end in self._windows:
+            if window.target in (model, provider) and start <= at_ms < end:
+                if window.probability >= 1 or rng.random() < window.probability:
+                    drawn = (window.latency or latency).draw(rng)
+                    return window.reply(drawn, tokens.draw(rng)), True
+                break
+        used = tokens.draw(rng)
+        healthy = Reply(latency_ms=latency.draw(rng), input_tokens=used[0], output_tokens=used[1])
+        return healthy, True
+
+
+def scenario_workload(scenario: Scenario, seed: int) -> Workload:
+    """A scenario as a workload: arrivals drawn once from the seed, behaviour per run."""
+    base = scenario.midnight_ms()
+    start = scenario.start_ms()
+    rng = random.Random(seed)
+    timed: list[tuple[int, int]] = []
+    for stream in scenario.arrivals:
+        size = scenario.input_bytes if stream.input_bytes is None else stream.input_bytes
+        timed.extend((base + t, size) for t in stream.times(rng))
+        if len(timed) > MAX_ARRIVALS:
+            raise UsageError(f"a scenario may describe at most {MAX_ARRIVALS} arrivals")
+    timed.sort(key=lambda pair: pair[0])
+    arrivals = tuple(
+        Arrival(max(start, at), f"s{n:06d}", size) for n, (at, size) in enumerate(timed, 1)
+    )
+    end = start + round(scenario.hours * 3_600_000)
+    return Workload(
+        "scenario", start, end, arrivals, lambda run_rng: ScenarioBehaviour(scenario, run_rng)
+    )
+
+
+def scenario_schema() -> dict[str, Any]:
+    """The JSON Schema of scenario files (for editors), built from the models above."""
+    schema = Scenario.model_json_schema(by_alias=True, mode="validation")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "ledger simulation scenario"
+    return schema
