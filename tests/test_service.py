@@ -273,3 +273,30 @@ def test_r_srv_2_readme_cron_and_client_examples_run_against_a_service(home: Pat
             assert doc["state"] == "done"  # the first run succeeded and finished the source
             assert [a["status"] for a in doc["attempts"]] == ["succeeded"]
             assert http.get("/v1/sources/doc-17").json()["calls"] == 1
+
+
+def test_r_srv_8_a_browser_signs_in_once_and_the_cookie_opens_only_the_page(home: Path) -> None:
+    token = "br0wser-token-0123456789abcdef"
+    with running(home, "--listen", "127.0.0.1:0", env={"LEDGER_TOKEN": token}) as served:
+        assert served.url is not None
+        with httpx.Client(base_url=served.url) as browser:
+            assert browser.get("/").status_code == 401  # no header, no cookie
+            wrong = browser.get("/", params={"token": "not-it"})
+            assert wrong.status_code == 401
+            assert "not-it" not in wrong.text
+            signed = browser.get("/", params={"token": token})
+            assert signed.status_code == 303
+            assert signed.headers["location"] == "/"  # the token leaves the address bar
+            cookie = signed.headers["set-cookie"]
+            assert "HttpOnly" in cookie
+            assert "SameSite=Strict" in cookie
+            page = browser.get("/")  # the client keeps the cookie, as a browser does
+            assert page.status_code == 200
+            assert "default-src 'none'" in page.headers["content-security-policy"]
+            assert token not in page.text
+            assert browser.get("/page.css").status_code == 200
+            # the cookie is for looking, never for the API
+            assert browser.get("/v1/status").status_code == 401
+            refused = browser.post("/v1/reserve", json={"source": "s", "model": "alpha/small"})
+            assert refused.status_code == 401
+        assert token not in "".join(served.log)

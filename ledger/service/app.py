@@ -14,6 +14,7 @@ import hmac
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import parse_qs
 
 import anyio
 from fastapi import FastAPI
@@ -26,6 +27,8 @@ from ledger.service.errors import error_response, install
 MAX_BODY_BYTES = 64 * 1024
 BODY_TIMEOUT_S = 10.0
 API_VERSION = "1"
+PAGE_PATHS = frozenset({"/", "/page.css", "/page.js"})
+PAGE_COOKIE = b"ledger_page"
 STOPPED = "the service stopped before this request was answered; retry it"
 
 
@@ -80,6 +83,9 @@ class Gate:
             await send(message)
 
         try:
+            if _is_sign_in(scope):
+                await self._sign_in(scope, receive, counted)
+                return
             refusal = self._refusal(scope)
             if refusal is None:
                 body = await self._body(scope, receive)
@@ -106,10 +112,46 @@ class Gate:
             return 503
         server = scope.get("server")
         if server is not None and server[1] is not None:  # TCP (a unix socket has no port)
-            given = dict(scope["headers"]).get(b"authorization", b"")
-            if self.token is None or not hmac.compare_digest(given, self.token):
+            headers = dict(scope["headers"])
+            given = headers.get(b"authorization", b"")
+            if self.token is None:
                 return 401
+            if hmac.compare_digest(given, self.token):
+                return None
+            if self._page_cookie_ok(scope, headers):
+                return None
+            return 401
         return None
+
+    async def _sign_in(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """`GET /?token=…` over TCP: with the right token, a session cookie for the page
+        (HttpOnly, SameSite=Strict) and a redirect to `/`, so the token leaves the address bar;
+        otherwise 401. The token is never echoed or logged."""
+        given = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token", [""])[0]
+        candidate = b"Bearer " + given.encode("utf-8", "replace")
+        if self.token is None or not hmac.compare_digest(candidate, self.token):
+            await error_response(401)(scope, receive, send)
+            return
+        cookie = (
+            PAGE_COOKIE + b"=" + given.encode() + b"; HttpOnly; SameSite=Strict; Path=/"
+        )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 303,
+                "headers": [(b"location", b"/"), (b"set-cookie", cookie),
+                            (b"cache-control", b"no-store"), (b"content-length", b"0")],
+            }
+        )
+        await send({"type": "http.response.body", "body": b""})
+
+    def _page_cookie_ok(self, scope: Scope, headers: dict[bytes, bytes]) -> bool:
+        """A browser shows the page with the session cookie that `/?token=…` set (GET of the page
+        and its assets only: the API always wants the bearer header)."""
+        if scope["method"] != "GET" or scope["path"] not in PAGE_PATHS or self.token is None:
+            return False
+        given = _cookie(headers.get(b"cookie", b""), PAGE_COOKIE)
+        return given is not None and hmac.compare_digest(b"Bearer " + given, self.token)
 
     async def _body(self, scope: Scope, receive: Receive) -> bytes | int:
         """The whole body, or 413 (over 64 KiB) / 408 (not arrived within BODY_TIMEOUT_S)."""
@@ -131,6 +173,27 @@ class Gate:
                 if not message.get("more_body", False):
                     return b"".join(chunks)
         return 408
+
+
+def _is_sign_in(scope: Scope) -> bool:
+    """A browser's first visit over TCP: `GET /?token=…`."""
+    server = scope.get("server")
+    return (
+        server is not None
+        and server[1] is not None
+        and scope["method"] == "GET"
+        and scope["path"] == "/"
+        and b"token=" in scope.get("query_string", b"")
+    )
+
+
+def _cookie(header: bytes, name: bytes) -> bytes | None:
+    """One cookie's value from a Cookie header (None when absent)."""
+    for part in header.split(b";"):
+        key, _, value = part.strip().partition(b"=")
+        if key == name:
+            return value
+    return None
 
 
 def _as_json(scope: Scope) -> Scope:
