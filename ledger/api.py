@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from ledger.arguments import (
     check_enum,
     check_flag,
+    check_int,
     check_keys,
     check_open,
     check_optional_enum,
@@ -248,6 +249,9 @@ class Ledger:
         self, worker_id: str, *, checked_before: int | None = None
     ) -> store_queue.Claim | None:
         """Lease the due source checked longest ago to `worker_id` for leaseMs (R-Q-2)."""
+        check_str(worker_id, "worker_id")
+        if checked_before is not None:
+            check_int(checked_before, "checked_before")
         return store_queue.claim(
             self.db, worker_id, self.policy.lease_ms, checked_before=checked_before
         )
@@ -256,6 +260,9 @@ class Ledger:
         self, source: str, worker_id: str, *, cover_until_ms: int = 0, unpaused: bool = False
     ) -> bool:
         """Extend a lease this worker still holds (False: lost, or paused with `unpaused`)."""
+        _check_lease(source, worker_id)
+        check_int(cover_until_ms, "cover_until_ms")
+        check_flag(unpaused, "unpaused")
         return store_queue.renew(
             self.db, source, worker_id, self.policy.lease_ms,
             cover_until_ms=cover_until_ms, unpaused=unpaused,
@@ -263,14 +270,17 @@ class Ledger:
 
     def finish(self, source: str, worker_id: str) -> bool:
         """Mark a leased source done (never rerun); False when the lease was lost."""
+        _check_lease(source, worker_id)
         return store_queue.finish(self.db, source, worker_id)
 
     def release(self, source: str, worker_id: str) -> bool:
         """Give a lease back (the source is queued again behind other work)."""
+        _check_lease(source, worker_id)
         return store_queue.release(self.db, source, worker_id)
 
     def defer_owed_fallback(self, source: str, worker_id: str) -> int | None:
         """No alternate for an owed fallback: the generic backoff; the new retry time."""
+        _check_lease(source, worker_id)
         return store_queue.defer_owed_fallback(self.db, source, worker_id, self.store.jitter)
 
     def commit_failed(
@@ -278,6 +288,8 @@ class Ledger:
     ) -> store_queue.CommitFailure | None:
         """The handler's commit raised: one failure of the source with its backoff (issue 20
         item 1); None when the lease was lost meanwhile."""
+        _check_lease(source, worker_id)
+        check_str(model, "model")
         return store_queue.commit_failed(self.db, source, worker_id, model, self.store.jitter)
 
     def queue_times(self) -> store_queue.QueueTimes:
@@ -290,6 +302,7 @@ class Ledger:
 
     def compact(self, batch: int) -> int:
         """One bounded compaction step (R-DB-6); rows folded (0 when the lock is busy)."""
+        check_int(batch, "batch")
         from ledger.budgets import DAY_MS
         from ledger.errors import BusyError
         from ledger.store.compact import compact_step
@@ -304,3 +317,9 @@ class Ledger:
     def close(self) -> None:
         """Release database connections."""
         self.db.dispose()
+
+
+def _check_lease(source: object, worker_id: object) -> None:
+    """The arguments of every lease operation: a source id and a worker id (both text)."""
+    check_source_id(source)
+    check_str(worker_id, "worker_id")

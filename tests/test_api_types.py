@@ -179,6 +179,16 @@ VALID: dict[str, dict[str, Any]] = {
     "set_source_state": {"source": "s1", "action": "pause"},
     "cooldown_target": {"target": "alpha"},
     "close": {},
+    # the work queue's lease operations (what `worker run` and `LedgerClient` share)
+    "claim": {"worker_id": "w1", "checked_before": None},
+    "renew": {"source": "s1", "worker_id": "w1", "cover_until_ms": 0, "unpaused": False},
+    "finish": {"source": "s1", "worker_id": "w1"},
+    "release": {"source": "s1", "worker_id": "w1"},
+    "defer_owed_fallback": {"source": "s1", "worker_id": "w1"},
+    "commit_failed": {"source": "s1", "worker_id": "w1", "model": "alpha/small"},
+    "queue_times": {},
+    "ledger_now": {},
+    "compact": {"batch": 10},
 }
 
 
@@ -192,6 +202,8 @@ TYPES: dict[str, tuple[type, ...]] = {
     "override": (bool,), "overran": (bool,), "enqueue": (bool,),
     "role": (AttemptRole, str), "after_failure": (FailureKind, str),
     "outcome": (Success, Failed, Cancelled), "tried": (frozenset, set, list, tuple),
+    "worker_id": (str,), "checked_before": (int,), "cover_until_ms": (int,),
+    "unpaused": (bool,), "batch": (int,),
 }
 
 

@@ -154,7 +154,7 @@ def test_r_srv_6_a_10_mib_body_is_413(served: Served, chunked: bool) -> None:
 @pytest.mark.parametrize(
     ("method", "path", "status"),
     [
-        ("GET", "/", 404),
+        ("GET", "/nope", 404),
         ("GET", "/v2/reserve", 404),
         ("GET", "/v1/" + SECRET, 404),
         ("GET", "/v1/reserve", 405),
