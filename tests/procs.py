@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Protocol
@@ -31,6 +35,19 @@ HOLD_WRITE_LOCK = (
     "sys.stdin.read()\n"
     "c.execute('ROLLBACK')\n"
 )
+
+
+@contextmanager
+def write_lock_held(db: Path) -> Iterator[None]:
+    """Another process holds BEGIN IMMEDIATE on the database until the block ends."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_WRITE_LOCK, str(db)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "locked"
+        yield
+    finally:
+        holder.communicate("", timeout=60)
 
 
 class BarrierLike(Protocol):

@@ -36,7 +36,7 @@ from ledger.errors import (
 from ledger.records import Success
 from ledger.store.engine import Database, chosen_journal_mode, network_filesystem, wal_is_safe
 from tests.conftest import T0, TEST_CATALOG, Clock, LedgerFactory, write_policy
-from tests.procs import HOLD_WRITE_LOCK
+from tests.procs import write_lock_held
 
 cli_main = importlib.import_module("ledger.cli.main")  # the package re-exports main()
 HOUR = 3_600_000
@@ -74,19 +74,6 @@ def create(home: Path) -> None:
 
 
 # --- busy -----------------------------------------------------------------------------------
-
-
-@contextmanager
-def write_lock_held(db: Path) -> Iterator[None]:
-    """Another process holds BEGIN IMMEDIATE on the database until the block ends."""
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_WRITE_LOCK, str(db)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout is not None
-        assert holder.stdout.readline().strip() == "locked"
-        yield
-    finally:
-        holder.communicate("", timeout=60)
 
 
 def test_r_db_3_write_lock_held_past_busy_timeout_exits_4(home: Path) -> None:

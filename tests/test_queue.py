@@ -277,35 +277,52 @@ def test_r_q_2_claim_order_is_sorted_by_last_checked_property(
 # --------------------------------------------------------------------------- real processes
 
 
+def queued_home(path: Path, standin: StandIn, sources: int, **policy: Any) -> Path:
+    """A state directory on the stand-in with `sources` queued sources `src-00`, `src-01`, …"""
+    home = standin_home(path, standin, **policy)
+    led = open_ledger(home)
+    for n in range(sources):
+        led.add_source(f"src-{n:02d}", f"payload {n}")
+    led.close()
+    return home
+
+
+def two_workers(argv: list[str], env: dict[str, str]) -> list[dict[str, Any]]:
+    """Run two `worker run --json` processes at once; both exit 0; their summaries."""
+    procs = [
+        subprocess.Popen([*argv, "--worker-id", f"w{i}"], cwd=ROOT, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for i in range(2)
+    ]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    for proc, (_out, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, err.decode()
+    return [json.loads(out) for out, _ in outputs]
+
+
+def assert_each_source_once(
+    home: Path, log: Path, standin: StandIn, summaries: list[dict[str, Any]], sources: int
+) -> None:
+    """Every source was committed, reserved, called and finished exactly once (R-Q-2)."""
+    assert sum(s["done"] for s in summaries) == sources
+    names = [f"src-{n:02d}" for n in range(sources)]
+    assert Counter(log.read_text().split()) == Counter(dict.fromkeys(names, 1))
+    per_source = db_rows(home, "SELECT source_id, count(*) FROM reservations GROUP BY source_id")
+    assert sorted(per_source) == [(name, 1) for name in names]
+    assert db_rows(home, "SELECT count(*) FROM sources WHERE state = 'done'") == [(sources,)]
+    assert len(standin.requests) == sources
+
+
 def test_r_q_2_two_concurrent_worker_processes_never_process_one_source_twice(
     tmp_path: Path,
 ) -> None:
     log = tmp_path / "accepted.log"
     with StandIn(default=Scripted(text='{"ok": true}', delay_s=0.03)) as standin:
-        home = standin_home(tmp_path / "home", standin)
-        led = open_ledger(home)
-        for n in range(20):
-            led.add_source(f"src-{n:02d}", f"payload {n}")
-        led.close()
+        home = queued_home(tmp_path / "home", standin, 20)
         argv = worker_argv(home, "--once", "--handler", "tests.test_queue:appending_handler",
                            "--json")
-        env = cli_env(LEDGER_TEST_LOG=str(log))
-        procs = [
-            subprocess.Popen([*argv, "--worker-id", f"w{i}"], cwd=ROOT, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            for i in range(2)
-        ]
-        outputs = [p.communicate(timeout=120) for p in procs]
-    for proc, (_out, err) in zip(procs, outputs, strict=True):
-        assert proc.returncode == 0, err.decode()
-    summaries = [json.loads(out) for out, _ in outputs]
-    assert sum(s["done"] for s in summaries) == 20
-    accepted = Counter(log.read_text().split())
-    assert accepted == Counter({f"src-{n:02d}": 1 for n in range(20)})
-    per_source = db_rows(home, "SELECT source_id, count(*) FROM reservations GROUP BY source_id")
-    assert sorted(per_source) == [(f"src-{n:02d}", 1) for n in range(20)]
-    assert db_rows(home, "SELECT count(*) FROM sources WHERE state = 'done'") == [(20,)]
-    assert len(standin.requests) == 20
+        summaries = two_workers(argv, cli_env(LEDGER_TEST_LOG=str(log)))
+    assert_each_source_once(home, log, standin, summaries, 20)
 
 
 def test_r_q_2_killed_worker_loses_its_lease_at_expiry_and_nothing_committed_is_lost(

@@ -7,7 +7,6 @@ from __future__ import annotations
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ from ledger.client import LedgerClient
 from ledger.errors import LedgerError
 from tests.backends import rows
 from tests.conftest import write_policy
-from tests.procs import HOLD_WRITE_LOCK
+from tests.procs import write_lock_held
 from tests.serving import Served, running, serve_argv, start
 
 
@@ -84,16 +83,8 @@ def test_r_srv_3_kill_9_during_a_burst_keeps_every_acknowledged_reservation(home
 def test_r_srv_5_sigterm_lets_requests_in_flight_finish_then_exits_0(home: Path) -> None:
     write_policy(home, callsPerHour=1000, busyTimeoutMs=30_000)
     served = start(home, "--grace", "20")
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD_WRITE_LOCK, str(home / "ledger.db")],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None
-        assert holder.stdout.readline().strip() == "locked"
-        answers: list[int] = []
+    answers: list[int] = []
+    with write_lock_held(home / "ledger.db"):  # released at the end: the requests complete
 
         def reserve(i: int) -> None:
             with served.client() as http:
@@ -109,12 +100,6 @@ def test_r_srv_5_sigterm_lets_requests_in_flight_finish_then_exits_0(home: Path)
         time.sleep(0.5)
         assert _late_request_status(served) in ("refused", 503)  # new requests: not served
         assert served.proc.poll() is None  # still finishing what it accepted
-    finally:
-        assert holder.stdin is not None
-        holder.stdin.close()  # the lock goes; the requests in flight complete
-        holder.wait(30)
-        assert holder.stdout is not None
-        holder.stdout.close()
     for t in in_flight:
         t.join(60)
     assert served.proc.wait(timeout=30) == 0
@@ -159,16 +144,8 @@ def test_r_srv_5_a_request_past_the_grace_gets_a_json_503_and_the_service_still_
 ) -> None:
     write_policy(home, busyTimeoutMs=120_000)
     served = start(home, "--grace", "1")
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD_WRITE_LOCK, str(home / "ledger.db")],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None
-        assert holder.stdout.readline().strip() == "locked"
-        answers: list[httpx.Response] = []
+    answers: list[httpx.Response] = []
+    with write_lock_held(home / "ledger.db"):
 
         def reserve() -> None:
             body = {"source": "s", "model": "alpha/small"}
@@ -182,12 +159,6 @@ def test_r_srv_5_a_request_past_the_grace_gets_a_json_503_and_the_service_still_
         # the lock stays held for minutes: the service must not wait for the stuck write
         assert served.proc.wait(timeout=60) == 0
         stuck.join(60)
-    finally:
-        assert holder.stdin is not None
-        holder.stdin.close()
-        holder.wait(30)
-        assert holder.stdout is not None
-        holder.stdout.close()
     served.close()
     assert [a.status_code for a in answers] == [503]
     assert answers[0].json()["error"]["code"] == "unavailable"
