@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ledger.arguments import (
     check_enum,
@@ -35,6 +35,7 @@ from ledger.kinds import AttemptRole, CooldownScope, FailureKind
 from ledger.records import Cancelled, Failed, Outcome, Reservation, SettleResult, Success
 from ledger.store import Database, Store
 from ledger.store import queue as store_queue
+from ledger.store.batch import Answered, Step
 from ledger.store.pending import open_database
 from ledger.store.reservations import ReserveRequest
 
@@ -140,7 +141,44 @@ class Ledger:
         `fallback_from` are checked against the ledger, never trusted; the privacy boundary
         (route rules, crossProviderFallback, fallbackModels) applies to every reserve.
         """
-        request = ReserveRequest(
+        request = self._reserve_request(
+            source, model, input_bytes, text, request_id, override, role, fallback_from, after
+        )
+        return self.store.reserve(self.policy, request, self.fingerprint)
+
+    def reserve_step(
+        self,
+        source: str,
+        model: str,
+        *,
+        input_bytes: int | None = None,
+        text: str | None = None,
+        request_id: str | None = None,
+        override: bool = False,
+        role: AttemptRole = AttemptRole.PRIMARY,
+        fallback_from: str | None = None,
+        after: int | None = None,
+    ) -> Step[Reservation]:
+        """`reserve`, its arguments checked now, as a step for `write_steps` (group commit)."""
+        request = self._reserve_request(
+            source, model, input_bytes, text, request_id, override, role, fallback_from, after
+        )
+        return self.store.reserve_step(self.policy, request, self.fingerprint)
+
+    def _reserve_request(
+        self,
+        source: str,
+        model: str,
+        input_bytes: int | None,
+        text: str | None,
+        request_id: str | None,
+        override: bool,
+        role: AttemptRole,
+        fallback_from: str | None,
+        after: int | None,
+    ) -> ReserveRequest:
+        """The checked request of a reserve (bad input raises before any transaction)."""
+        return ReserveRequest(
             source_id=check_source_id(source),
             model=self.model(model),
             input_bytes=request_size(input_bytes, text),
@@ -150,7 +188,6 @@ class Ledger:
             fallback_from=None if fallback_from is None else self.model(fallback_from).key,
             immediate_after=None if after is None else _after_id(after),
         )
-        return self.store.reserve(self.policy, request, self.fingerprint)
 
     def settle(
         self, reservation_id: int, outcome: Outcome, *, overran: bool = False
@@ -160,12 +197,20 @@ class Ledger:
         `overran=True` says the call outlived its deadline by the caller's own measure (elapsed
         time since the reservation): the attempt is then `late` whatever the ledger clock says.
         """
-        if check_reservation_id(reservation_id, "a reservation id") is None:
-            raise NotFoundError("unknown reservation")
-        if not isinstance(outcome, Success | Failed | Cancelled):
-            raise UsageError("an outcome must be a Success(...), Failed(...) or Cancelled()")
-        check_flag(overran, "overran")
+        _check_settle(reservation_id, outcome, overran)
         return self.store.settle(self.catalog, reservation_id, outcome, overran=overran)
+
+    def settle_step(
+        self, reservation_id: int, outcome: Outcome, *, overran: bool = False
+    ) -> Step[SettleResult]:
+        """`settle`, its arguments checked now, as a step for `write_steps` (group commit)."""
+        _check_settle(reservation_id, outcome, overran)
+        return self.store.settle_step(self.catalog, reservation_id, outcome, overran=overran)
+
+    def write_steps(self, steps: Sequence[Step[Any]]) -> list[Answered[Any]]:
+        """Steps from `reserve_step`/`settle_step`, in this order, in one write transaction,
+        each checked as if it ran alone; every answer only after the commit (R-SRV-3)."""
+        return self.store.write_steps(steps)
 
     def evolve(self, source: str, model: str, *, input_bytes: int | None = None) -> Reservation:
         """One explicit override attempt (R-RES-9): never skips the hourly/cost ceilings."""
@@ -317,6 +362,15 @@ class Ledger:
     def close(self) -> None:
         """Release database connections."""
         self.db.dispose()
+
+
+def _check_settle(reservation_id: object, outcome: object, overran: object) -> None:
+    """The arguments of a settle."""
+    if check_reservation_id(reservation_id, "a reservation id") is None:
+        raise NotFoundError("unknown reservation")
+    if not isinstance(outcome, Success | Failed | Cancelled):
+        raise UsageError("an outcome must be a Success(...), Failed(...) or Cancelled()")
+    check_flag(overran, "overran")
 
 
 def _check_lease(source: object, worker_id: object) -> None:

@@ -8,6 +8,8 @@ import os
 import stat
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -21,7 +23,9 @@ from ledger.service.errors import HTTP_STATUS_BY_EXIT_CODE
 from ledger.service.models import ReservationOut, SelectionOut, SettleOut
 from ledger.store.migrate import downgrade
 from tests.conftest import write_policy
+from tests.procs import write_lock_held
 from tests.serving import running
+from tests.test_writelock import rows
 
 
 def _error(answer: httpx.Response) -> dict[str, Any]:
@@ -300,3 +304,39 @@ def test_r_srv_8_a_browser_signs_in_once_and_the_cookie_opens_only_the_page(home
             refused = browser.post("/v1/reserve", json={"source": "s", "model": "alpha/small"})
             assert refused.status_code == 401
         assert token not in "".join(served.log)
+
+
+def _metric(http: httpx.Client, name: str) -> float:
+    families = text_string_to_metric_families(http.get("/metrics").text)
+    return sum(s.value for f in families for s in f.samples if s.name == name)
+
+
+def test_r_srv_3_requests_arriving_together_share_one_commit_and_stay_exact(home: Path) -> None:
+    """A writer outside the service holds the database while 24 reserves arrive for 10 slots:
+    the first waits for it inside its transaction, the 23 others wait for that one (none is
+    answered), then go in one transaction of their own: exactly 10 granted, in one batch of 1
+    and one of 23 (the batch sizes are on /metrics)."""
+    write_policy(home, callsPerHour=10)
+    answers: list[int] = []
+
+    def reserve(index: int) -> None:
+        with served.client() as http:
+            answer = http.post("/v1/reserve", json={"source": f"s{index}", "model": "alpha/small"})
+            answers.append(answer.status_code)
+
+    with running(home) as served, served.client() as http:
+        with write_lock_held(home / "ledger.db"):
+            threads = [threading.Thread(target=reserve, args=(i,)) for i in range(24)]
+            for thread in threads:
+                thread.start()
+            deadline = time.monotonic() + 30
+            while _metric(http, "ledger_commit_waiting") < 23 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert _metric(http, "ledger_commit_waiting") == 23
+            assert answers == []  # nothing answered while the first transaction waits
+        for thread in threads:
+            thread.join(60)
+        assert sorted(answers) == [200] * 10 + [409] * 14
+        assert _metric(http, "ledger_commit_batch_size_count") == 2
+        assert _metric(http, "ledger_commit_batch_size_sum") == 24
+    assert rows(home) == 10

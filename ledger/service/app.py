@@ -23,6 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ledger.api import Ledger
 from ledger.service import admin, calls, ops, page_routes, queue_routes
 from ledger.service.errors import error_response, install
+from ledger.service.group_commit import GroupCommit
 
 MAX_BODY_BYTES = 64 * 1024
 BODY_TIMEOUT_S = 10.0
@@ -46,6 +47,8 @@ def create_app(
     )
     app.state.ledger = ledger
     app.state.metrics = ops.RequestMetrics()
+    app.state.group = GroupCommit(ledger.write_steps, observe=app.state.metrics.batch.observe)
+    app.state.metrics.waiting.set_function(app.state.group.pending)
     for router in (calls.router, admin.router, queue_routes.router, ops.router, page_routes.router):
         app.include_router(router)
     install(app)

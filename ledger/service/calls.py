@@ -2,7 +2,9 @@
 
 The routes are plain functions, so FastAPI runs them in its worker threads: the database work
 (and SQLite's fsync) never runs on the event loop, and the request body was read in full before
-the transaction starts, the answer written only after it ended.
+the transaction starts, the answer written only after it ended. Reserves and settles that arrive
+together are written in one transaction (group commit, see group_commit.py), each checked as if
+it ran alone, in arrival order, and answered only once that transaction has committed.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from ledger.api import Ledger
 from ledger.classify import Classification, classify_http
 from ledger.clock import now_ms
 from ledger.records import Cancelled, Failed, Outcome, Success
+from ledger.service.group_commit import GroupCommit
 from ledger.service.models import (
     CancelledOutcome,
     ErrorOut,
@@ -44,6 +47,15 @@ async def ledger_of(request: Request) -> Ledger:
 
 
 LedgerDep = Annotated[Ledger, Depends(ledger_of)]
+
+
+async def group_of(request: Request) -> GroupCommit:
+    """The service's one group committer (every reserve and settle goes through it)."""
+    group: GroupCommit = request.app.state.group
+    return group
+
+
+GroupDep = Annotated[GroupCommit, Depends(group_of)]
 
 
 def outcome_of(
@@ -79,9 +91,9 @@ def outcome_of(
 
 
 @router.post("/reserve", responses={200: {"model": ReservationOut}, **ERRORS})
-def reserve(body: ReserveBody, ledger: LedgerDep) -> JSONResponse:
+def reserve(body: ReserveBody, ledger: LedgerDep, group: GroupDep) -> JSONResponse:
     """Permission for one provider call, or 409 with the refusal's reason code."""
-    reservation = ledger.reserve(
+    step = ledger.reserve_step(
         body.source,
         body.model,
         input_bytes=body.input_bytes,
@@ -92,15 +104,15 @@ def reserve(body: ReserveBody, ledger: LedgerDep) -> JSONResponse:
         fallback_from=body.fallback_from,
         after=body.after,
     )
-    return JSONResponse(reservation.to_json())
+    return JSONResponse(group.run(step).to_json())
 
 
 @router.post("/settle", responses={200: {"model": SettleOut}, **ERRORS})
-def settle(body: SettleBody, ledger: LedgerDep) -> JSONResponse:
+def settle(body: SettleBody, ledger: LedgerDep, group: GroupDep) -> JSONResponse:
     """Record a reservation's outcome; the answer lists every action the policy table applied."""
     outcome = outcome_of(body.outcome, now_ms())
-    result = ledger.settle(body.reservation, outcome, overran=body.overran)
-    return JSONResponse(result.to_json())
+    step = ledger.settle_step(body.reservation, outcome, overran=body.overran)
+    return JSONResponse(group.run(step).to_json())
 
 
 @router.post("/select", responses={200: {"model": SelectionOut}, **ERRORS})

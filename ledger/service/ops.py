@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import (
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     disable_created_metrics,
     generate_latest,
@@ -28,10 +29,12 @@ router = APIRouter(tags=["operations"])
 EXPOSITION = "text/plain; version=0.0.4; charset=utf-8"
 disable_created_metrics()  # type: ignore[no-untyped-call] # no `_created` series: this process serves only this registry
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 
 
 class RequestMetrics:
-    """Request counts and latencies by method, route template (never the raw path) and status."""
+    """Request counts and latencies by method, route template (never the raw path) and status;
+    the size of every group-commit batch."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -46,6 +49,17 @@ class RequestMetrics:
             "Time from the request's arrival to its answer.",
             ("method", "route"),
             buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.batch = Histogram(
+            "ledger_commit_batch_size",
+            "Reserves and settles written per transaction (group commit).",
+            buckets=BATCH_BUCKETS,
+            registry=self.registry,
+        )
+        self.waiting = Gauge(
+            "ledger_commit_waiting",
+            "Reserves and settles waiting for the write transaction in progress to end.",
             registry=self.registry,
         )
 

@@ -7,7 +7,7 @@ ledger when it fails, is refused or records nothing, and creates the database on
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import select, update
@@ -15,14 +15,15 @@ from sqlalchemy import select, update
 from ledger import budgets
 from ledger.catalog import Catalog
 from ledger.config import Policy
-from ledger.errors import NotFoundError, Refused, UsageError
+from ledger.errors import LedgerError, NotFoundError, Refused, UsageError
 from ledger.kinds import CooldownOrigin, CooldownScope, SourceState
 from ledger.records import Outcome, Reservation, SettleResult
 from ledger.store import probes
 from ledger.store import reservations as res_ops
+from ledger.store.batch import Answered, Step, write_steps
 from ledger.store.cooldowns import clear_cooldowns, upsert_cooldown
 from ledger.store.engine import Database
-from ledger.store.pending import rehearsed
+from ledger.store.pending import PendingDatabase, rehearsed
 from ledger.store.schema import sources
 from ledger.store.views import CooldownChange, blocking_cooldowns
 
@@ -44,9 +45,14 @@ class Store:
         with self.db.write() as txn:
             now = txn.now
             verdict = res_ops.reserve(txn.conn, now, policy, request, policy_fp)
-        if isinstance(verdict, budgets.Refusal):
-            raise Refused(verdict.reason.value, retry_at_ms=verdict.retry_at_ms, now_ms=now)
-        return verdict
+        return _granted(verdict, now)
+
+    def reserve_step(
+        self, policy: Policy, request: res_ops.ReserveRequest, policy_fp: str
+    ) -> Step[Reservation]:
+        """`reserve` as one step of a group commit (R-SRV-3)."""
+        return Step(lambda conn, now: res_ops.reserve(conn, now, policy, request, policy_fp),
+                    _granted)
 
     @rehearsed
     def settle(
@@ -57,6 +63,19 @@ class Store:
             return res_ops.settle(
                 txn.conn, txn.now, catalog, reservation_id, outcome, self.jitter, overran=overran
             )
+
+    def settle_step(
+        self, catalog: Catalog, reservation_id: int, outcome: Outcome, *, overran: bool = False
+    ) -> Step[SettleResult]:
+        """`settle` as one step of a group commit (R-SRV-3)."""
+        return Step(lambda conn, now: res_ops.settle(
+            conn, now, catalog, reservation_id, outcome, self.jitter, overran=overran))
+
+    def write_steps(self, steps: Sequence[Step[Any]]) -> list[Answered[Any]]:
+        """Steps in arrival order, in one write transaction, each as if alone (group commit)."""
+        if isinstance(self.db, PendingDatabase) and self.db.pending:
+            return [_alone(self.db, step) for step in steps]
+        return write_steps(self.db, steps)
 
     # --- sources -------------------------------------------------------------------------
 
@@ -143,6 +162,22 @@ class Store:
                 probes.disarm(txn.conn, scope, target)
             blocking = blocking_cooldowns(txn.conn, txn.now, scope, target)
             return CooldownChange(txn.now, scope, target, blocking, removed=removed)
+
+
+def _granted(verdict: Reservation | budgets.Refusal, now: int) -> Reservation:
+    """A reservation, or its refusal raised with the reason code (after the commit)."""
+    if isinstance(verdict, budgets.Refusal):
+        raise Refused(verdict.reason.value, retry_at_ms=verdict.retry_at_ms, now_ms=now)
+    return verdict
+
+
+@rehearsed
+def _alone(db: Database, step: Step[Any]) -> Answered[Any]:
+    """One step in a transaction of its own (a ledger with no database yet is rehearsed)."""
+    try:
+        return write_steps(db, [step])[0]
+    except LedgerError as error:
+        return Answered(error=error)
 
 
 def _resumed(lease_owner: str | None, lease_expires_ms: int | None, now: int) -> dict[str, Any]:
