@@ -1,10 +1,11 @@
 """`/v1/reserve`, `/v1/settle`, `/v1/select`: parse, call one `Ledger` method, render its JSON.
 
-The routes are plain functions, so FastAPI runs them in its worker threads: the database work
-(and SQLite's fsync) never runs on the event loop, and the request body was read in full before
-the transaction starts, the answer written only after it ended. Reserves and settles that arrive
-together are written in one transaction (group commit, see group_commit.py), each checked as if
-it ran alone, in arrival order, and answered only once that transaction has committed.
+Reserve and settle check their arguments on the event loop (no I/O) and hand the write to the
+service's committer thread (group_commit.py): requests that arrive together are written in one
+transaction, each checked as if it ran alone, in arrival order, and answered only once that
+transaction has committed. Select is a plain function, so FastAPI runs it in a worker thread.
+Either way the database work (and SQLite's fsync) never runs on the event loop, and the request
+body was read in full before the transaction starts, the answer written only after it ended.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def outcome_of(
 
 
 @router.post("/reserve", responses={200: {"model": ReservationOut}, **ERRORS})
-def reserve(body: ReserveBody, ledger: LedgerDep, group: GroupDep) -> JSONResponse:
+async def reserve(body: ReserveBody, ledger: LedgerDep, group: GroupDep) -> JSONResponse:
     """Permission for one provider call, or 409 with the refusal's reason code."""
     step = ledger.reserve_step(
         body.source,
@@ -104,15 +105,15 @@ def reserve(body: ReserveBody, ledger: LedgerDep, group: GroupDep) -> JSONRespon
         fallback_from=body.fallback_from,
         after=body.after,
     )
-    return JSONResponse(group.run(step).to_json())
+    return JSONResponse((await group.submit(step)).to_json())
 
 
 @router.post("/settle", responses={200: {"model": SettleOut}, **ERRORS})
-def settle(body: SettleBody, ledger: LedgerDep, group: GroupDep) -> JSONResponse:
+async def settle(body: SettleBody, ledger: LedgerDep, group: GroupDep) -> JSONResponse:
     """Record a reservation's outcome; the answer lists every action the policy table applied."""
     outcome = outcome_of(body.outcome, now_ms())
     step = ledger.settle_step(body.reservation, outcome, overran=body.overran)
-    return JSONResponse(group.run(step).to_json())
+    return JSONResponse((await group.submit(step)).to_json())
 
 
 @router.post("/select", responses={200: {"model": SelectionOut}, **ERRORS})

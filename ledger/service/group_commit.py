@@ -1,22 +1,24 @@
 """Group commit for the service (R-SRV-3): requests that arrive while a write is in progress are
 committed together by the next one, in arrival order, each checked as if it ran alone.
 
-Leader and followers, no thread of its own: a request thread appends its step to the pending
-list; when no batch is being written it becomes the leader, takes everything pending (at most
-`MAX_BATCH`, oldest first) and writes it in one transaction (`Ledger.write_steps`); meanwhile
-later requests wait. When the batch has committed (or failed as a whole) the leader hands every
-step its answer and wakes the waiters: one whose step was answered returns it, the first of the
-others becomes the next leader. An uncontended request is thus its own leader and costs what a
-direct call costs; under load, one lock turn and one fsync serve many requests.
+One committer thread does every reserve and settle of the service: a request hands it a step and
+waits (the event loop awaits, a plain thread blocks) for the answer. While the committer writes a
+batch, later steps queue; when it is done it takes everything queued (at most `MAX_BATCH`, oldest
+first) into the next transaction (`Ledger.write_steps`). An uncontended request is a batch of
+one; under load one lock turn and one fsync serve many requests. The database work thus never
+runs on the event loop, and a request holds no transaction while it talks to its client.
 
-Invariant: no step is answered before the transaction holding it has committed; a step is in
-exactly one batch; batches are written one at a time, in the order their steps arrived.
+Invariant: no step is answered before the transaction holding it has committed (or failed as a
+whole: then every step of it gets that error); a step is in exactly one batch; batches are
+written one at a time, in the order their steps arrived.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from ledger.store.batch import Answered, Step
@@ -26,17 +28,8 @@ MAX_BATCH = 64
 """Steps per transaction at most: bounds how long one transaction holds the write lock."""
 
 
-class _Item:
-    __slots__ = ("answer", "failure", "step")
-
-    def __init__(self, step: Step[Any]) -> None:
-        self.step = step
-        self.answer: Answered[Any] | None = None
-        self.failure: BaseException | None = None  # the whole batch failed with this
-
-
 class GroupCommit:
-    """Batches concurrent steps into one write transaction each (see the module docstring)."""
+    """The committer thread and its queue (see the module docstring)."""
 
     def __init__(
         self,
@@ -46,50 +39,73 @@ class GroupCommit:
         self._write = write
         self._observe = observe  # told the size of every batch written
         self._cv = threading.Condition()
-        self._pending: list[_Item] = []
-        self._writing = False
+        self._pending: list[tuple[Step[Any], Future[Any]]] = []
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    async def submit(self, step: Step[T]) -> T:
+        """The step's answer, awaited on the event loop, once its transaction has committed.
+
+        Cancelled before its batch was taken (the service stopping past its grace), the step is
+        not written; once taken it is written with its batch, its answer lost on the way."""
+        return await asyncio.wrap_future(self._queue(step))
 
     def run(self, step: Step[T]) -> T:
-        """The step's answer once the transaction that wrote it has committed (or its error)."""
-        item = _Item(step)
-        with self._cv:
-            self._pending.append(item)
-        while True:
-            with self._cv:
-                while self._writing and not _done(item):
-                    self._cv.wait()
-                if _done(item):
-                    break
-                batch = self._pending[:MAX_BATCH]  # oldest first; ours may be in a later one
-                del self._pending[:MAX_BATCH]
-                self._writing = True
-            self._lead(batch)
-        if item.failure is not None:
-            raise item.failure
-        assert item.answer is not None
-        return item.answer.get()  # type: ignore[no-any-return]
+        """The same, for a plain thread: blocks until the answer."""
+        return self._queue(step).result()  # type: ignore[no-any-return]
 
     def pending(self) -> int:
-        """Steps waiting for a batch (for tests and the metrics)."""
+        """Steps waiting for a transaction (for the metrics and tests)."""
         with self._cv:
             return len(self._pending)
 
-    def _lead(self, batch: list[_Item]) -> None:
-        try:
-            answers = self._write([item.step for item in batch])
-        except BaseException as error:  # the whole transaction failed: nothing of it written
-            for item in batch:
-                item.failure = error
-        else:
-            for item, answer in zip(batch, answers, strict=True):
-                item.answer = answer
-        finally:
+    def close(self) -> None:
+        """Write what is queued, then stop the committer thread."""
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+
+    def _queue(self, step: Step[Any]) -> Future[Any]:
+        future: Future[Any] = Future()
+        with self._cv:
+            if self._closed:
+                raise RuntimeError("the committer is closed")
+            self._pending.append((step, future))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._commit_loop, name="ledger-commit", daemon=True
+                )
+                self._thread.start()
+            self._cv.notify()
+        return future
+
+    def _commit_loop(self) -> None:
+        while True:
             with self._cv:
-                self._writing = False
-                self._cv.notify_all()
+                while not self._pending and not self._closed:
+                    self._cv.wait()
+                if not self._pending:
+                    return
+                batch = self._pending[:MAX_BATCH]  # oldest first
+                del self._pending[:MAX_BATCH]
+            self._commit(batch)
+
+    def _commit(self, taken: list[tuple[Step[Any], Future[Any]]]) -> None:
+        batch = [(step, future) for step, future in taken if future.set_running_or_notify_cancel()]
+        if not batch:
+            return
+        try:
+            answers = self._write([step for step, _ in batch])
+        except BaseException as error:  # the whole transaction failed: nothing of it written
+            for _, future in batch:
+                future.set_exception(error)
+        else:
+            for (_, future), answer in zip(batch, answers, strict=True):
+                if answer.error is not None:
+                    future.set_exception(answer.error)
+                else:
+                    future.set_result(answer.value)
         self._observe(len(batch))
-
-
-def _done(item: _Item) -> bool:
-    return item.answer is not None or item.failure is not None
-
