@@ -6,6 +6,7 @@ committer (ledger/service/group_commit.py) with real store writes behind it.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -172,3 +173,32 @@ def test_r_srv_3_a_batch_holds_at_most_max_batch_steps(
     assert ids == list(range(2, count + 2))
     by_arrival = [answers[i].id for i in range(count)]
     assert by_arrival == sorted(by_arrival)  # written in arrival order
+
+
+def test_r_srv_3_a_request_cancelled_before_its_batch_is_not_written(
+    make_ledger: Any, ledger_db: str | None
+) -> None:
+    """The service stops past its grace while a reserve waits behind a transaction: the
+    cancelled request's step is dropped, not written unanswered; one awaited alongside it is
+    written and answered once its transaction commits."""
+    led: Ledger = make_ledger()
+    held = _HeldFirstBatch(led.write_steps)
+    group = GroupCommit(held)
+    first = threading.Thread(target=lambda: group.run(led.reserve_step("first", "alpha/small")))
+    first.start()
+    assert held.entered.wait(60)
+
+    async def cancel_one() -> Reservation:
+        dropped = asyncio.ensure_future(group.submit(led.reserve_step("dropped", "alpha/small")))
+        kept = asyncio.ensure_future(group.submit(led.reserve_step("kept", "alpha/small")))
+        while group.pending() < 2:
+            await asyncio.sleep(0.001)
+        dropped.cancel()
+        held.release.set()
+        return await asyncio.wait_for(kept, 60)
+
+    assert asyncio.run(cancel_one()).source == "kept"
+    first.join(60)
+    url = db_url(led.state.path, ledger_db)
+    assert sorted(r[0] for r in rows(url, "SELECT source_id FROM reservations")) == [
+        "first", "kept"]
