@@ -11,7 +11,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Row, and_, exists, func, or_, select, update
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Connection,
+    Row,
+    and_,
+    bindparam,
+    exists,
+    func,
+    or_,
+    select,
+    update,
+)
 
 from ledger.classify import Classification
 from ledger.kinds import AttemptRole, AttemptStatus, FailureKind, SourceState
@@ -63,16 +75,42 @@ class Claim:
     owed_fallback: OwedFallback | None = None
 
 
-def _due(now: int) -> ColumnElement[bool]:
-    """Queued (or leased with an expired lease), in the queue, retry time reached (R-Q-2)."""
+def _due(now: ColumnElement[int] | int) -> ColumnElement[bool]:
+    """Queued (or leased with an expired lease), in the queue, retry time reached (R-Q-2).
+
+    `state = queued OR state = leased` is implied by the rest; it is spelled out so the claim index
+    serves each state as a range and the finished sources (a day's worth of them after a busy
+    day) are never scanned.
+    """
     return and_(
         sources.c.in_queue.is_(True),
-        or_(
-            sources.c.state == _QUEUED,
-            and_(sources.c.state == _LEASED, sources.c.lease_expires_ms <= now),
-        ),
+        or_(sources.c.state == _QUEUED, sources.c.state == _LEASED),
+        or_(sources.c.state == _QUEUED, sources.c.lease_expires_ms <= now),
         or_(sources.c.retry_at_ms.is_(None), sources.c.retry_at_ms <= now),
     )
+
+
+_CLAIM_ORDER = (sources.c.last_checked_ms, sources.c.id)
+_NOW = bindparam("now", type_=BigInteger)
+# the whole row: the pending correction and the owed fallback are read from it too
+_NEXT_DUE = select(sources).where(_due(_NOW)).order_by(*_CLAIM_ORDER).limit(1)
+_NEXT_DUE_UNCHECKED = (
+    select(sources)
+    .where(_due(_NOW), sources.c.last_checked_ms <= bindparam("checked_before"))
+    .order_by(*_CLAIM_ORDER)
+    .limit(1)
+)
+_LEASE = (
+    update(sources)
+    .where(sources.c.id == bindparam("b_id"))
+    .values(state=_LEASED, lease_owner=bindparam("b_owner"), lease_expires_ms=bindparam("b_exp"))
+)
+_HAS_WORK = select(
+    exists().where(
+        sources.c.in_queue.is_(True),
+        or_(sources.c.state == _QUEUED, sources.c.state == _LEASED),
+    )
+)
 
 
 @rehearsed
@@ -86,21 +124,16 @@ def claim(
     """
     with db.write() as txn:
         now = txn.now
-        # the whole row: the pending correction and the owed fallback are read from it too
-        query = select(sources).where(_due(now))
-        if checked_before is not None:
-            query = query.where(sources.c.last_checked_ms <= checked_before)
-        row = txn.conn.execute(
-            query.order_by(sources.c.last_checked_ms, sources.c.id).limit(1)
-        ).first()
+        if checked_before is None:
+            row = txn.conn.execute(_NEXT_DUE, {"now": now}).first()
+        else:
+            row = txn.conn.execute(
+                _NEXT_DUE_UNCHECKED, {"now": now, "checked_before": checked_before}
+            ).first()
         if row is None:
             return None
         expires = now + lease_ms
-        txn.conn.execute(
-            update(sources)
-            .where(sources.c.id == row.id)
-            .values(state=_LEASED, lease_owner=worker_id, lease_expires_ms=expires)
-        )
+        txn.conn.execute(_LEASE, {"b_id": row.id, "b_owner": worker_id, "b_exp": expires})
         return Claim(
             source_id=str(row.id),
             payload_ref=row.payload_ref,
@@ -357,6 +390,12 @@ def queue_times(db: Database) -> QueueTimes:
         return QueueTimes(
             now, None if retry is None else int(retry), None if lease is None else int(lease)
         )
+
+
+def has_work(db: Database) -> bool:
+    """True while a source in the queue is queued or leased, due or not (one read txn)."""
+    with db.read() as conn:
+        return bool(conn.execute(_HAS_WORK).scalar())
 
 
 def ledger_now(db: Database) -> int:
