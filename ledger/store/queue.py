@@ -211,18 +211,43 @@ def _owed_fallback(conn: Connection, src: Row[Any]) -> OwedFallback | None:
     return OwedFallback(str(newest.model_key), frozenset(str(m) for m in tried), deferred)
 
 
-def _held_by(source_id: str, worker_id: str) -> tuple[ColumnElement[bool], ...]:
-    """This worker's lease on the source is still in place (R-Q-2).
+_HELD_BY = (
+    sources.c.id == bindparam("h_id"),
+    or_(sources.c.state == _LEASED, sources.c.state == _PAUSED),
+    sources.c.lease_owner == bindparam("h_owner"),
+)
+"""This worker's lease on the source is still in place (R-Q-2); parameters from `_held_by`.
 
-    Nobody else has claimed the source since (a claim replaces the owner) and it was not finished.
-    A source paused while leased keeps its lease until its worker releases it or the lease
-    expires, so `source resume` cannot hand it to a second worker meanwhile.
-    """
-    return (
-        sources.c.id == source_id,
-        sources.c.state.in_((_LEASED, _PAUSED)),
-        sources.c.lease_owner == worker_id,
+Nobody else has claimed the source since (a claim replaces the owner) and it was not finished.
+A source paused while leased keeps its lease until its worker releases it or the lease expires,
+so `source resume` cannot hand it to a second worker meanwhile. The statements below are built
+once (executing a prebuilt statement skips its construction on every lease operation).
+"""
+_H_NOW = bindparam("h_now", type_=BigInteger)
+_RENEW = update(sources).where(*_HELD_BY).values(lease_expires_ms=bindparam("h_until"))
+_RENEW_UNPAUSED = _RENEW.where(sources.c.state == _LEASED)
+_FINISH = (
+    update(sources)
+    .where(*_HELD_BY)
+    .values(
+        state=SourceState.DONE.value, finished_ms=_H_NOW, lease_owner=None, lease_expires_ms=None
     )
+)
+_RELEASE_LEASED = (
+    update(sources)
+    .where(*_HELD_BY, sources.c.state == _LEASED)
+    .values(state=_QUEUED, last_checked_ms=_H_NOW, lease_owner=None, lease_expires_ms=None)
+)
+_RELEASE_PAUSED = (
+    update(sources)
+    .where(*_HELD_BY, sources.c.state == _PAUSED)
+    .values(last_checked_ms=_H_NOW, lease_owner=None, lease_expires_ms=None)
+)
+
+
+def _held_by(source_id: str, worker_id: str, **more: int) -> dict[str, Any]:
+    """The parameters of `_HELD_BY` (plus the statement's own)."""
+    return {"h_id": source_id, "h_owner": worker_id, **more}
 
 
 def renew(
@@ -240,14 +265,11 @@ def renew(
     whatever `leaseMs` is (issue 12 item 3). With `unpaused`, a source paused meanwhile counts as
     not held (a worker never commits into a pause). False when the lease was lost (one write txn).
     """
-    held = _held_by(source_id, worker_id)
-    if unpaused:
-        held = (*held, sources.c.state == _LEASED)
     with db.write() as txn:
+        until = max(txn.now + lease_ms, cover_until_ms)
         result = txn.conn.execute(
-            update(sources)
-            .where(*held)
-            .values(lease_expires_ms=max(txn.now + lease_ms, cover_until_ms))
+            _RENEW_UNPAUSED if unpaused else _RENEW,
+            _held_by(source_id, worker_id, h_until=until),
         )
         return bool(result.rowcount)
 
@@ -257,16 +279,7 @@ def finish(db: Database, source_id: str, worker_id: str) -> bool:
     check and the write are one transaction, so a lease lost in between cannot finish a source
     another worker now holds. False when the lease was lost."""
     with db.write() as txn:
-        result = txn.conn.execute(
-            update(sources)
-            .where(*_held_by(source_id, worker_id))
-            .values(
-                state=SourceState.DONE.value,
-                finished_ms=txn.now,
-                lease_owner=None,
-                lease_expires_ms=None,
-            )
-        )
+        result = txn.conn.execute(_FINISH, _held_by(source_id, worker_id, h_now=txn.now))
         return bool(result.rowcount)
 
 
@@ -277,19 +290,10 @@ def release(db: Database, source_id: str, worker_id: str) -> bool:
     lease); the retry time is never touched here (R-POL-6).
     """
     with db.write() as txn:
-        held = _held_by(source_id, worker_id)
-        result = txn.conn.execute(
-            update(sources)
-            .where(*held, sources.c.state == _LEASED)
-            .values(state=_QUEUED, last_checked_ms=txn.now, lease_owner=None, lease_expires_ms=None)
-        )
-        if result.rowcount:
+        held = _held_by(source_id, worker_id, h_now=txn.now)
+        if txn.conn.execute(_RELEASE_LEASED, held).rowcount:
             return True
-        txn.conn.execute(
-            update(sources)
-            .where(*held, sources.c.state == _PAUSED)
-            .values(last_checked_ms=txn.now, lease_owner=None, lease_expires_ms=None)
-        )
+        txn.conn.execute(_RELEASE_PAUSED, held)
         return False
 
 
@@ -300,7 +304,7 @@ def defer_owed_fallback(
     is probed again; no failure is added. Returns the new retry time (None: lease lost)."""
     with db.write() as txn:
         steps = txn.conn.execute(
-            select(sources.c.backoff_steps).where(*_held_by(source_id, worker_id))
+            select(sources.c.backoff_steps).where(*_HELD_BY), _held_by(source_id, worker_id)
         ).scalar()
         if steps is None:
             return None
@@ -337,7 +341,9 @@ def commit_failed(
     None when the lease was lost meanwhile (the source is another worker's now).
     """
     with db.write() as txn:
-        src = txn.conn.execute(select(sources).where(*_held_by(source_id, worker_id))).first()
+        src = txn.conn.execute(
+            select(sources).where(*_HELD_BY), _held_by(source_id, worker_id)
+        ).first()
         if src is None:
             return None
         row = src._mapping
@@ -369,24 +375,24 @@ class QueueTimes:
     next_lease_expiry_ms: int | None
 
 
+_NEXT_RETRY = select(func.min(sources.c.retry_at_ms)).where(
+    sources.c.in_queue.is_(True),
+    or_(sources.c.state == _QUEUED, sources.c.state == _LEASED),
+    sources.c.retry_at_ms > _NOW,
+)
+_NEXT_LEASE_EXPIRY = select(func.min(sources.c.lease_expires_ms)).where(
+    sources.c.in_queue.is_(True),
+    sources.c.state == _LEASED,
+    sources.c.lease_expires_ms > _NOW,
+)
+
+
 def queue_times(db: Database) -> QueueTimes:
     """The soonest future retry time and lease expiry among queued work (one read txn)."""
     with db.read() as conn:
         now = db.read_now(conn)
-        retry = conn.execute(
-            select(func.min(sources.c.retry_at_ms)).where(
-                sources.c.in_queue.is_(True),
-                sources.c.state.in_((_QUEUED, _LEASED)),
-                sources.c.retry_at_ms > now,
-            )
-        ).scalar()
-        lease = conn.execute(
-            select(func.min(sources.c.lease_expires_ms)).where(
-                sources.c.in_queue.is_(True),
-                sources.c.state == _LEASED,
-                sources.c.lease_expires_ms > now,
-            )
-        ).scalar()
+        retry = conn.execute(_NEXT_RETRY, {"now": now}).scalar()
+        lease = conn.execute(_NEXT_LEASE_EXPIRY, {"now": now}).scalar()
         return QueueTimes(
             now, None if retry is None else int(retry), None if lease is None else int(lease)
         )
