@@ -149,20 +149,29 @@ class Database:
         busy_timeout_ms: int = 10_000,
         clock_fn: Callable[[], int] | None = None,
         journal_mode: str | None = None,
+        throwaway: bool = False,
     ) -> None:
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
+        # A throw-away SQLite file (the simulator's temporary ledger, used by this one process
+        # and deleted after): durability is irrelevant there, so no fsync, the rollback journal
+        # in memory and no write-lock file. Never the default; the CLI never sets it.
+        self.throwaway = throwaway and self.is_sqlite
         self.busy_timeout_ms = busy_timeout_ms
         # PostgreSQL: the server's clock unless a clock is handed in (tests); SQLite: this host's.
         self.server_clock = clock_fn is None and not self.is_sqlite
         self.server_offset_ms = 0  # server clock - this host's, as last seen in a transaction
         self.clock_fn = clock_fn or (self._server_aligned_now if self.server_clock else now_ms)
-        self.journal_mode = journal_mode or chosen_journal_mode()
+        self.journal_mode = (
+            "memory" if self.throwaway else journal_mode or chosen_journal_mode()
+        )
         # Pooled connections: PRAGMAs and SQLite's schema parse happen once per connection, not
         # once per transaction. A connection never crosses a fork (see _on_checkout).
         self.engine: Engine = dialects.make_engine(url, busy_timeout_ms)
         # SQLite writers first queue on a lock file, in turn (ledger/store/writelock.py)
-        self.write_lock = WriteLock(lock_path(url) if self.is_sqlite else None, busy_timeout_ms)
+        self.write_lock = WriteLock(
+            lock_path(url) if self.is_sqlite and not self.throwaway else None, busy_timeout_ms
+        )
         self._returning = bool(getattr(self.engine.dialect, "update_returning", False))
         self._reached = False  # a session was opened once: a later refusal is an outage
         event.listen(self.engine, "connect", self._on_connect_record_pid)
@@ -200,7 +209,7 @@ class Database:
         try:
             cur.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
             cur.execute("PRAGMA foreign_keys = ON")
-            cur.execute("PRAGMA synchronous = FULL")
+            cur.execute(f"PRAGMA synchronous = {'OFF' if self.throwaway else 'FULL'}")
             row = cur.execute("PRAGMA journal_mode").fetchone()
             current = str(row[0]).lower() if row else ""
             if current != self.journal_mode and current != "memory":
