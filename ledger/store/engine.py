@@ -118,6 +118,8 @@ def translate(error: BaseException) -> LedgerError:
     return StoreError("database error; nothing was written")
 
 
+_BEGIN_WRITE = "BEGIN IMMEDIATE"
+_BEGIN_READ = "BEGIN DEFERRED"
 _RECONNECT_PAUSE_S = 0.2  # between attempts to reach a PostgreSQL server that went away
 _WALL: BindParameter[int] = bindparam("wall", type_=BigInteger)
 _READ_CLOCK = select(clock.c.newest_ms).where(clock.c.id == 1)
@@ -220,8 +222,15 @@ class Database:
             cur.close()
 
     def _on_begin(self, conn: Connection) -> None:
-        mode = "IMMEDIATE" if conn.get_execution_options().get("ledger_write") else "DEFERRED"
-        conn.exec_driver_sql(f"BEGIN {mode}")
+        # straight on the driver's connection: SQLAlchemy's statement path would cost more than
+        # the BEGIN itself on every transaction; a driver error (busy) is translated by the
+        # caller like any other (`write` / `read` catch sqlite3.Error)
+        sql = _BEGIN_WRITE if conn.get_execution_options().get("ledger_write") else _BEGIN_READ
+        raw = conn.connection.driver_connection
+        if raw is None:  # pragma: no cover - an invalidated connection: SQLAlchemy raises
+            conn.exec_driver_sql(sql)
+            return
+        raw.execute(sql)
 
     @contextmanager
     def write(self) -> Iterator[WriteTxn]:
