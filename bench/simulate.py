@@ -89,7 +89,8 @@ def run(scratch: Path, settings: Settings) -> list[Row]:
     return [
         Row(f"{label}: wall time", f"{wall:.1f} s", "n=1", f"<= {TARGET_S:.0f} s",
             wall <= TARGET_S if not settings.quick else None,
-            f"cpu {cpu:.1f} s; {done:,} done, {calls:,} calls"),
+            f"cpu {cpu:.1f} s; {done:,} done, {calls:,} calls; on the simulator's throw-away "
+            "ledger (synchronous=OFF, journal in memory, no write-lock file)"),
         Row(f"{label}: items per second of wall time", f"{items / wall:.0f}/s", "n=1",
             note=f"{items / cpu:.0f}/s of CPU time"),
         Row(f"{label}: resident memory at 1/4, 1/2, 3/4, end of the day (last item)",
