@@ -25,7 +25,7 @@ from ledger.arguments import (
     check_str,
     request_size,
 )
-from ledger.budgets import ceiling_micro
+from ledger.budgets import ceiling_micro, largest_estimate
 from ledger.catalog import Catalog, Model, load_catalog
 from ledger.config import Policy, load_policy
 from ledger.db_target import check_db_target
@@ -242,9 +242,14 @@ class Ledger:
         tried = check_keys(tried, "tried")
         size = request_size(input_bytes, text)
         tokens = estimate_tokens(text) if text is not None else tokens_for_bytes(size)
-        st = select_state(
-            self.db, source, self.policy.calls_per_hour, ceiling_micro(self.policy)
+        ceiling = ceiling_micro(self.policy)
+        # the window's rows are read only when some model's estimate would not fit (R-SEL-10)
+        need = (
+            None
+            if ceiling is None
+            else largest_estimate(self.catalog.models, size, self.policy.reply_tokens, ceiling)
         )
+        st = select_state(self.db, source, self.policy.calls_per_hour, ceiling, need)
         snapshot = Snapshot(
             now_ms=st.now_ms,
             available_providers=self.catalog.available_providers(self.env),

@@ -7,6 +7,7 @@ the checks and the insert are one atomic step (R-DB-2).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -64,12 +65,15 @@ class DailyWindow:
     """The rolling 24 h cost under a ceiling (R-RES-2), read in one transaction.
 
     `leaving` lists, oldest first, when each cost in the window leaves it (created + 24 h) and how
-    much; its costs add up to `spent_micro`.
+    much; its costs add up to `spent_micro`. With `room_for_micro` set the rows were not read
+    (`leaving` is empty): the spend leaves room for any estimate up to that much, so
+    `ceiling_frees_at` never needs them for such an estimate.
     """
 
     spent_micro: int
     ceiling_micro: int
     leaving: tuple[tuple[int, int], ...]
+    room_for_micro: int | None = None
 
 
 def ceiling_micro(policy: Policy) -> int | None:
@@ -89,11 +93,26 @@ def ceiling_frees_at(now_ms: int, window: DailyWindow, estimate: int) -> int | N
     excess = window.spent_micro + estimate - window.ceiling_micro
     if excess <= 0:
         return now_ms
+    if window.room_for_micro is not None:  # a caller bug, never a silent "never"
+        raise ValueError("this window was read for smaller estimates; its rows are needed")
     for leaves_at, cost in window.leaving:
         excess -= cost
         if excess <= 0:
             return max(leaves_at, now_ms)
     return None
+
+
+def largest_estimate(
+    models: Iterable[Model], input_bytes: int, reply_tokens: int, ceiling: int
+) -> int:
+    """The largest estimate among `models` that fits under `ceiling` alone (0 when none does):
+    the most room under the ceiling a selection of this request can ask about (R-SEL-10)."""
+    fitting = (
+        e
+        for m in models
+        if (e := estimate_micro(m, input_bytes, reply_tokens)) is not None and e <= ceiling
+    )
+    return max(fitting, default=0)
 
 
 def estimate_micro(model: Model, input_bytes: int, reply_tokens: int) -> int | None:

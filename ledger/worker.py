@@ -473,11 +473,18 @@ def _commit_failed(
 def run_item(
     ledger: WorkerLedger, claim: store_queue.Claim, handler: Handler, stopper: Stopper | None = None
 ) -> ItemReport:
-    """One queue item over a claimed source (R-POL-4); the lease is always released after."""
+    """One queue item over a claimed source (R-POL-4); the lease is always released after.
+
+    A finished source needs no release: `finish` cleared the lease in the same transaction that
+    marked it done (a release there would match nothing and only cost a write transaction).
+    """
+    report: ItemReport | None = None
     try:
-        return _run_item(ledger, claim, handler, stopper or Stopper())
+        report = _run_item(ledger, claim, handler, stopper or Stopper())
+        return report
     finally:
-        ledger.release(claim.source_id, claim.worker_id)
+        if report is None or report.outcome is not ItemOutcome.DONE:
+            ledger.release(claim.source_id, claim.worker_id)
 
 
 def _run_item(

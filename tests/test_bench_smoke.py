@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,3 +39,29 @@ def test_bench_quick_mode_runs_and_writes_a_table(tmp_path: Path) -> None:
         assert "fleet cycle: PostgreSQL / SQLite" in text
         assert "fleet contention: PostgreSQL / SQLite (2 processes)" in text
     assert not list(tmp_path.glob("ledger-bench-*")), "scratch databases are removed"
+
+
+def test_issue_23_simulate_bench_samples_the_end_of_the_day_inside_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The day drains just before 24:00, so its last quarter is sampled at the last item, not
+    after the run, when the whole history has been read back for the report."""
+    from bench import simulate
+    from bench.common import Settings
+    from ledger.simulate.runner import run_policy as real_run_policy
+
+    finished = False
+
+    def run_policy(*args: Any, **kwargs: Any) -> Any:
+        nonlocal finished
+        record = real_run_policy(*args, **kwargs)
+        finished = True
+        return record
+
+    monkeypatch.setattr(simulate, "run_policy", run_policy)
+    monkeypatch.setattr(simulate, "QUICK_ITEMS", 300)  # the last one arrives at 23:55:12
+    monkeypatch.setattr(simulate, "_rss_mib", lambda: 100.0 if finished else 1.0)
+    rows = simulate.run(tmp_path, Settings.make(quick=True))
+    (memory,) = [row for row in rows if "resident memory" in row.figure]
+    assert memory.value == "1, 1, 1, 1 MiB"
+    assert "peak" in memory.note

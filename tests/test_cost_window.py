@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -24,6 +25,7 @@ from hypothesis import strategies as st
 from sqlalchemy import func, select
 
 from ledger.api import Ledger
+from ledger.budgets import DailyWindow
 from ledger.catalog import Catalog
 from ledger.classify import classify_kind
 from ledger.config import Policy
@@ -471,3 +473,59 @@ def test_r_res_2_bucketed_sum_equals_plain_sum_for_random_histories(
             assert {h: v for h, v in table.items() if h > cutoff} == {
                 h: v for h, v in rows.items() if h > cutoff
             }
+
+
+# --- selection reads the window's rows only when an estimate may not fit (issue 23 speed) ------
+
+
+def test_r_sel_10_select_state_reads_window_rows_only_when_an_estimate_may_not_fit(
+    make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    from ledger.store.views import select_state
+
+    ceiling = 50_000
+    led = make_ledger(**BIG, dailyEstimatedUsd=0.05)
+    for i in range(3):  # 3 x 9192 micro-USD
+        clock.advance(1_000)
+        led.reserve(f"s{i}", "alpha/small", input_bytes=1000)
+    spent = plain(led, clock.ms)
+    assert spent == 3 * 9192
+    room = ceiling - spent
+    roomy = select_state(led.db, None, 10**6, ceiling, need_micro=room)
+    assert roomy.daily == DailyWindow(spent, ceiling, (), room_for_micro=room)
+    tight = select_state(led.db, None, 10**6, ceiling, need_micro=room + 1)
+    assert tight.daily is not None
+    assert tight.daily.room_for_micro is None
+    assert tight.daily.spent_micro == spent
+    assert [cost for _, cost in tight.daily.leaving] == [9192] * 3
+    unbounded = select_state(led.db, None, 10**6, ceiling)
+    assert unbounded.daily == tight.daily
+
+
+def test_r_sel_10_a_window_read_for_smaller_estimates_never_answers_never() -> None:
+    from ledger.budgets import ceiling_frees_at
+
+    window = DailyWindow(40, 100, (), room_for_micro=60)
+    assert ceiling_frees_at(7, window, 60) == 7
+    with pytest.raises(ValueError, match="smaller estimates"):
+        ceiling_frees_at(7, window, 61)
+
+
+def test_r_sel_10_ledger_select_skips_the_window_rows_while_every_model_fits(
+    make_ledger: LedgerFactory, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    windows: list[DailyWindow] = []
+    real = reads.daily_window
+
+    def spy(*args: Any, **kwargs: Any) -> DailyWindow:
+        window = real(*args, **kwargs)
+        windows.append(window)
+        return window
+
+    monkeypatch.setattr(reads, "daily_window", spy)
+    led = make_ledger(**BIG, dailyEstimatedUsd=1.0, defaultModel="alpha/small")
+    led.reserve("s0", "alpha/small", input_bytes=1000)
+    assert led.select("s1", input_bytes=1000).routes
+    (window,) = windows
+    assert window.leaving == ()
+    assert window.spent_micro == plain(led, clock.ms) == 9192

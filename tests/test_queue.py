@@ -135,6 +135,42 @@ def test_r_q_2_claim_takes_oldest_last_checked_first_tie_by_id(
     assert order == ["b", "c", "a"]
 
 
+def test_r_q_2_claim_reads_only_queued_and_leased_sources_through_the_claim_index(
+    make_ledger: LedgerFactory,
+) -> None:
+    """Finished sources (a busy day leaves thousands) are never scanned by a claim (issue 23)."""
+    led = make_ledger()
+    plans = []
+    with led.db.read() as conn:
+        for stmt in (
+            q._NEXT_DUE.params(now=1),
+            q._NEXT_DUE_UNCHECKED.params(now=1, checked_before=1),
+            q._HAS_WORK,
+        ):
+            sql = str(stmt.compile(conn, compile_kwargs={"literal_binds": True}))
+            plans.append([str(r[3]) for r in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}")])
+    for plan in plans:
+        assert any("ix_sources_claim (in_queue=? AND state=?)" in p for p in plan), plan
+        assert not any(p.startswith("SCAN sources") for p in plan), plan
+
+
+def test_r_sim_1_has_work_sees_queued_and_leased_sources_only(
+    make_ledger: LedgerFactory,
+) -> None:
+    led = make_ledger()
+    assert not q.has_work(led.db)
+    led.add_source("a", "ref-a")
+    assert q.has_work(led.db)  # queued
+    claim = q.claim(led.db, "w1", LEASE)
+    assert claim is not None
+    assert q.has_work(led.db)  # leased
+    assert q.finish(led.db, "a", "w1")
+    assert not q.has_work(led.db)  # done
+    led.add_source("b", "ref-b")
+    led.set_source_state("b", "pause")
+    assert not q.has_work(led.db)  # paused: no worker takes it
+
+
 def test_r_q_2_release_moves_behind_and_only_owner_may_release(
     make_ledger: LedgerFactory, clock: Clock
 ) -> None:

@@ -210,6 +210,31 @@ def test_a_raising_handler_is_classified_by_type_and_the_lease_released(led: Led
     assert db_rows(led.state.path, "SELECT state, lease_owner FROM sources") == [("queued", None)]
 
 
+def test_r_q_1_a_finished_item_is_not_released_again_a_failed_one_is(
+    led: Ledger, standin: StandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`finish` clears the lease with the source's done state: the item's release would match
+    nothing and cost one more write transaction per item (issue 23); any other end releases."""
+    released: list[str] = []
+    real = led.release
+
+    def release(source: str, worker_id: str) -> bool:
+        released.append(source)
+        return real(source, worker_id)
+
+    monkeypatch.setattr(led, "release", release)
+    assert one_item(led, "ok").outcome is ItemOutcome.DONE
+    assert released == []
+    assert db_rows(led.state.path, "SELECT state, lease_owner FROM sources") == [("done", None)]
+    standin.set_script("m1", [Scripted(status=400)])
+    standin.set_script("m2", [Scripted(status=400)])
+    assert one_item(led, "bad").outcome is not ItemOutcome.DONE
+    assert released == ["bad"]
+    assert db_rows(
+        led.state.path, "SELECT state, lease_owner FROM sources WHERE id = 'bad'"
+    ) == [("queued", None)]
+
+
 # --------------------------------------------------------------------------- R-POL-6
 
 

@@ -1,15 +1,17 @@
 """Run one policy over a workload: the REAL ledger code in virtual time (R-SIM-1, R-SIM-3).
 
 A fresh SQLite ledger built by the migrations in a temporary directory, opened with the virtual
-clock as its clock (`Ledger.open(clock=...)`) and a seeded jitter; the real worker drain loop
-(`ledger.worker.drain` in `--loop` form) with the real selection, reservations, budgets, policy
-table and queue; a handler that answers through the in-process provider stand-in. Where the worker
-would sleep, `VirtualStopper.sleep` moves the virtual clock by the same amount instead (the
-worker's own wake time: the soonest retry, cooldown end or budget slot, at most 30 s); sources
-arriving meanwhile are enqueued when virtual time reaches them and seen at the worker's next poll,
-as a real `--loop` worker would. `clock.virtual_time` makes the worker's elapsed-time reading
-follow the same clock. The lease heartbeat thread runs only while a handler's `commit`
-runs; the simulated handler has none, so no thread and no real wait is ever started.
+clock as its clock and a seeded jitter, on a throw-away database (no fsync, journal in memory, no
+write-lock file: only this process uses it, and it is deleted after the run); the real worker
+drain loop (`ledger.worker.drain` in `--loop` form) with the real selection, reservations,
+budgets, policy table and queue; a handler that answers through the in-process provider
+stand-in. Where the worker would sleep, `VirtualStopper.sleep` moves the virtual clock by the
+same amount instead (the worker's own wake time: the soonest retry, cooldown end or budget slot,
+at most 30 s); sources arriving meanwhile are enqueued when virtual time reaches them and seen at
+the worker's next poll, as a real `--loop` worker would. `clock.virtual_time` makes the worker's
+elapsed-time reading follow the same clock. The lease heartbeat thread runs only while a
+handler's `commit` runs; the simulated handler has none, so no thread and no real wait is ever
+started.
 
 Invariant: nothing here reads the wall clock or sleeps; the same workload, policy, catalog and
 seed give the same result.
@@ -29,12 +31,15 @@ from ledger.api import Ledger
 from ledger.catalog import Catalog
 from ledger.clock import virtual_time
 from ledger.config import Policy
+from ledger.home import state_dir
 from ledger.queue import DrainSummary, HandlerResult, ItemReport
 from ledger.simulate.provider import call_result
 from ledger.simulate.vclock import VirtualClock
 from ledger.simulate.workload import Arrival, Behaviour, Workload
+from ledger.store import Store
 from ledger.store.history import CooldownBand, History, active_cooldown_bands, read_history
-from ledger.store.queue import QueueTotals, totals
+from ledger.store.pending import open_database
+from ledger.store.queue import QueueTotals, has_work, totals
 from ledger.worker import Job, Stopper, drain
 
 WORKER_ID = "sim-worker"
@@ -133,8 +138,23 @@ class VirtualStopper(Stopper):
 
 
 def _queue_empty(ledger: Ledger) -> bool:
-    states = totals(ledger.db, ledger.policy.calls_per_hour).states
-    return not states.get("queued") and not states.get("leased")
+    """Nothing queued or leased is left (an index lookup: the day's finished sources are not
+    counted, as a full `totals` would on every idle wake)."""
+    return not has_work(ledger.db)
+
+
+def _throwaway_ledger(
+    tmp: Path, policy: Policy, catalog: Catalog, clock: VirtualClock, jitter: random.Random
+) -> Ledger:
+    """A fresh ledger built by the migrations in `tmp`, as `Ledger.open` makes one, on a
+    throw-away database: this process alone uses it and it is deleted after the run, so its
+    durability is irrelevant (no fsync, journal in memory, no write-lock file)."""
+    state = state_dir(str(tmp), str(tmp / "ledger.db"))
+    database = open_database(
+        state.db_url, create=True, busy_timeout_ms=policy.busy_timeout_ms, clock_fn=clock.now,
+        throwaway=True,
+    )
+    return Ledger(state, policy, catalog, Store(database, jitter.random), simulated_env(catalog))
 
 
 def simulated_env(catalog: Catalog) -> dict[str, str]:
@@ -171,10 +191,7 @@ def run_policy(
         tempfile.TemporaryDirectory(prefix="ledger-sim-", dir=scratch) as tmp,
         virtual_time(clock.now),
     ):
-        ledger = Ledger.open(
-            tmp, str(Path(tmp) / "ledger.db"), policy=policy, catalog=catalog,
-            env=simulated_env(catalog), clock=clock.now, jitter=jitter.random,
-        )
+        ledger = _throwaway_ledger(Path(tmp), policy, catalog, clock, jitter)
         try:
             feeder = _Feeder(workload.arrivals)
             handler = _Handler(behaviour, clock, sizes)

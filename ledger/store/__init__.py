@@ -10,7 +10,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 
 from ledger import budgets
 from ledger.catalog import Catalog
@@ -28,6 +28,8 @@ from ledger.store.schema import sources
 from ledger.store.views import CooldownChange, blocking_cooldowns
 
 __all__ = ["Database", "Store"]
+
+_SOURCE_STATE = select(sources.c.state).where(sources.c.id == bindparam("b_id"))
 
 
 class Store:
@@ -83,13 +85,10 @@ class Store:
     def add_source(self, source_id: str, payload_ref: str | None, enqueue: bool = True) -> bool:
         """Create (or enqueue) a source; returns True when it was new."""
         with self.db.write() as txn:
-            row = txn.conn.execute(select(sources.c.state).where(sources.c.id == source_id)).first()
+            row = txn.conn.execute(_SOURCE_STATE, {"b_id": source_id}).first()
             if row is None:
-                res_ops.ensure_source(txn.conn, source_id, txn.now)
-                txn.conn.execute(
-                    update(sources)
-                    .where(sources.c.id == source_id)
-                    .values(in_queue=enqueue, payload_ref=payload_ref)
+                res_ops.insert_source(
+                    txn.conn, source_id, txn.now, in_queue=enqueue, payload_ref=payload_ref
                 )
                 return True
             values: dict[str, Any] = {"in_queue": enqueue or None}

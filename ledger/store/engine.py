@@ -118,6 +118,8 @@ def translate(error: BaseException) -> LedgerError:
     return StoreError("database error; nothing was written")
 
 
+_BEGIN_WRITE = "BEGIN IMMEDIATE"
+_BEGIN_READ = "BEGIN DEFERRED"
 _RECONNECT_PAUSE_S = 0.2  # between attempts to reach a PostgreSQL server that went away
 _WALL: BindParameter[int] = bindparam("wall", type_=BigInteger)
 _READ_CLOCK = select(clock.c.newest_ms).where(clock.c.id == 1)
@@ -149,20 +151,29 @@ class Database:
         busy_timeout_ms: int = 10_000,
         clock_fn: Callable[[], int] | None = None,
         journal_mode: str | None = None,
+        throwaway: bool = False,
     ) -> None:
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
+        # A throw-away SQLite file (the simulator's temporary ledger, used by this one process
+        # and deleted after): durability is irrelevant there, so no fsync, the rollback journal
+        # in memory and no write-lock file. Never the default; the CLI never sets it.
+        self.throwaway = throwaway and self.is_sqlite
         self.busy_timeout_ms = busy_timeout_ms
         # PostgreSQL: the server's clock unless a clock is handed in (tests); SQLite: this host's.
         self.server_clock = clock_fn is None and not self.is_sqlite
         self.server_offset_ms = 0  # server clock - this host's, as last seen in a transaction
         self.clock_fn = clock_fn or (self._server_aligned_now if self.server_clock else now_ms)
-        self.journal_mode = journal_mode or chosen_journal_mode()
+        self.journal_mode = (
+            "memory" if self.throwaway else journal_mode or chosen_journal_mode()
+        )
         # Pooled connections: PRAGMAs and SQLite's schema parse happen once per connection, not
         # once per transaction. A connection never crosses a fork (see _on_checkout).
         self.engine: Engine = dialects.make_engine(url, busy_timeout_ms)
         # SQLite writers first queue on a lock file, in turn (ledger/store/writelock.py)
-        self.write_lock = WriteLock(lock_path(url) if self.is_sqlite else None, busy_timeout_ms)
+        self.write_lock = WriteLock(
+            lock_path(url) if self.is_sqlite and not self.throwaway else None, busy_timeout_ms
+        )
         self._returning = bool(getattr(self.engine.dialect, "update_returning", False))
         self._reached = False  # a session was opened once: a later refusal is an outage
         event.listen(self.engine, "connect", self._on_connect_record_pid)
@@ -200,7 +211,7 @@ class Database:
         try:
             cur.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
             cur.execute("PRAGMA foreign_keys = ON")
-            cur.execute("PRAGMA synchronous = FULL")
+            cur.execute(f"PRAGMA synchronous = {'OFF' if self.throwaway else 'FULL'}")
             row = cur.execute("PRAGMA journal_mode").fetchone()
             current = str(row[0]).lower() if row else ""
             if current != self.journal_mode and current != "memory":
@@ -211,8 +222,15 @@ class Database:
             cur.close()
 
     def _on_begin(self, conn: Connection) -> None:
-        mode = "IMMEDIATE" if conn.get_execution_options().get("ledger_write") else "DEFERRED"
-        conn.exec_driver_sql(f"BEGIN {mode}")
+        # straight on the driver's connection: SQLAlchemy's statement path would cost more than
+        # the BEGIN itself on every transaction; a driver error (busy) is translated by the
+        # caller like any other (`write` / `read` catch sqlite3.Error)
+        sql = _BEGIN_WRITE if conn.get_execution_options().get("ledger_write") else _BEGIN_READ
+        raw = conn.connection.driver_connection
+        if raw is None:  # pragma: no cover - an invalidated connection: SQLAlchemy raises
+            conn.exec_driver_sql(sql)
+            return
+        raw.execute(sql)
 
     @contextmanager
     def write(self) -> Iterator[WriteTxn]:

@@ -198,12 +198,14 @@ def open_database(
     busy_timeout_ms: int = 10_000,
     clock_fn: Callable[[], int] | None = None,
     prepare: Callable[[], object] | None = None,
+    throwaway: bool = False,
 ) -> Database:
     """The ledger's database, its schema checked (R-DB-4); `prepare` runs before one is created.
 
     `create`: a missing database is created now, or with `lazy` by the first write that records
     something (a PendingDatabase until then). Without `create`, a missing or empty database is a
-    PendingDatabase that is never created: an empty ledger."""
+    PendingDatabase that is never created: an empty ledger. `throwaway` (with `create`): a
+    temporary SQLite file one process uses and then deletes (see `Database`), created now."""
     path = sqlite_file(url)
     if path is not None and not path.exists() and (lazy or not create):
         return PendingDatabase(
@@ -214,7 +216,9 @@ def open_database(
         )
     if create and prepare is not None and not lazy:
         prepare()
-    database = Database(url, busy_timeout_ms=busy_timeout_ms, clock_fn=clock_fn)
+    database = Database(
+        url, busy_timeout_ms=busy_timeout_ms, clock_fn=clock_fn, throwaway=throwaway
+    )
     try:
         migrate.open_checked(database, create=create)
     except NoLedgerError:  # an empty database (a 0-byte file, a new server database), read-only

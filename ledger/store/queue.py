@@ -11,7 +11,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Row, and_, exists, func, or_, select, update
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Connection,
+    Row,
+    and_,
+    bindparam,
+    exists,
+    func,
+    or_,
+    select,
+    update,
+)
 
 from ledger.classify import Classification
 from ledger.kinds import AttemptRole, AttemptStatus, FailureKind, SourceState
@@ -63,16 +75,42 @@ class Claim:
     owed_fallback: OwedFallback | None = None
 
 
-def _due(now: int) -> ColumnElement[bool]:
-    """Queued (or leased with an expired lease), in the queue, retry time reached (R-Q-2)."""
+def _due(now: ColumnElement[int] | int) -> ColumnElement[bool]:
+    """Queued (or leased with an expired lease), in the queue, retry time reached (R-Q-2).
+
+    `state = queued OR state = leased` is implied by the rest; it is spelled out so the claim index
+    serves each state as a range and the finished sources (a day's worth of them after a busy
+    day) are never scanned.
+    """
     return and_(
         sources.c.in_queue.is_(True),
-        or_(
-            sources.c.state == _QUEUED,
-            and_(sources.c.state == _LEASED, sources.c.lease_expires_ms <= now),
-        ),
+        or_(sources.c.state == _QUEUED, sources.c.state == _LEASED),
+        or_(sources.c.state == _QUEUED, sources.c.lease_expires_ms <= now),
         or_(sources.c.retry_at_ms.is_(None), sources.c.retry_at_ms <= now),
     )
+
+
+_CLAIM_ORDER = (sources.c.last_checked_ms, sources.c.id)
+_NOW = bindparam("now", type_=BigInteger)
+# the whole row: the pending correction and the owed fallback are read from it too
+_NEXT_DUE = select(sources).where(_due(_NOW)).order_by(*_CLAIM_ORDER).limit(1)
+_NEXT_DUE_UNCHECKED = (
+    select(sources)
+    .where(_due(_NOW), sources.c.last_checked_ms <= bindparam("checked_before"))
+    .order_by(*_CLAIM_ORDER)
+    .limit(1)
+)
+_LEASE = (
+    update(sources)
+    .where(sources.c.id == bindparam("b_id"))
+    .values(state=_LEASED, lease_owner=bindparam("b_owner"), lease_expires_ms=bindparam("b_exp"))
+)
+_HAS_WORK = select(
+    exists().where(
+        sources.c.in_queue.is_(True),
+        or_(sources.c.state == _QUEUED, sources.c.state == _LEASED),
+    )
+)
 
 
 @rehearsed
@@ -86,21 +124,16 @@ def claim(
     """
     with db.write() as txn:
         now = txn.now
-        # the whole row: the pending correction and the owed fallback are read from it too
-        query = select(sources).where(_due(now))
-        if checked_before is not None:
-            query = query.where(sources.c.last_checked_ms <= checked_before)
-        row = txn.conn.execute(
-            query.order_by(sources.c.last_checked_ms, sources.c.id).limit(1)
-        ).first()
+        if checked_before is None:
+            row = txn.conn.execute(_NEXT_DUE, {"now": now}).first()
+        else:
+            row = txn.conn.execute(
+                _NEXT_DUE_UNCHECKED, {"now": now, "checked_before": checked_before}
+            ).first()
         if row is None:
             return None
         expires = now + lease_ms
-        txn.conn.execute(
-            update(sources)
-            .where(sources.c.id == row.id)
-            .values(state=_LEASED, lease_owner=worker_id, lease_expires_ms=expires)
-        )
+        txn.conn.execute(_LEASE, {"b_id": row.id, "b_owner": worker_id, "b_exp": expires})
         return Claim(
             source_id=str(row.id),
             payload_ref=row.payload_ref,
@@ -178,18 +211,43 @@ def _owed_fallback(conn: Connection, src: Row[Any]) -> OwedFallback | None:
     return OwedFallback(str(newest.model_key), frozenset(str(m) for m in tried), deferred)
 
 
-def _held_by(source_id: str, worker_id: str) -> tuple[ColumnElement[bool], ...]:
-    """This worker's lease on the source is still in place (R-Q-2).
+_HELD_BY = (
+    sources.c.id == bindparam("h_id"),
+    or_(sources.c.state == _LEASED, sources.c.state == _PAUSED),
+    sources.c.lease_owner == bindparam("h_owner"),
+)
+"""This worker's lease on the source is still in place (R-Q-2); parameters from `_held_by`.
 
-    Nobody else has claimed the source since (a claim replaces the owner) and it was not finished.
-    A source paused while leased keeps its lease until its worker releases it or the lease
-    expires, so `source resume` cannot hand it to a second worker meanwhile.
-    """
-    return (
-        sources.c.id == source_id,
-        sources.c.state.in_((_LEASED, _PAUSED)),
-        sources.c.lease_owner == worker_id,
+Nobody else has claimed the source since (a claim replaces the owner) and it was not finished.
+A source paused while leased keeps its lease until its worker releases it or the lease expires,
+so `source resume` cannot hand it to a second worker meanwhile. The statements below are built
+once (executing a prebuilt statement skips its construction on every lease operation).
+"""
+_H_NOW = bindparam("h_now", type_=BigInteger)
+_RENEW = update(sources).where(*_HELD_BY).values(lease_expires_ms=bindparam("h_until"))
+_RENEW_UNPAUSED = _RENEW.where(sources.c.state == _LEASED)
+_FINISH = (
+    update(sources)
+    .where(*_HELD_BY)
+    .values(
+        state=SourceState.DONE.value, finished_ms=_H_NOW, lease_owner=None, lease_expires_ms=None
     )
+)
+_RELEASE_LEASED = (
+    update(sources)
+    .where(*_HELD_BY, sources.c.state == _LEASED)
+    .values(state=_QUEUED, last_checked_ms=_H_NOW, lease_owner=None, lease_expires_ms=None)
+)
+_RELEASE_PAUSED = (
+    update(sources)
+    .where(*_HELD_BY, sources.c.state == _PAUSED)
+    .values(last_checked_ms=_H_NOW, lease_owner=None, lease_expires_ms=None)
+)
+
+
+def _held_by(source_id: str, worker_id: str, **more: int) -> dict[str, Any]:
+    """The parameters of `_HELD_BY` (plus the statement's own)."""
+    return {"h_id": source_id, "h_owner": worker_id, **more}
 
 
 def renew(
@@ -207,14 +265,11 @@ def renew(
     whatever `leaseMs` is (issue 12 item 3). With `unpaused`, a source paused meanwhile counts as
     not held (a worker never commits into a pause). False when the lease was lost (one write txn).
     """
-    held = _held_by(source_id, worker_id)
-    if unpaused:
-        held = (*held, sources.c.state == _LEASED)
     with db.write() as txn:
+        until = max(txn.now + lease_ms, cover_until_ms)
         result = txn.conn.execute(
-            update(sources)
-            .where(*held)
-            .values(lease_expires_ms=max(txn.now + lease_ms, cover_until_ms))
+            _RENEW_UNPAUSED if unpaused else _RENEW,
+            _held_by(source_id, worker_id, h_until=until),
         )
         return bool(result.rowcount)
 
@@ -224,16 +279,7 @@ def finish(db: Database, source_id: str, worker_id: str) -> bool:
     check and the write are one transaction, so a lease lost in between cannot finish a source
     another worker now holds. False when the lease was lost."""
     with db.write() as txn:
-        result = txn.conn.execute(
-            update(sources)
-            .where(*_held_by(source_id, worker_id))
-            .values(
-                state=SourceState.DONE.value,
-                finished_ms=txn.now,
-                lease_owner=None,
-                lease_expires_ms=None,
-            )
-        )
+        result = txn.conn.execute(_FINISH, _held_by(source_id, worker_id, h_now=txn.now))
         return bool(result.rowcount)
 
 
@@ -244,19 +290,10 @@ def release(db: Database, source_id: str, worker_id: str) -> bool:
     lease); the retry time is never touched here (R-POL-6).
     """
     with db.write() as txn:
-        held = _held_by(source_id, worker_id)
-        result = txn.conn.execute(
-            update(sources)
-            .where(*held, sources.c.state == _LEASED)
-            .values(state=_QUEUED, last_checked_ms=txn.now, lease_owner=None, lease_expires_ms=None)
-        )
-        if result.rowcount:
+        held = _held_by(source_id, worker_id, h_now=txn.now)
+        if txn.conn.execute(_RELEASE_LEASED, held).rowcount:
             return True
-        txn.conn.execute(
-            update(sources)
-            .where(*held, sources.c.state == _PAUSED)
-            .values(last_checked_ms=txn.now, lease_owner=None, lease_expires_ms=None)
-        )
+        txn.conn.execute(_RELEASE_PAUSED, held)
         return False
 
 
@@ -267,7 +304,7 @@ def defer_owed_fallback(
     is probed again; no failure is added. Returns the new retry time (None: lease lost)."""
     with db.write() as txn:
         steps = txn.conn.execute(
-            select(sources.c.backoff_steps).where(*_held_by(source_id, worker_id))
+            select(sources.c.backoff_steps).where(*_HELD_BY), _held_by(source_id, worker_id)
         ).scalar()
         if steps is None:
             return None
@@ -304,7 +341,9 @@ def commit_failed(
     None when the lease was lost meanwhile (the source is another worker's now).
     """
     with db.write() as txn:
-        src = txn.conn.execute(select(sources).where(*_held_by(source_id, worker_id))).first()
+        src = txn.conn.execute(
+            select(sources).where(*_HELD_BY), _held_by(source_id, worker_id)
+        ).first()
         if src is None:
             return None
         row = src._mapping
@@ -336,27 +375,33 @@ class QueueTimes:
     next_lease_expiry_ms: int | None
 
 
+_NEXT_RETRY = select(func.min(sources.c.retry_at_ms)).where(
+    sources.c.in_queue.is_(True),
+    or_(sources.c.state == _QUEUED, sources.c.state == _LEASED),
+    sources.c.retry_at_ms > _NOW,
+)
+_NEXT_LEASE_EXPIRY = select(func.min(sources.c.lease_expires_ms)).where(
+    sources.c.in_queue.is_(True),
+    sources.c.state == _LEASED,
+    sources.c.lease_expires_ms > _NOW,
+)
+
+
 def queue_times(db: Database) -> QueueTimes:
     """The soonest future retry time and lease expiry among queued work (one read txn)."""
     with db.read() as conn:
         now = db.read_now(conn)
-        retry = conn.execute(
-            select(func.min(sources.c.retry_at_ms)).where(
-                sources.c.in_queue.is_(True),
-                sources.c.state.in_((_QUEUED, _LEASED)),
-                sources.c.retry_at_ms > now,
-            )
-        ).scalar()
-        lease = conn.execute(
-            select(func.min(sources.c.lease_expires_ms)).where(
-                sources.c.in_queue.is_(True),
-                sources.c.state == _LEASED,
-                sources.c.lease_expires_ms > now,
-            )
-        ).scalar()
+        retry = conn.execute(_NEXT_RETRY, {"now": now}).scalar()
+        lease = conn.execute(_NEXT_LEASE_EXPIRY, {"now": now}).scalar()
         return QueueTimes(
             now, None if retry is None else int(retry), None if lease is None else int(lease)
         )
+
+
+def has_work(db: Database) -> bool:
+    """True while a source in the queue is queued or leased, due or not (one read txn)."""
+    with db.read() as conn:
+        return bool(conn.execute(_HAS_WORK).scalar())
 
 
 def ledger_now(db: Database) -> int:

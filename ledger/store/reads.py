@@ -134,8 +134,19 @@ _COST_LEAVING = (
 )
 
 
-def daily_window(conn: Connection, now: int, ceiling_micro: int) -> DailyWindow:
-    """The rolling 24 h cost and when each part of it leaves the window (R-RES-2, R-SEL-10)."""
+def daily_window(
+    conn: Connection, now: int, ceiling_micro: int, need_micro: int | None = None
+) -> DailyWindow:
+    """The rolling 24 h cost and when each part of it leaves the window (R-RES-2, R-SEL-10).
+
+    With `need_micro` (the largest estimate the caller will ask about) the window's rows are read
+    only when the spend leaves less room than that; otherwise the exact sum (`daily_cost`, one
+    round trip) is all anyone needs, and a busy day's rows are not fetched on every selection.
+    """
+    if need_micro is not None:
+        spent = daily_cost(conn, now)
+        if spent + need_micro <= ceiling_micro:
+            return DailyWindow(spent, ceiling_micro, (), room_for_micro=need_micro)
     leaving = tuple(
         (int(created) + DAY_MS, int(cost))
         for created, cost in conn.execute(_COST_LEAVING, {"since": now - DAY_MS})

@@ -93,16 +93,25 @@ def ensure_source(conn: Connection, source_id: str, now: int) -> None:
     """Create a source on first use (not queued for workers unless enqueued)."""
     exists = conn.execute(_SOURCE_EXISTS, {"b_id": source_id}).first()
     if exists is None:
-        _insert_source(conn, source_id, now)
+        insert_source(conn, source_id, now)
 
 
-def _insert_source(conn: Connection, source_id: str, now: int) -> None:
+def insert_source(
+    conn: Connection,
+    source_id: str,
+    now: int,
+    *,
+    in_queue: bool = False,
+    payload_ref: str | None = None,
+) -> None:
+    """Create a source the caller found missing, in the caller's write transaction."""
     conn.execute(
         _INSERT_SOURCE,
         {
             "id": source_id,
             "state": SourceState.QUEUED.value,
-            "in_queue": False,
+            "in_queue": in_queue,
+            "payload_ref": payload_ref,
             "created_ms": now,
             "last_checked_ms": now,
         },
@@ -321,7 +330,7 @@ def reserve(
             conn.execute(_TOUCH_SOURCE, {"b_id": request.source_id, "b_now": now})
         return verdict
     if new_source:
-        _insert_source(conn, request.source_id, now)
+        insert_source(conn, request.source_id, now)
     expire_open(conn, now)
     role = recorded.role
     new_id = conn.execute(

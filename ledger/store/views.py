@@ -153,10 +153,14 @@ class SelectState:
 
 
 def select_state(
-    db: Database, source_id: str | None, calls_per_hour: int, ceiling_micro: int | None = None
+    db: Database,
+    source_id: str | None,
+    calls_per_hour: int,
+    ceiling_micro: int | None = None,
+    need_micro: int | None = None,
 ) -> SelectState:
     """Cooldowns, the source's models, the shared hourly budget and (under a cost ceiling) the
-    rolling 24 h cost, in one read transaction."""
+    rolling 24 h cost, in one read transaction; `need_micro`: see `reads.daily_window`."""
     with db.read() as conn:
         now = db.read_now(conn)
         used = (
@@ -166,7 +170,11 @@ def select_state(
         )
         _, next_free = reads.hourly_usage(conn, now, calls_per_hour)
         rows = conn.execute(_COOLDOWN_ENDS, {"now": now}).all()
-        daily = None if ceiling_micro is None else reads.daily_window(conn, now, ceiling_micro)
+        daily = (
+            None
+            if ceiling_micro is None
+            else reads.daily_window(conn, now, ceiling_micro, need_micro)
+        )
         in_flight = probes.in_flight(conn, now)
     scopes = _SCOPES
     return SelectState(
