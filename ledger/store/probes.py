@@ -11,32 +11,56 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Connection, bindparam, delete, insert, select, update
+from sqlalchemy import (
+    Connection,
+    ScalarSelect,
+    bindparam,
+    case,
+    delete,
+    exists,
+    insert,
+    select,
+    update,
+)
 
 from ledger.durations import HOUR_MS
 from ledger.kinds import CooldownScope, FailureKind
 from ledger.store.notices import record_notice
-from ledger.store.schema import probes
+from ledger.store.schema import probes, reservations
 
 # Failures that prove the target answered: not provider health, so the probe succeeded.
 ANSWERED = frozenset(
     {FailureKind.INVALID_OUTPUT, FailureKind.SAFETY, FailureKind.WRITE_REJECTED, FailureKind.STALE}
 )
 
-_FOR_TARGETS = select(
-    probes.c.scope,
-    probes.c.target,
-    probes.c.streak,
-    probes.c.holder_id,
-    probes.c.holder_deadline_ms,
-).where(
-    (
-        (probes.c.scope == CooldownScope.PROVIDER.value)
-        & (probes.c.target == bindparam("provider"))
+
+def probe_mark(scope: CooldownScope, target_param: str) -> ScalarSelect[Any]:
+    """A column for reserve's one read of the shared state: NULL when the target (named by the
+    bind parameter) has no probe row, -1 while it is armed with no holder, else its holder's
+    deadline (`gate` tells armed from held)."""
+    return (
+        select(
+            case(
+                (
+                    probes.c.holder_id.is_not(None) & probes.c.holder_deadline_ms.is_not(None),
+                    probes.c.holder_deadline_ms,
+                ),
+                else_=-1,
+            )
+        )
+        .where(probes.c.scope == scope.value, probes.c.target == bindparam(target_param))
+        .scalar_subquery()
     )
-    | ((probes.c.scope == CooldownScope.MODEL.value) & (probes.c.target == bindparam("model_key")))
+
+
+HOLDS_A_PROBE = exists().where(
+    probes.c.holder_id == reservations.c.id,
+    probes.c.holder_deadline_ms == reservations.c.deadline_ms,
 )
+"""A column for a reservation's own read: whether it is a probe (`held_by` finds some target);
+settle reads it with the row, so an ordinary settle spends no statement on probes."""
 _HELD_BY = select(probes.c.scope, probes.c.target, probes.c.streak).where(
     probes.c.holder_id == bindparam("b_holder"),
     probes.c.holder_deadline_ms == bindparam("b_deadline"),
@@ -55,17 +79,23 @@ class ProbeGate:
     held_until: int | None  # another probe is in flight until then: refuse `probing`
 
 
-def gate(conn: Connection, provider: str, model_key: str, now: int) -> ProbeGate:
-    """The armed targets among this provider and model and the end of a probe in flight."""
+def gate(
+    provider: str, model_key: str, provider_mark: int | None, model_mark: int | None, now: int
+) -> ProbeGate:
+    """The armed targets among this provider and model and the end of a probe in flight, from
+    their `probe_mark` columns."""
     armed: list[tuple[CooldownScope, str]] = []
     held: list[int] = []
-    for scope, target, _streak, holder, deadline in conn.execute(
-        _FOR_TARGETS, {"provider": provider, "model_key": model_key}
+    for scope, target, mark in (
+        (CooldownScope.PROVIDER, provider, provider_mark),
+        (CooldownScope.MODEL, model_key, model_mark),
     ):
-        if holder is not None and deadline is not None and int(deadline) > now:
-            held.append(int(deadline))
-        else:
-            armed.append((CooldownScope(scope), str(target)))
+        if mark is None:
+            continue
+        if int(mark) > now:
+            held.append(int(mark))
+        else:  # armed, or its holder's deadline passed: the next reservation is the probe
+            armed.append((scope, target))
     return ProbeGate(tuple(armed), max(held) if held else None)
 
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, bindparam, case, func, select
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, ScalarSelect, bindparam, case, exists, func, select
 
 from ledger.budgets import DAY_MS, HOUR_MS, DailyWindow, SourceBudget
 from ledger.kinds import CooldownScope, SourceState
+from ledger.store import probes
 from ledger.store.schema import cooldowns, cost_hours, reservations, source_models, sources
 
 OPEN_LIKE = ("open", "expired")
@@ -77,37 +81,83 @@ _COOLDOWN_UNTIL = select(func.max(cooldowns.c.until_ms)).where(
     cooldowns.c.target == bindparam("target"),
     cooldowns.c.until_ms > bindparam("now"),
 )
-_COOLDOWNS_FOR = (
-    select(cooldowns.c.scope, func.max(cooldowns.c.until_ms))
-    .where(
-        cooldowns.c.until_ms > bindparam("now"),
-        (
-            (cooldowns.c.scope == CooldownScope.PROVIDER.value)
-            & (cooldowns.c.target == bindparam("provider"))
+
+
+def _cooling_until(scope: CooldownScope, target: str) -> ScalarSelect[Any]:
+    return (
+        select(func.max(cooldowns.c.until_ms))
+        .where(
+            cooldowns.c.scope == scope.value,
+            cooldowns.c.target == bindparam(target),
+            cooldowns.c.until_ms > bindparam("now"),
         )
-        | (
-            (cooldowns.c.scope == CooldownScope.MODEL.value)
-            & (cooldowns.c.target == bindparam("model_key"))
-        ),
+        .scalar_subquery()
     )
-    .group_by(cooldowns.c.scope)
+
+
+# What reserve reads of the shared state in one round trip: the rolling hour's count, the latest
+# active cooldown end on the model's provider and on the model, and their recovery probes.
+_SHARED_STATE = select(
+    _HOURLY_COUNT.scalar_subquery(),
+    _cooling_until(CooldownScope.PROVIDER, "provider"),
+    _cooling_until(CooldownScope.MODEL, "model_key"),
+    probes.probe_mark(CooldownScope.PROVIDER, "provider"),
+    probes.probe_mark(CooldownScope.MODEL, "model_key"),
+    exists()
+    .where(reservations.c.status == "open", reservations.c.deadline_ms <= bindparam("now"))
+    .label("overdue"),
 )
+
+
+@dataclass(frozen=True)
+class SharedState:
+    """The shared budgets, cooldowns and probes a reserve checks (R-RES-1, R-RES-5, R-POL-9)."""
+
+    hourly: int
+    hourly_next_free_ms: int | None
+    provider_until: int | None
+    model_until: int | None
+    gate: probes.ProbeGate
+    overdue: bool  # some open reservation is past its deadline (to be marked expired)
+
+
+def shared_state(
+    conn: Connection, now: int, calls_per_hour: int, provider: str, model_key: str
+) -> SharedState:
+    """The rolling hour (and when its next slot frees, when full), the active cooldowns and the
+    probes on a provider and a model, in one round trip (two when the hour is full)."""
+    params = {"since": now - HOUR_MS, "now": now, "provider": provider, "model_key": model_key}
+    row = conn.execute(_SHARED_STATE, params).one()
+    count, provider_until, model_until, provider_mark, model_mark, overdue = row
+    next_free = None if count < calls_per_hour else _next_free(conn, now, count, calls_per_hour)
+    return SharedState(
+        int(count),
+        next_free,
+        None if provider_until is None else int(provider_until),
+        None if model_until is None else int(model_until),
+        probes.gate(provider, model_key, provider_mark, model_mark, now),
+        bool(overdue),
+    )
 
 
 def hourly_usage(conn: Connection, now: int, limit: int) -> tuple[int, int | None]:
     """Reservations created in the last 3600 s, and when the next slot frees when full."""
-    since = now - HOUR_MS
-    count = conn.execute(_HOURLY_COUNT, {"since": since}).scalar_one()
+    count = conn.execute(_HOURLY_COUNT, {"since": now - HOUR_MS}).scalar_one()
     if count < limit:
         return count, None
+    return count, _next_free(conn, now, count, limit)
+
+
+def _next_free(conn: Connection, now: int, count: int, limit: int) -> int | None:
+    """When the next slot of a full rolling hour frees (its oldest counted reservation ages out)."""
     oldest = conn.execute(
         select(reservations.c.created_ms)
-        .where(reservations.c.created_ms > since)
+        .where(reservations.c.created_ms > now - HOUR_MS)
         .order_by(reservations.c.created_ms)
         .limit(1)
         .offset(count - limit)
     ).scalar()
-    return count, None if oldest is None else int(oldest) + HOUR_MS
+    return None if oldest is None else int(oldest) + HOUR_MS
 
 
 def hour_start(ms: int) -> int:
@@ -189,15 +239,3 @@ def cooldown_until(conn: Connection, scope: CooldownScope, target: str, now: int
     return None if value is None else int(value)
 
 
-def cooldowns_for(
-    conn: Connection, provider: str, model_key: str, now: int
-) -> tuple[int | None, int | None]:
-    """Latest active cooldown end on the provider and on the model, in one round trip."""
-    found = {
-        str(scope): int(until)
-        for scope, until in conn.execute(
-            _COOLDOWNS_FOR, {"now": now, "provider": provider, "model_key": model_key}
-        )
-        if until is not None
-    }
-    return found.get(CooldownScope.PROVIDER.value), found.get(CooldownScope.MODEL.value)

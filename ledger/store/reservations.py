@@ -12,7 +12,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Row, RowMapping, bindparam, delete, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Row,
+    RowMapping,
+    Select,
+    bindparam,
+    delete,
+    exists,
+    func,
+    insert,
+    select,
+    update,
+)
 
 from ledger import budgets
 from ledger.catalog import Catalog, Model
@@ -42,6 +54,15 @@ reserved (a settle and a reserve of the same queue item, each maybe waiting for 
 # Hot-path statements, built once (construction and cache-key work is most of the Python cost).
 _BY_REQUEST_ID = select(reservations).where(reservations.c.request_id == bindparam("request_id"))
 _BY_ID = select(reservations).where(reservations.c.id == bindparam("b_id"))
+# What settle reads: the row, whether it holds a probe, whether its model has transport strikes
+# to clear on a success (each a statement an ordinary settle then skips).
+_FOR_SETTLE = select(
+    reservations,
+    probes.HOLDS_A_PROBE.label("holds_probe"),
+    exists()
+    .where(transport_strikes.c.model_key == reservations.c.model_key)
+    .label("has_strikes"),
+).where(reservations.c.id == bindparam("b_id"))
 _SOURCE_EXISTS = select(sources.c.id).where(sources.c.id == bindparam("b_id"))
 _INSERT_SOURCE = insert(sources)
 _INSERT_RESERVATION = insert(reservations)
@@ -176,12 +197,22 @@ class _Role:
     after_id: int | None = None  # set when this is the permitted immediate follow-up
 
 
-def _reservation(conn: Connection, reservation_id: int) -> Row[Any] | None:
+def _reservation(
+    conn: Connection, reservation_id: int, query: Select[Any] = _BY_ID
+) -> Row[Any] | None:
     """The reservation row with this id, or None; an id no row of this backend can have (past
     PostgreSQL's 32-bit or SQLite's 64-bit id column) is None too, never a database error."""
     if not dialects.can_be_row_id(conn, reservation_id):
         return None
-    return conn.execute(_BY_ID, {"b_id": reservation_id}).first()
+    return conn.execute(query, {"b_id": reservation_id}).first()
+
+
+def _held(conn: Connection, row: Row[Any]) -> dict[tuple[CooldownScope, str], int]:
+    """The targets a settling reservation is the probe of (none read unless it holds one)."""
+    r = row._mapping
+    if not r["holds_probe"]:
+        return {}
+    return probes.held_by(conn, int(r["id"]), int(r["deadline_ms"]))
 
 
 def _permitted_follow_up(
@@ -289,20 +320,19 @@ def reserve(
     new_source = source is None
     if source is None:  # created on first use, but only with a grant (a refusal writes nothing)
         source = budgets.SourceBudget(SourceState.QUEUED, None, 0, frozenset(), 0)
-    hourly, hourly_free = reads.hourly_usage(conn, now, policy.calls_per_hour)
+    shared = reads.shared_state(conn, now, policy.calls_per_hour, model.provider, model.key)
     daily = 0
     if policy.daily_estimated_usd is not None:
         daily = reads.daily_cost(conn, now)
-    provider_until, model_until = reads.cooldowns_for(conn, model.provider, model.key, now)
-    gate = probes.gate(conn, model.provider, model.key, now)
+    gate = shared.gate
     state = budgets.BudgetState(
         now_ms=now,
-        hourly_count=hourly,
-        hourly_next_free_ms=hourly_free,
+        hourly_count=shared.hourly,
+        hourly_next_free_ms=shared.hourly_next_free_ms,
         daily_cost_micro=daily,
         source=source,
-        provider_cooldown_until=provider_until,
-        model_cooldown_until=model_until,
+        provider_cooldown_until=shared.provider_until,
+        model_cooldown_until=shared.model_until,
         probe_held_until=gate.held_until,
     )
     estimate = budgets.estimate_micro(model, request.input_bytes, policy.reply_tokens)
@@ -331,7 +361,8 @@ def reserve(
         return verdict
     if new_source:
         insert_source(conn, request.source_id, now)
-    expire_open(conn, now)
+    if shared.overdue:
+        expire_open(conn, now)
     role = recorded.role
     new_id = conn.execute(
         _INSERT_RESERVATION,
@@ -362,7 +393,8 @@ def reserve(
             _INSERT_SOURCE_MODEL,
             {"source_id": request.source_id, "model_key": model.key, "first_ms": now},
         )
-    conn.execute(_TOUCH_SOURCE, {"b_id": request.source_id, "b_now": now})
+    if not new_source:  # a new one was inserted checked now
+        conn.execute(_TOUCH_SOURCE, {"b_id": request.source_id, "b_now": now})
     return Reservation(
         id=int(new_id[0]),
         source=request.source_id,
@@ -391,7 +423,7 @@ def settle(
     `overran`: the caller saw the deadline pass on its own clock (the call's elapsed time from
     the reservation, R-HTTP-3); the attempt is then `late` even if ledger time says otherwise.
     """
-    row = _reservation(conn, reservation_id)
+    row = _reservation(conn, reservation_id, _FOR_SETTLE)
     if row is None:
         raise NotFoundError("unknown reservation")
     if row.status not in reads.OPEN_LIKE:
@@ -406,7 +438,7 @@ def settle(
     if isinstance(outcome, Success):
         return _settle_success(conn, now, row, model, outcome, late, base)
     if isinstance(outcome, Cancelled):
-        held = probes.held_by(conn, reservation_id, int(row.deadline_ms))
+        held = _held(conn, row)
         probe_actions = probes.settle_probes(conn, now, held, FailureKind.CANCELLED, ())
         conn.execute(
             update(reservations)
@@ -475,8 +507,9 @@ def _settle_success(
     )
     _cost_changed(conn, row, cost)
     actions: list[str] = []
-    conn.execute(_CLEAR_STRIKES, {"model_key": r["model_key"]})
-    held = probes.held_by(conn, int(r["id"]), int(r["deadline_ms"]))
+    if r["has_strikes"]:
+        conn.execute(_CLEAR_STRIKES, {"model_key": r["model_key"]})
+    held = _held(conn, row)
     actions += probes.settle_probes(conn, now, held, None, ())
     health.record(conn, now, str(r["provider"]), str(r["model_key"]), None)
     if late:
@@ -549,7 +582,7 @@ def _settle_failure(
         )
         if (until := reads.cooldown_until(conn, scope, target, now)) is not None
     }
-    held = probes.held_by(conn, int(r["id"]), int(r["deadline_ms"]))
+    held = _held(conn, row)
     decision: Decision = decide(
         FailureContext(
             classification=cls,
