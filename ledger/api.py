@@ -210,6 +210,10 @@ class Ledger:
     def write_steps(self, steps: Sequence[Step[Any]]) -> list[Answered[Any]]:
         """Steps from `reserve_step`/`settle_step`, in this order, in one write transaction,
         each checked as if it ran alone; every answer only after the commit (R-SRV-3)."""
+        if not isinstance(steps, list | tuple) or not all(isinstance(s, Step) for s in steps):
+            raise UsageError("steps must be a list of steps from reserve_step or settle_step")
+        if not steps:
+            return []
         return self.store.write_steps(steps)
 
     def evolve(self, source: str, model: str, *, input_bytes: int | None = None) -> Reservation:

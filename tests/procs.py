@@ -7,6 +7,7 @@ Every child opens its own `Ledger` on the shared state directory, exactly like a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import subprocess
@@ -79,17 +80,28 @@ def break_transaction_scope(delay_s: float) -> None:
     """Deliberately violate R-DB-2 in this process: check the hourly count in one transaction,
     sleep, then insert in another (the write transaction trusts the stale count)."""
     original = Store.reserve
-    real_usage = reads.hourly_usage
+    real_state = reads.shared_state
 
     def stale_reserve(self: Store, policy: Any, request: ReserveRequest, fp: str) -> Any:
+        model = request.model
         with self.db.read() as conn:
-            stale = real_usage(conn, self.db.read_now(conn), policy.calls_per_hour)
+            now = self.db.read_now(conn)
+            stale = real_state(conn, now, policy.calls_per_hour, model.provider, model.key)
         time.sleep(delay_s)
-        reads.hourly_usage = lambda conn, now, limit: stale
+
+        def stale_hour(
+            conn: Any, now: int, calls_per_hour: int, provider: str, model_key: str
+        ) -> reads.SharedState:
+            fresh = real_state(conn, now, calls_per_hour, provider, model_key)
+            return dataclasses.replace(
+                fresh, hourly=stale.hourly, hourly_next_free_ms=stale.hourly_next_free_ms
+            )
+
+        reads.shared_state = stale_hour
         try:
             return original(self, policy, request, fp)
         finally:
-            reads.hourly_usage = real_usage
+            reads.shared_state = real_state
 
     setattr(Store, "reserve", stale_reserve)  # noqa: B010 - patching a method on purpose
 

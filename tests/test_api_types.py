@@ -172,6 +172,12 @@ VALID: dict[str, dict[str, Any]] = {
                 "request_id": None, "override": False, "role": AttemptRole.PRIMARY,
                 "fallback_from": None, "after": None},
     "settle": {"reservation_id": None, "outcome": Cancelled(), "overran": False},
+    # group commit (the service): the same checks, then the steps in one transaction
+    "reserve_step": {"source": "s9", "model": "alpha/small", "input_bytes": 10, "text": None,
+                     "request_id": None, "override": False, "role": AttemptRole.PRIMARY,
+                     "fallback_from": None, "after": None},
+    "settle_step": {"reservation_id": None, "outcome": Cancelled(), "overran": False},
+    "write_steps": {"steps": []},
     "evolve": {"source": "s9", "model": "alpha/small", "input_bytes": 0},
     "select": {"source": "s9", "model": None, "input_bytes": None, "text": None,
                "after_failure": None, "failed_model": None, "tried": frozenset()},
@@ -203,7 +209,7 @@ TYPES: dict[str, tuple[type, ...]] = {
     "role": (AttemptRole, str), "after_failure": (FailureKind, str),
     "outcome": (Success, Failed, Cancelled), "tried": (frozenset, set, list, tuple),
     "worker_id": (str,), "checked_before": (int,), "cover_until_ms": (int,),
-    "unpaused": (bool,), "batch": (int,),
+    "unpaused": (bool,), "batch": (int,), "steps": (list, tuple),
 }
 
 

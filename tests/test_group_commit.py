@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -22,6 +22,20 @@ from ledger.store.batch import Answered, Step
 from tests.backends import BACKENDS, db_url, rows
 
 pytestmark = pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
+
+
+@pytest.fixture
+def committers() -> Iterator[Callable[..., GroupCommit]]:
+    """GroupCommit objects for a test; each is closed after it (its thread ends)."""
+    made: list[GroupCommit] = []
+
+    def make(*args: Any, **kwargs: Any) -> GroupCommit:
+        made.append(GroupCommit(*args, **kwargs))
+        return made[-1]
+
+    yield make
+    for group in made:
+        group.close()
 
 
 def _count(ledger: Ledger, ledger_db: str | None) -> int:
@@ -56,7 +70,7 @@ def test_r_srv_3_steps_are_checked_in_order_as_if_alone(
 
 
 def test_r_srv_3_a_batch_that_fails_writes_nothing_and_answers_every_step(
-    make_ledger: Any, ledger_db: str | None
+    make_ledger: Any, ledger_db: str | None, committers: Callable[..., GroupCommit]
 ) -> None:
     """A step failing in a way that is not the ledger's (here: a bug; in life a database error)
     fails the whole transaction: the reserve before it is not written, every step of the batch
@@ -66,7 +80,7 @@ def test_r_srv_3_a_batch_that_fails_writes_nothing_and_answers_every_step(
     def broken(_conn: Any, _now: int) -> None:
         raise RuntimeError("boom")
 
-    group = GroupCommit(led.write_steps)
+    group = committers(led.write_steps)
     with pytest.raises(RuntimeError):
         led.write_steps([led.reserve_step("a", "alpha/small"), Step(broken)])
     assert _count(led, ledger_db) == 0
@@ -118,7 +132,7 @@ def _queued(
 
 
 def test_r_srv_3_requests_arriving_together_commit_together_in_arrival_order(
-    make_ledger: Any, ledger_db: str | None
+    make_ledger: Any, ledger_db: str | None, committers: Callable[..., GroupCommit]
 ) -> None:
     """Eight reserves for four slots: the first leads a transaction that is held; the seven
     arriving meanwhile wait (none answered before a commit) and are then written in one
@@ -126,7 +140,7 @@ def test_r_srv_3_requests_arriving_together_commit_together_in_arrival_order(
     led: Ledger = make_ledger(callsPerHour=4)
     sizes: list[int] = []
     held = _HeldFirstBatch(led.write_steps)
-    group = GroupCommit(held, observe=sizes.append)
+    group = committers(held, observe=sizes.append)
     first = threading.Thread(target=lambda: group.run(led.reserve_step("s0", "alpha/small")))
     first.start()
     assert held.entered.wait(60)
@@ -149,14 +163,14 @@ def test_r_srv_3_requests_arriving_together_commit_together_in_arrival_order(
 
 
 def test_r_srv_3_a_batch_holds_at_most_max_batch_steps(
-    make_ledger: Any, ledger_db: str | None
+    make_ledger: Any, ledger_db: str | None, committers: Callable[..., GroupCommit]
 ) -> None:
     """More steps waiting than one transaction takes: they go in batches of MAX_BATCH, oldest
     first, and every step is answered exactly once."""
     led: Ledger = make_ledger(callsPerHour=10_000)
     sizes: list[int] = []
     held = _HeldFirstBatch(led.write_steps)
-    group = GroupCommit(held, observe=sizes.append)
+    group = committers(held, observe=sizes.append)
     first = threading.Thread(target=lambda: group.run(led.reserve_step("s", "alpha/small")))
     first.start()
     assert held.entered.wait(60)
@@ -176,14 +190,14 @@ def test_r_srv_3_a_batch_holds_at_most_max_batch_steps(
 
 
 def test_r_srv_3_a_request_cancelled_before_its_batch_is_not_written(
-    make_ledger: Any, ledger_db: str | None
+    make_ledger: Any, ledger_db: str | None, committers: Callable[..., GroupCommit]
 ) -> None:
     """The service stops past its grace while a reserve waits behind a transaction: the
     cancelled request's step is dropped, not written unanswered; one awaited alongside it is
     written and answered once its transaction commits."""
     led: Ledger = make_ledger()
     held = _HeldFirstBatch(led.write_steps)
-    group = GroupCommit(held)
+    group = committers(held)
     first = threading.Thread(target=lambda: group.run(led.reserve_step("first", "alpha/small")))
     first.start()
     assert held.entered.wait(60)
