@@ -107,6 +107,19 @@ class _HeldFirstBatch:
         return self.write(steps)
 
 
+def _held_first(
+    committers: Callable[..., GroupCommit], led: Ledger, source: str, sizes: list[int]
+) -> tuple[GroupCommit, _HeldFirstBatch, threading.Thread]:
+    """A committer whose first batch (one reserve of `source`, from a thread) is being written
+    and held there until `held.release` is set; batch sizes are appended to `sizes`."""
+    held = _HeldFirstBatch(led.write_steps)
+    group = committers(held, observe=sizes.append)
+    first = threading.Thread(target=lambda: group.run(led.reserve_step(source, "alpha/small")))
+    first.start()
+    assert held.entered.wait(60)
+    return group, held, first
+
+
 def _queued(
     group: GroupCommit, steps: list[Step[Reservation]]
 ) -> tuple[list[threading.Thread], dict[int, Any]]:
@@ -139,11 +152,7 @@ def test_r_srv_3_requests_arriving_together_commit_together_in_arrival_order(
     transaction, in arrival order: exactly the first four arrivals are granted."""
     led: Ledger = make_ledger(callsPerHour=4)
     sizes: list[int] = []
-    held = _HeldFirstBatch(led.write_steps)
-    group = committers(held, observe=sizes.append)
-    first = threading.Thread(target=lambda: group.run(led.reserve_step("s0", "alpha/small")))
-    first.start()
-    assert held.entered.wait(60)
+    group, held, first = _held_first(committers, led, "s0", sizes)
     threads, answers = _queued(
         group, [led.reserve_step(f"s{i}", "alpha/small") for i in range(1, 8)]
     )
@@ -169,11 +178,7 @@ def test_r_srv_3_a_batch_holds_at_most_max_batch_steps(
     first, and every step is answered exactly once."""
     led: Ledger = make_ledger(callsPerHour=10_000)
     sizes: list[int] = []
-    held = _HeldFirstBatch(led.write_steps)
-    group = committers(held, observe=sizes.append)
-    first = threading.Thread(target=lambda: group.run(led.reserve_step("s", "alpha/small")))
-    first.start()
-    assert held.entered.wait(60)
+    group, held, first = _held_first(committers, led, "s", sizes)
     count = MAX_BATCH + 6
     threads, answers = _queued(
         group, [led.reserve_step(f"q{i}", "alpha/small") for i in range(count)]
@@ -196,11 +201,7 @@ def test_r_srv_3_a_request_cancelled_before_its_batch_is_not_written(
     cancelled request's step is dropped, not written unanswered; one awaited alongside it is
     written and answered once its transaction commits."""
     led: Ledger = make_ledger()
-    held = _HeldFirstBatch(led.write_steps)
-    group = committers(held)
-    first = threading.Thread(target=lambda: group.run(led.reserve_step("first", "alpha/small")))
-    first.start()
-    assert held.entered.wait(60)
+    group, held, first = _held_first(committers, led, "first", [])
 
     async def cancel_one() -> Reservation:
         dropped = asyncio.ensure_future(group.submit(led.reserve_step("dropped", "alpha/small")))
