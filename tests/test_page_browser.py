@@ -260,6 +260,29 @@ def test_r_srv_8_served_page_refreshes_in_place_keeping_scroll(
         ledger_cli(demo.home, "cooldown", "clear", "bolt")
 
 
+def test_r_srv_8_keyboard_focus_survives_a_refresh(demo: Demo, browser: Any) -> None:
+    """A keyboard user on the cooldowns table keeps their place when the page refreshes in
+    place (was: focus fell back to the document body at every refresh)."""
+    with page_server(demo.home) as url:
+        w = open_page(browser, url, width=1280, height=800, clock_ms=1_900_000_000_000)
+        page = w.page
+        page.focus("#cooldowns .scroll")
+        note = page.locator("#refresh-note").inner_text()
+        page.clock.run_for(6_000)  # the refresh interval passes: one fetch of the page
+        page.wait_for_function(
+            "(before) => document.getElementById('refresh-note').textContent !== before",
+            arg=note,
+        )
+        assert page.locator("#refresh-note").inner_text().startswith("refreshed")
+        focused = page.evaluate(
+            "() => [document.activeElement.closest('section') &&"
+            " document.activeElement.closest('section').id,"
+            " document.activeElement.classList.contains('scroll')]"
+        )
+        assert focused == ["cooldowns", True]
+        assert w.problems == []
+
+
 @pytest.mark.parametrize(("width", "height"), [(1280, 800), (390, 844)])
 def test_r_srv_8_screenshots_are_not_blank(
     demo: Demo, browser: Any, tmp_path: Path, width: int, height: int

@@ -60,6 +60,7 @@
         var main = fresh.getElementById("status");
         if (!main) { throw new Error("no status in the page"); }
         var x = window.scrollX, y = window.scrollY;
+        var focus = focusedPlace();
         var open = {};
         var details = document.querySelectorAll("section[id] details");
         for (var i = 0; i < details.length; i++) { open[details[i].closest("section").id] = details[i].open; }
@@ -73,9 +74,33 @@
         localTimes(document);
         tick();
         window.scrollTo(x, y);
+        restoreFocus(focus);
         note("refreshed " + fmt.format(new Date()));
       })
       .catch(function () { note("refresh failed; showing the last page"); });
+  }
+
+  // keyboard focus survives a refresh: the same focusable place in the same section
+  var FOCUSABLE = "summary, [tabindex], a[href], button";
+
+  function focusedPlace() {
+    var active = document.activeElement;
+    var status = document.getElementById("status");
+    if (!active || !status || active === status || !status.contains(active)) { return null; }
+    var section = active.closest("section[id]");
+    var root = section || status;
+    var index = Array.prototype.indexOf.call(root.querySelectorAll(FOCUSABLE), active);
+    return index < 0 ? null : { section: section ? section.id : null, index: index,
+                                scrollLeft: active.scrollLeft };
+  }
+
+  function restoreFocus(place) {
+    if (!place) { return; }
+    var root = place.section ? document.getElementById(place.section) : document.getElementById("status");
+    var target = root ? root.querySelectorAll(FOCUSABLE)[place.index] : null;
+    if (!target) { return; }
+    target.focus({ preventScroll: true });
+    target.scrollLeft = place.scrollLeft;
   }
 
   function note(text) {
