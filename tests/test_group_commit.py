@@ -217,3 +217,30 @@ def test_r_srv_3_a_request_cancelled_before_its_batch_is_not_written(
     url = db_url(led.state.path, ledger_db)
     assert sorted(r[0] for r in rows(url, "SELECT source_id FROM reservations")) == [
         "first", "kept"]
+
+
+def test_r_srv_3_the_committer_survives_a_broken_answer(
+    make_ledger: Any, ledger_db: str | None, committers: Callable[..., GroupCommit]
+) -> None:
+    """A writer that answers wrongly (here: one answer short; in life a bug) fails that batch's
+    requests with its error instead of killing the committer thread, so later requests are still
+    served (was: the thread died and every later request waited for ever)."""
+    led: Ledger = make_ledger()
+    broken = [True]
+
+    def one_short(steps: Sequence[Step[Any]]) -> list[Answered[Any]]:
+        answers = led.write_steps(steps)
+        if broken:
+            broken.pop()
+            return answers[:-1]
+        return answers
+
+    group = committers(one_short)
+
+    def answer(source: str) -> Reservation:
+        step = led.reserve_step(source, "alpha/small")
+        return asyncio.run(asyncio.wait_for(group.submit(step), 30))
+
+    with pytest.raises(ValueError, match="zip"):
+        answer("a")
+    assert answer("b").source == "b"

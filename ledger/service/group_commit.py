@@ -91,7 +91,12 @@ class GroupCommit:
                     return
                 batch = self._pending[:MAX_BATCH]  # oldest first
                 del self._pending[:MAX_BATCH]
-            self._commit(batch)
+            try:
+                self._commit(batch)
+            except BaseException as error:  # never leave a request waiting on a dead thread
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(error)
 
     def _commit(self, taken: list[tuple[Step[Any], Future[Any]]]) -> None:
         batch = [(step, future) for step, future in taken if future.set_running_or_notify_cancel()]
