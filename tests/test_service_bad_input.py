@@ -231,11 +231,19 @@ def _raw(served: Served) -> socket.socket:
 
 
 def _read_answer(sock: socket.socket) -> bytes:
+    """Everything the service sent until it closed. A service that closes while the client is
+    still sending resets the connection after its answer (the client's unread bytes): the answer
+    read before the reset is the answer."""
     sock.settimeout(60)
     data = b""
-    while chunk := sock.recv(65536):
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            return data
+        if not chunk:
+            return data
         data += chunk
-    return data
 
 
 def _json_408(answer: bytes) -> None:
