@@ -49,6 +49,7 @@ def create_app(
     app.state.metrics = ops.RequestMetrics()
     app.state.group = GroupCommit(ledger.write_steps, observe=app.state.metrics.batch.observe)
     app.state.metrics.waiting.set_function(app.state.group.pending)
+    app.state.metrics.in_progress.set_function(app.state.group.in_progress)
     for router in (calls.router, admin.router, queue_routes.router, ops.router, page_routes.router):
         app.include_router(router)
     install(app)

@@ -42,6 +42,7 @@ class GroupCommit:
         self._pending: list[tuple[Step[Any], Future[Any]]] = []
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._writing = 0  # steps in the transaction being written
 
     async def submit(self, step: Step[T]) -> T:
         """The step's answer, awaited on the event loop, once its transaction has committed.
@@ -55,9 +56,14 @@ class GroupCommit:
         return self._queue(step).result()  # type: ignore[no-any-return]
 
     def pending(self) -> int:
-        """Steps waiting for a transaction (for the metrics and tests)."""
+        """Steps queued behind the transaction being written (for the metrics and tests)."""
         with self._cv:
             return len(self._pending)
+
+    def in_progress(self) -> int:
+        """Steps in the transaction being written, 0 when none is (for the metrics and tests)."""
+        with self._cv:
+            return self._writing
 
     def close(self) -> None:
         """Write what is queued, then stop the committer thread."""
@@ -91,12 +97,16 @@ class GroupCommit:
                     return
                 batch = self._pending[:MAX_BATCH]  # oldest first
                 del self._pending[:MAX_BATCH]
+                self._writing = len(batch)
             try:
                 self._commit(batch)
             except BaseException as error:  # never leave a request waiting on a dead thread
                 for _, future in batch:
                     if not future.done():
                         future.set_exception(error)
+            finally:
+                with self._cv:
+                    self._writing = 0
 
     def _commit(self, taken: list[tuple[Step[Any], Future[Any]]]) -> None:
         batch = [(step, future) for step, future in taken if future.set_running_or_notify_cancel()]

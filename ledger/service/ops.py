@@ -62,6 +62,11 @@ class RequestMetrics:
             "Reserves and settles waiting for the write transaction in progress to end.",
             registry=self.registry,
         )
+        self.in_progress = Gauge(
+            "ledger_commit_in_progress",
+            "Reserves and settles in the write transaction in progress (0: none).",
+            registry=self.registry,
+        )
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         """Count one answered request."""
