@@ -53,8 +53,6 @@ RULE_ORDER: tuple[ExclusionReason, ...] = (
     R.UNKNOWN_PRICE,  # R-RES-2, only under dailyEstimatedUsd
 )
 
-_COOLDOWN_REASONS = frozenset({R.PROVIDER_COOLDOWN, R.MODEL_COOLDOWN})
-
 
 class ActiveCooldown(Protocol):
     """What selection reads of a cooldown (`CooldownView`, or the store's own row type)."""

@@ -19,6 +19,8 @@ from click.testing import CliRunner, Result
 from ledger.api import Ledger
 from ledger.cli.main import cli
 from ledger.db_target import NoLedgerError
+from ledger.errors import NotFoundError
+from ledger.records import Cancelled
 from ledger.store.views import source_rows
 from tests.conftest import TEST_CATALOG
 
@@ -230,3 +232,18 @@ def test_issue25_item3_first_writers_at_once_create_one_ledger(tmp_path: Path) -
     assert [code for code, _ in errors] == [0] * 8, errors
     listed = json.loads(invoke(home, "source", "list", "--json").stdout)["sources"]
     assert sorted(s["id"] for s in listed) == [f"s{i}" for i in range(8)]
+
+
+def test_r_srv_3_steps_on_a_ledger_with_no_database_yet(tmp_path: Path) -> None:
+    """Group-committed steps on a lazily opened ledger behave like the calls they stand for:
+    a step that records nothing (an unknown reservation) creates nothing; a reserve creates
+    the database and is granted."""
+    home = home_with_catalog(tmp_path)
+    led = Ledger.open(home, env={}, lazy=True)
+    answers = led.write_steps([led.settle_step(7, Cancelled())])
+    assert isinstance(answers[0].error, NotFoundError)
+    assert tree(tmp_path) == ["h", "h/catalog.json"]
+    [granted] = led.write_steps([led.reserve_step("s1", "alpha/small")])
+    assert granted.get().source == "s1"
+    assert (home / "ledger.db").exists()
+    led.close()

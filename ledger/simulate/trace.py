@@ -19,9 +19,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from ledger.clock import iso
 from ledger.store.history import History
 
-TRACE_FORMAT = "ledger-trace"
-TRACE_VERSION = 1
-
 _WORD = r"^[a-z0-9_.-]{1,64}$"
 _MODEL_KEY = r"^[^/\s]{1,100}/[^\s]{1,200}$"
 NonNegative = Annotated[int, Field(ge=0, le=10**13)]

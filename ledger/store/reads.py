@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, ScalarSelect, bindparam, case, exists, func, select
+from sqlalchemy import Connection, Select, bindparam, case, exists, func, select
 
 from ledger.budgets import DAY_MS, HOUR_MS, DailyWindow, SourceBudget
 from ledger.kinds import CooldownScope, SourceState
@@ -76,31 +76,25 @@ _SOURCE_BUDGET = (
 _SOURCE_MODELS = select(source_models.c.model_key).where(
     source_models.c.source_id == bindparam("source_id")
 )
-_COOLDOWN_UNTIL = select(func.max(cooldowns.c.until_ms)).where(
-    cooldowns.c.scope == bindparam("scope"),
-    cooldowns.c.target == bindparam("target"),
-    cooldowns.c.until_ms > bindparam("now"),
-)
-
-
-def _cooling_until(scope: CooldownScope, target: str) -> ScalarSelect[Any]:
-    return (
-        select(func.max(cooldowns.c.until_ms))
-        .where(
-            cooldowns.c.scope == scope.value,
-            cooldowns.c.target == bindparam(target),
-            cooldowns.c.until_ms > bindparam("now"),
-        )
-        .scalar_subquery()
+def _latest_cooldown(scope: Any, target: Any) -> Select[Any]:
+    """The latest end of an active cooldown on a target (NULL when none): `scope` and `target`
+    are values or bind parameters, `now` a bind parameter."""
+    return select(func.max(cooldowns.c.until_ms)).where(
+        cooldowns.c.scope == scope,
+        cooldowns.c.target == target,
+        cooldowns.c.until_ms > bindparam("now"),
     )
+
+
+_COOLDOWN_UNTIL = _latest_cooldown(bindparam("scope"), bindparam("target"))
 
 
 # What reserve reads of the shared state in one round trip: the rolling hour's count, the latest
 # active cooldown end on the model's provider and on the model, and their recovery probes.
 _SHARED_STATE = select(
     _HOURLY_COUNT.scalar_subquery(),
-    _cooling_until(CooldownScope.PROVIDER, "provider"),
-    _cooling_until(CooldownScope.MODEL, "model_key"),
+    _latest_cooldown(CooldownScope.PROVIDER.value, bindparam("provider")).scalar_subquery(),
+    _latest_cooldown(CooldownScope.MODEL.value, bindparam("model_key")).scalar_subquery(),
     probes.probe_mark(CooldownScope.PROVIDER, "provider"),
     probes.probe_mark(CooldownScope.MODEL, "model_key"),
     exists()

@@ -63,7 +63,6 @@ _FOR_SETTLE = select(
     .where(transport_strikes.c.model_key == reservations.c.model_key)
     .label("has_strikes"),
 ).where(reservations.c.id == bindparam("b_id"))
-_SOURCE_EXISTS = select(sources.c.id).where(sources.c.id == bindparam("b_id"))
 _INSERT_SOURCE = insert(sources)
 _INSERT_RESERVATION = insert(reservations)
 _INSERT_SOURCE_MODEL = insert(source_models)
@@ -108,13 +107,6 @@ class ReserveRequest:
     fallback_from: str | None = None
     # the failed reservation this immediate follow-up (fallback or correction) comes after
     immediate_after: int | None = None
-
-
-def ensure_source(conn: Connection, source_id: str, now: int) -> None:
-    """Create a source on first use (not queued for workers unless enqueued)."""
-    exists = conn.execute(_SOURCE_EXISTS, {"b_id": source_id}).first()
-    if exists is None:
-        insert_source(conn, source_id, now)
 
 
 def insert_source(
