@@ -3,7 +3,9 @@
 - a `LedgerClient` reserve+settle over the unix socket ÷ the in-process `Ledger` cycle (≤ 2.0),
   measured side by side in chunks;
 - a `ledger reserve` + `ledger settle` CLI pair ÷ the same pair through `curl --unix-socket`
-  (≥ 50: what a shell cron job saves by talking to the service);
+  (≥ 50: what a shell cron job saves by talking to the service), with what bounds it: curl's own
+  start-up (`curl --version`, twice a pair) and the service's time for the pair (its own latency
+  histogram: from the request's arrival to its answer, the durable commit included);
 - 8 client processes through one service ÷ one in-process client: total throughput (≥ 0.9) and
   the reserve tail (p99 of the 8 <= 2 x 8 x p50 of the one), rounds interleaved.
 
@@ -14,12 +16,16 @@ side's ledger is fresh, migrated and uses the bench policy and catalog.
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import httpx
 
 from bench.common import (
     Row,
@@ -38,7 +44,7 @@ from bench.common import (
 from bench.common import bench_policy as policy_of_bench
 from bench.contention import percentile, run_round
 from ledger.client import LedgerClient
-from tests.serving import running
+from tests.serving import Served, running
 
 CLIENT_TARGET = 2.0
 CLI_TARGET = 50.0
@@ -98,31 +104,63 @@ def _curl_pair(curl: str, socket: Path, i: int) -> None:
                    check=True, timeout=120)
 
 
-def _cli_rows(settings: Settings, home: Path, socket: Path) -> list[Row]:
+_SERVED = re.compile(
+    r"^ledger_http_request_duration_seconds_sum"
+    r'\{method="POST",route="/v1/(?:reserve|settle)"\} (\S+)$',
+    re.MULTILINE,
+)
+
+
+def _served_s(client: httpx.Client) -> float:
+    """Seconds the service has spent answering reserves and settles so far (its histogram)."""
+    text = client.get("/metrics").text
+    return sum(float(m.group(1)) for m in _SERVED.finditer(text))
+
+
+def _curl_start_s(curl: str) -> float:
+    t0 = time.perf_counter()
+    subprocess.run([curl, "--version"], capture_output=True, check=True, timeout=120)
+    return time.perf_counter() - t0
+
+
+def _cli_rows(settings: Settings, home: Path, served: Served) -> list[Row]:
+    socket = served.socket
     curl = shutil.which("curl")
     if curl is None:
         return [Row("service: CLI pair / curl pair", "skipped", "", note="no curl on PATH")]
     pairs = 1 if settings.quick else 3
     cli_s: list[float] = []
     curl_s: list[float] = []
+    served_s: list[float] = []
+    start_s: list[float] = []
     n = 0
-    for _ in range(settings.runs):
-        t0 = time.perf_counter()
-        for _ in range(pairs):
-            _cli_pair(home, n)
-            n += 1
-        cli_s.append((time.perf_counter() - t0) / pairs)
-        t0 = time.perf_counter()
-        for _ in range(pairs):
-            _curl_pair(curl, socket, n)
-            n += 1
-        curl_s.append((time.perf_counter() - t0) / pairs)
+    with served.client() as metrics:
+        for _ in range(settings.runs):
+            t0 = time.perf_counter()
+            for _ in range(pairs):
+                _cli_pair(home, n)
+                n += 1
+            cli_s.append((time.perf_counter() - t0) / pairs)
+            before = _served_s(metrics)
+            t0 = time.perf_counter()
+            for _ in range(pairs):
+                _curl_pair(curl, socket, n)
+                n += 1
+            curl_s.append((time.perf_counter() - t0) / pairs)
+            served_s.append((_served_s(metrics) - before) / pairs)
+            start_s.append(statistics.median(_curl_start_s(curl) for _ in range(pairs)))
     ratio = Stats.of([c / u for c, u in zip(cli_s, curl_s, strict=True)])
+    ceiling = Stats.of([c / (2 * s) for c, s in zip(cli_s, start_s, strict=True)])
     return [
         time_row("service: ledger reserve + settle CLI pair", Stats.of(cli_s)),
         time_row("service: the same pair through curl --unix-socket", Stats.of(curl_s)),
+        time_row("service: of which the service's own time (arrival to answer, x2)",
+                 Stats.of(served_s)),
+        time_row("service: curl start-up alone (curl --version, once)", Stats.of(start_s)),
         ratio_row("service: CLI pair / curl pair", ratio, f">= {CLI_TARGET:.0f}",
                   ratio.median >= CLI_TARGET),
+        ratio_row("service: CLI pair / 2 curl start-ups (ceiling: an instant service)", ceiling,
+                  "", None),
     ]
 
 
@@ -161,6 +199,6 @@ def run(root: Path, settings: Settings) -> list[Row]:
         open_ledger(home).close()  # migrated before the service starts
         with running(home) as served:
             rows = _client_rows(root, settings, served.socket)
-            rows += _cli_rows(settings, home, served.socket)
+            rows += _cli_rows(settings, home, served)
             rows += _fleet_rows(root, settings, served.socket)
     return rows
