@@ -332,6 +332,13 @@ class Ledger:
         _check_lease(source, worker_id)
         return store_queue.release(self.db, source, worker_id)
 
+    def release_spent(self, source: str, worker_id: str) -> str | None:
+        """Give a lease back after a `source_calls` / `source_time` refusal: a source that has used
+        that cap is paused with it as the reason (returned) instead of queued again; otherwise
+        (not spent after all, or the lease was lost) as `release`, returning None."""
+        _check_lease(source, worker_id)
+        return store_queue.release_spent(self.db, source, worker_id, self.policy)
+
     def defer_owed_fallback(self, source: str, worker_id: str) -> int | None:
         """No alternate for an owed fallback: the generic backoff; the new retry time."""
         _check_lease(source, worker_id)

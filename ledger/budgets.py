@@ -170,6 +170,19 @@ def usd_to_micro(usd: float) -> int:
     return math.ceil(Decimal(str(usd)) * 1_000_000)
 
 
+SPENT_REASONS = frozenset({RefusalReason.SOURCE_CALLS, RefusalReason.SOURCE_TIME})
+"""Refusals that leave a source nothing to do but wait for an operator (its counters only grow)."""
+
+
+def spent_reason(policy: Policy, src: SourceBudget) -> RefusalReason | None:
+    """`source_calls` / `source_time` when the source has used that cap (R-RES-6, R-RES-8)."""
+    if src.calls >= policy.source_calls:
+        return RefusalReason.SOURCE_CALLS
+    if src.time_used_ms >= policy.source_time_ms:
+        return RefusalReason.SOURCE_TIME
+    return None
+
+
 def check(
     state: BudgetState,
     policy: Policy,

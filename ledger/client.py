@@ -372,6 +372,12 @@ class LedgerClient:
         body = {"source": source, "worker_id": worker_id}
         return bool(self._call("POST", "/v1/queue/release", body)["held"])
 
+    def release_spent(self, source: str, worker_id: str) -> str | None:
+        """Give a lease back, pausing a spent source (as `Ledger.release_spent`)."""
+        body = {"source": source, "worker_id": worker_id}
+        paused = self._call("POST", "/v1/queue/release-spent", body)["paused"]
+        return None if paused is None else str(paused)
+
     def defer_owed_fallback(self, source: str, worker_id: str) -> int | None:
         """The generic backoff for an owed fallback with no alternate (as `Ledger`'s)."""
         body = {"source": source, "worker_id": worker_id}

@@ -29,6 +29,10 @@ GLOBAL_REFUSALS = frozenset(
     }
 )
 """Refusals that hold for every source alike: a drain pass stops claiming when it meets one."""
+SPENT_REFUSALS = frozenset(
+    {RefusalReason.SOURCE_CALLS.value, RefusalReason.SOURCE_TIME.value}
+)
+"""Refusals of a source that used a cap of its own: it is paused with the reason on release."""
 
 
 @dataclass(frozen=True)

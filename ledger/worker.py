@@ -61,7 +61,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any, TypeVar
 
@@ -75,6 +75,7 @@ from ledger.providers.base import CallRequest, Message, ProviderResponse
 from ledger.providers.registry import adapter_for
 from ledger.queue import (
     GLOBAL_REFUSALS,
+    SPENT_REFUSALS,
     AttemptReport,
     DrainSummary,
     HandlerResult,
@@ -476,15 +477,26 @@ def run_item(
     """One queue item over a claimed source (R-POL-4); the lease is always released after.
 
     A finished source needs no release: `finish` cleared the lease in the same transaction that
-    marked it done (a release there would match nothing and only cost a write transaction).
+    marked it done (a release there would match nothing and only cost a write transaction). A
+    source refused because it used its `sourceCalls` or `sourceTimeMs` is paused with that reason
+    as it is released (`release_spent`), so a spent source stops being claimed at every pass.
     """
     report: ItemReport | None = None
     try:
         report = _run_item(ledger, claim, handler, stopper or Stopper())
-        return report
     finally:
-        if report is None or report.outcome is not ItemOutcome.DONE:
+        if report is None:  # the item raised: the lease goes back all the same
             ledger.release(claim.source_id, claim.worker_id)
+    if report.outcome is ItemOutcome.DONE:
+        return report
+    if report.outcome is ItemOutcome.REFUSED and report.refusal in SPENT_REFUSALS:
+        # its counters only grow: every later claim would meet the same refusal, so the source
+        # leaves the queue paused with the reason instead of being claimed at every pass
+        if ledger.release_spent(claim.source_id, claim.worker_id) is not None:
+            return replace(report, outcome=ItemOutcome.PAUSED)
+        return report
+    ledger.release(claim.source_id, claim.worker_id)
+    return report
 
 
 def _run_item(

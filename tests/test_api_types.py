@@ -190,6 +190,7 @@ VALID: dict[str, dict[str, Any]] = {
     "renew": {"source": "s1", "worker_id": "w1", "cover_until_ms": 0, "unpaused": False},
     "finish": {"source": "s1", "worker_id": "w1"},
     "release": {"source": "s1", "worker_id": "w1"},
+    "release_spent": {"source": "s1", "worker_id": "w1"},
     "defer_owed_fallback": {"source": "s1", "worker_id": "w1"},
     "commit_failed": {"source": "s1", "worker_id": "w1", "model": "alpha/small"},
     "queue_times": {},

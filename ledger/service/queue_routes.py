@@ -42,6 +42,13 @@ def release(body: LeaseBody, ledger: LedgerDep) -> JSONResponse:
     return JSONResponse({"held": ledger.release(body.source, body.worker_id)})
 
 
+@router.post("/release-spent")
+def release_spent(body: LeaseBody, ledger: LedgerDep) -> JSONResponse:
+    """Give the lease back after a `source_calls` / `source_time` refusal; a source that has used
+    that cap is paused with it (`paused`: the reason, null when released as usual)."""
+    return JSONResponse({"paused": ledger.release_spent(body.source, body.worker_id)})
+
+
 @router.post("/defer")
 def defer(body: LeaseBody, ledger: LedgerDep) -> JSONResponse:
     """No alternate for an owed fallback: the generic backoff; the new retry time."""

@@ -25,11 +25,15 @@ from sqlalchemy import (
     update,
 )
 
+from ledger.budgets import spent_reason
 from ledger.classify import Classification
+from ledger.config import Policy
 from ledger.kinds import AttemptRole, AttemptStatus, FailureKind, SourceState
 from ledger.policy_table import OUTPUT_FAILURE_CAP, FailureContext, backoff_ms, decide
 from ledger.store.engine import Database
+from ledger.store.notices import record_notice
 from ledger.store.pending import rehearsed
+from ledger.store.reads import source_budget
 from ledger.store.reservations import apply_to_source
 from ledger.store.schema import reservations, sources
 
@@ -238,6 +242,17 @@ _RELEASE_LEASED = (
     .where(*_HELD_BY, sources.c.state == _LEASED)
     .values(state=_QUEUED, last_checked_ms=_H_NOW, lease_owner=None, lease_expires_ms=None)
 )
+_PAUSE_SPENT = (
+    update(sources)
+    .where(*_HELD_BY, sources.c.state == _LEASED)
+    .values(
+        state=_PAUSED,
+        pause_reason=bindparam("h_reason"),
+        last_checked_ms=_H_NOW,
+        lease_owner=None,
+        lease_expires_ms=None,
+    )
+)
 _RELEASE_PAUSED = (
     update(sources)
     .where(*_HELD_BY, sources.c.state == _PAUSED)
@@ -295,6 +310,38 @@ def release(db: Database, source_id: str, worker_id: str) -> bool:
             return True
         txn.conn.execute(_RELEASE_PAUSED, held)
         return False
+
+
+def release_spent(db: Database, source_id: str, worker_id: str, policy: Policy) -> str | None:
+    """Give the lease back; a source that has used its `sourceCalls` or `sourceTimeMs` is paused
+    with that reason instead of queued again (one write txn).
+
+    Its counters only grow, so every later claim would be refused the same way: paused, it
+    leaves the queue until an operator raises the cap and resumes it (or finishes it), and the
+    pause is a notice. Returns the pause reason; None when the source was released as usual
+    (not spent after all) or the lease was lost.
+    """
+    with db.write() as txn:
+        held = _held_by(source_id, worker_id, h_now=txn.now)
+        leased = txn.conn.execute(
+            select(sources.c.id).where(*_HELD_BY, sources.c.state == _LEASED), held
+        ).first()
+        budget = source_budget(txn.conn, source_id) if leased is not None else None
+        reason = None if budget is None else spent_reason(policy, budget)
+        if reason is None:
+            if not txn.conn.execute(_RELEASE_LEASED, held).rowcount:
+                txn.conn.execute(_RELEASE_PAUSED, held)
+            return None
+        txn.conn.execute(_PAUSE_SPENT, {**held, "h_reason": reason.value})
+        record_notice(
+            txn.conn,
+            txn.now,
+            "pause",
+            f"pause:{source_id}:{reason.value}",
+            f"source paused: {reason.value}",
+            source_id,
+        )
+        return reason.value
 
 
 def defer_owed_fallback(
