@@ -221,3 +221,12 @@ def test_r_srv_8_stale_policy_writer_stands_out(doc: dict[str, Any]) -> None:
     assert stale.index("STALE") < stale.index("</li>")  # a text label, not colour alone
     assert 'class="stale"' in section
     assert "Stale policy:" not in render_page(doc)
+
+
+def test_r_srv_8_a_spent_source_names_the_cap_to_raise_before_resume(doc: dict[str, Any]) -> None:
+    spent = {**doc["sources"]["list"][0], "id": "spent-one", "pause_reason": "source_calls"}
+    both = {**doc, "sources": {**doc["sources"], "list": [*doc["sources"]["list"], spent]}}
+    html = render_page(both)
+    card = html[html.index("spent-one"):]
+    assert "it used its <code>sourceCalls</code>" in card[: card.index("</li>")]
+    assert html.count("raise it in recovery.json") == 1  # not for the source paused by safety

@@ -91,6 +91,10 @@ def _seconds_between(start: str, end: str | None) -> float:
     return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
 
 
+SPENT_CAPS = {"source_calls": "sourceCalls", "source_time": "sourceTimeMs"}
+"""A source paused for using a cap of its own: the policy key to raise before resuming it."""
+
+
 def resume_command(source_id: str, home: str | None, db_url_given: bool) -> str:
     """The exact command that resumes a paused source (shell-quoted)."""
     prefix = "ledger" if home is None or db_url_given else f"ledger --home {shlex.quote(home)}"
@@ -127,7 +131,11 @@ def view(
     """What the template shows, derived from the document alone."""
     hourly, daily = doc["hourly"], doc["daily"]
     paused = [
-        {**s, "resume": resume_command(s["id"], home, db_url_given)}
+        {
+            **s,
+            "resume": resume_command(s["id"], home, db_url_given),
+            "spent_cap": SPENT_CAPS.get(s.get("pause_reason") or ""),
+        }
         for s in doc["sources"]["list"]
         if s["state"] == "paused"
     ]
