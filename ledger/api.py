@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -217,8 +217,13 @@ class Ledger:
         return self.store.write_steps(steps)
 
     def evolve(self, source: str, model: str, *, input_bytes: int | None = None) -> Reservation:
-        """One explicit override attempt (R-RES-9): never skips the hourly/cost ceilings."""
-        return self.reserve(source, model, input_bytes=input_bytes, override=True)
+        """One explicit override attempt (R-RES-9) on a known source (`NotFoundError` for an
+        unknown one, in the same transaction: a mistyped id creates nothing and spends no call);
+        never skips the hourly/cost ceilings."""
+        request = self._reserve_request(
+            source, model, input_bytes, None, None, True, AttemptRole.PRIMARY, None, None
+        )
+        return self.store.reserve(self.policy, replace(request, existing=True), self.fingerprint)
 
     def select(
         self,

@@ -248,6 +248,8 @@ def test_issue20_item17_wrong_types_never_raise_raw_errors(
     led = make_ledger(callsPerHour=1_000_000, sourceCalls=1_000_000, sourceModels=10)
     if name == "settle":
         args["reservation_id"] = led.reserve(f"fuzz-{next(FRESH)}", "alpha/small").id
+    if name == "evolve":
+        led.add_source("s9")  # an override is for a known source (else `unknown source`)
     args[wrong] = value
     spy = Spy(led)
     usage: UsageError | None = None

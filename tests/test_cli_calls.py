@@ -249,6 +249,24 @@ def test_source_lifecycle(home: Path) -> None:
     assert shown["attempts"][0]["override"] is True
 
 
+def test_r_res_9_source_evolve_on_an_unknown_source_creates_nothing_and_spends_no_call(
+    home: Path,
+) -> None:
+    # on a ledger with no database yet: one line, exit 2, no database file made
+    typo = invoke(home, "source", "evolve", "doc-l", "--model", "beta/mid")
+    assert (typo.exit_code, typo.output) == (2, "ledger: unknown source\n")
+    assert not (home / "ledger.db").exists()
+    assert invoke(home, "source", "add", "doc-1").exit_code == 0
+    typo = invoke(home, "source", "evolve", "doc-l", "--model", "beta/mid", "--json")
+    assert (typo.exit_code, as_json(typo)["error"]["message"]) == (2, "unknown source")
+    conn = sqlite3.connect(home / "ledger.db")
+    try:
+        assert conn.execute("SELECT id FROM sources").fetchall() == [("doc-1",)]
+        assert conn.execute("SELECT count(*) FROM reservations").fetchall() == [(0,)]
+    finally:
+        conn.close()
+
+
 def test_sql_injection_shaped_id_round_trips(home: Path) -> None:
     sid = "x'); DROP TABLE sources;--"
     assert invoke(home, "reserve", sid, "--model", "alpha/small").exit_code == 0

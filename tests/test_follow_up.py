@@ -334,6 +334,7 @@ def test_issue20_item3_r_res_9_a_failed_override_permits_no_follow_up(
 
 def _long_backoff_ahead(led: Ledger, clock: Clock) -> None:
     """s1 with three earlier failures (overrides): its next backoff is 1 h."""
+    led.add_source("s1", "payload")  # an override is for a known source
     for _ in range(3):  # 1, 5, 15 min of backoff
         fail(led, led.evolve("s1", "beta/mid"))
     clock.advance(15 * 60_000 * 2)

@@ -141,6 +141,7 @@ def test_r_pol_9_override_never_takes_the_probe_slot_and_other_failures_are_inco
     led = make_ledger()
     fail(led, "s0", "alpha/small", 401, clock)  # the provider alpha cools 15 min
     clock.advance(15 * MIN)
+    led.add_source("o", "payload")
     led.evolve("o", "alpha/small")  # an explicit override attempt is no probe
     probe = led.reserve("p0", "alpha/big")  # the provider's probe, on any of its models
     assert refusal(led, "p1", "alpha/small") == "probing"

@@ -12,6 +12,7 @@ from ledger.config import Policy
 from ledger.errors import NotFoundError, Refused, UsageError
 from ledger.kinds import AttemptRole, AttemptStatus, CooldownScope
 from ledger.records import Cancelled, Failed, Success
+from tests.backends import BACKENDS, rows
 from tests.conftest import TEST_CATALOG, Clock, LedgerFactory
 
 HOUR = 3_600_000
@@ -386,3 +387,18 @@ def test_issue12_item15_selection_retry_at_waits_for_the_ceiling(
     assert cooling.retry_at_ms == t0 + HOUR + DAY  # not when the cooldowns end
     roomy = make_ledger(dailyEstimatedUsd=1, callsPerHour=100)
     assert roomy.select("s2").retry_at_ms == t0 + 4 * HOUR  # room: the cooldowns decide
+
+
+@pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
+def test_r_res_9_evolve_is_for_a_known_source_a_mistyped_id_writes_nothing(
+    make_ledger: LedgerFactory,
+) -> None:
+    led = make_ledger()
+    led.add_source("doc-1", "payload")
+    with pytest.raises(NotFoundError, match="unknown source"):
+        led.evolve("doc-l", "alpha/small")
+    assert rows(led.state.db_url, "SELECT id FROM sources") == [("doc-1",)]
+    assert rows(led.state.db_url, "SELECT count(*) FROM reservations") == [(0,)]
+    assert led.evolve("doc-1", "alpha/small").role is AttemptRole.OVERRIDE
+    # a plain reserve (and `override=True` in the API) still creates its source on first use
+    assert led.reserve("new", "alpha/small", override=True).role is AttemptRole.OVERRIDE

@@ -172,7 +172,8 @@ source_group.add_command(_state_command("done", "Finish a source: it is never re
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_app
 def evolve(app: AppContext, source_id: str, model: str, input_bytes: int, as_json: bool) -> None:
-    """One explicit override attempt (R-RES-9): skips backoff, cooldowns and source caps."""
+    """One explicit override attempt on a known source (R-RES-9): skips backoff, cooldowns and
+    source caps."""
     res = run(as_json, lambda: app.ledger().evolve(source_id, model, input_bytes=input_bytes))
     if as_json:
         emit_json(res.to_json())

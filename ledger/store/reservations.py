@@ -107,6 +107,9 @@ class ReserveRequest:
     fallback_from: str | None = None
     # the failed reservation this immediate follow-up (fallback or correction) comes after
     immediate_after: int | None = None
+    # the source must exist already (`source evolve`: an override of a known source, never a
+    # new source made by a mistyped id)
+    existing: bool = False
 
 
 def insert_source(
@@ -310,6 +313,8 @@ def reserve(
             return _to_reservation(row, replayed=True)
     source = reads.source_budget(conn, request.source_id)
     new_source = source is None
+    if source is None and request.existing:
+        raise NotFoundError("unknown source")
     if source is None:  # created on first use, but only with a grant (a refusal writes nothing)
         source = budgets.SourceBudget(SourceState.QUEUED, None, 0, frozenset(), 0)
     shared = reads.shared_state(conn, now, policy.calls_per_hour, model.provider, model.key)
