@@ -69,6 +69,14 @@ class BusyError(StoreError):
     """database busy: the write lock was held past the busy timeout; nothing written, retry"""
 
 
+SQLITE_BUSY = (
+    "database busy: SQLite's own lock was held past the busy timeout (by a reader, or by a "
+    "process outside ledger's write lock); nothing written, retry"
+)
+"""The same error when it was SQLite's lock, not ledger's write lock, that did not come free: a
+stuck ledger writer and a `sqlite3` shell (or backup, or long reader) call for different fixes."""
+
+
 class SchemaTooOldError(StoreError):
     """the database schema is older than this ledger; run `ledger db upgrade` (it backs up first)"""
 

@@ -27,6 +27,7 @@ from ledger.catalog import Catalog
 from ledger.cli.main import cli
 from ledger.config import Policy
 from ledger.errors import (
+    SQLITE_BUSY,
     BusyError,
     ReadOnlyError,
     Refused,
@@ -77,16 +78,21 @@ def create(home: Path) -> None:
 
 
 def test_r_db_3_write_lock_held_past_busy_timeout_exits_4(home: Path) -> None:
+    """SQLite's lock held by a process outside ledger's write lock (a raw BEGIN IMMEDIATE): the
+    busy line says it was SQLite's lock, not a ledger writer's turn (tests/test_writelock.py
+    pins that one), so the operator looks for a shell, a backup or a long reader."""
     write_policy(home, busyTimeoutMs=300)
     create(home)
     before = fingerprint(home)
     with write_lock_held(home / "ledger.db"):
         result = invoke(home, "reserve", "s1", "--model", "alpha/small")
         led = Ledger.open(home, env={})
-        with pytest.raises(BusyError):
+        with pytest.raises(BusyError, match="SQLite's own lock"):
             led.reserve("s1", "alpha/small")
     assert result.exit_code == 4
-    one_line(result, BusyError)
+    assert result.stderr.splitlines() == [f"ledger: {SQLITE_BUSY}"]
+    assert BusyError().message != SQLITE_BUSY
+    assert result.stdout == ""
     assert fingerprint(home) == before  # nothing written
     assert led.reserve("s1", "alpha/small").id == 1  # the caller may simply retry
     led.close()

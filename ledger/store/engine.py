@@ -33,6 +33,7 @@ from sqlalchemy import (
 
 from ledger.clock import now_ms
 from ledger.errors import (
+    SQLITE_BUSY,
     BusyError,
     DatabaseUnreachableError,
     LedgerError,
@@ -108,7 +109,7 @@ def translate(error: BaseException) -> LedgerError:
         return backend_error
     text = str(getattr(error, "orig", error)).lower()
     if "locked" in text or "busy" in text:
-        return BusyError()
+        return BusyError(SQLITE_BUSY)
     if "full" in text:
         return StorageFullError()
     if "readonly" in text or "read-only" in text or "unable to open" in text:
