@@ -79,7 +79,8 @@ def run_cmd(
 
     Exit codes: 0 worked or nothing due; 3 every item claimed was refused (budget, cooldown,
     source limits) before any call; 2 bad usage or configuration (e.g. a catalog with no models);
-    4 database busy or unusable.
+    4 database busy or unusable. A source that used its own sourceCalls or sourceTimeMs is paused
+    with that reason (it is not claimed again until resumed).
     """
     if worker_id is not None and not (1 <= len(worker_id) <= 200 and worker_id.isprintable()):
         raise click.BadParameter("must be 1 to 200 printable characters", param_hint="--worker-id")
