@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from ledger.budgets import SPENT_REASONS
 from ledger.classify import (
     Classification,
     classify_exception,
@@ -29,9 +30,7 @@ GLOBAL_REFUSALS = frozenset(
     }
 )
 """Refusals that hold for every source alike: a drain pass stops claiming when it meets one."""
-SPENT_REFUSALS = frozenset(
-    {RefusalReason.SOURCE_CALLS.value, RefusalReason.SOURCE_TIME.value}
-)
+SPENT_REFUSALS = frozenset(reason.value for reason in SPENT_REASONS)
 """Refusals of a source that used a cap of its own: it is paused with the reason on release."""
 
 
