@@ -101,6 +101,7 @@ def test_r_pol_2_cooldown_never_shortens(make_ledger: LedgerFactory, clock: Cloc
     led.store.clear_cooldown(CooldownScope.MODEL, "alpha/small", force=False)  # manual only
     assert cooldowns(led)[("model", "alpha/small")] == until
     # a shorter hint on the same model (a later 429 with Retry-After 300) keeps the longer end
+    led.add_source("s2", "payload")  # an override is for a known source
     res = led.evolve("s2", "alpha/small")
     led.settle(res.id, Failed(classify_http(429, {"retry-after": "300"}, None, clock.ms)))
     assert cooldowns(led)[("model", "alpha/small")] == until
