@@ -340,3 +340,27 @@ def test_r_q_4_sigterm_settles_the_call_cancelled_and_releases_the_lease(
     assert db_rows(home, "SELECT state, lease_owner, failures FROM sources") == [
         ("queued", None, 0)
     ]
+
+
+# --------------------------------------------------------------------------- R-CAT-3
+
+
+def test_r_cat_3_a_listed_model_with_a_credential_still_answers_401_and_the_table_reacts(
+    led: Ledger, standin: StandIn
+) -> None:
+    """Being in the catalog with its credential variable set proves nothing: the selector
+    offers the model, the provider's real 401 over HTTP cools its provider (the `auth` row),
+    and only then does selection exclude it, with the cooldown as the reason."""
+    first = led.select("s")
+    assert first.routes[0] == "p1/m1"
+    assert "p1/m1" not in {e.model for e in first.excluded}
+    standin.set_script("m1", [Scripted(status=401)])
+    report = one_item(led, "s")
+    assert roles(report)[0] == ("p1/m1", "primary", "auth")
+    assert [r.model for r in standin.requests][0] == "m1"  # the call was really made
+    after = led.select("s")
+    assert "p1/m1" not in after.routes
+    reasons = {e.model: e.reason for e in after.excluded}
+    assert reasons["p1/m1"] == "provider_cooldown"
+    cooling = db_rows(led.state.path, "SELECT scope, target FROM cooldowns")
+    assert (CooldownScope.PROVIDER.value, "p1") in cooling
