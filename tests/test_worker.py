@@ -357,7 +357,7 @@ def test_r_cat_3_a_listed_model_with_a_credential_still_answers_401_and_the_tabl
     standin.set_script("m1", [Scripted(status=401)])
     report = one_item(led, "s")
     assert roles(report)[0] == ("p1/m1", "primary", "auth")
-    assert [r.model for r in standin.requests][0] == "m1"  # the call was really made
+    assert standin.requests[0].model == "m1"  # the call was really made
     after = led.select("s")
     assert "p1/m1" not in after.routes
     reasons = {e.model: e.reason for e in after.excluded}
