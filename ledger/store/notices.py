@@ -32,3 +32,10 @@ def record_notice(
         .values(last_ms=now, count=notices.c.count + 1)
     )
     return False
+
+
+def record_pause(conn: Connection, now: int, source_id: str, reason: str) -> None:
+    """The notice that a source was paused, with the reason `ledger status` shows (R-POL-5)."""
+    record_notice(
+        conn, now, "pause", f"pause:{source_id}:{reason}", f"source paused: {reason}", source_id
+    )

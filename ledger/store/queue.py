@@ -31,7 +31,7 @@ from ledger.config import Policy
 from ledger.kinds import AttemptRole, AttemptStatus, FailureKind, SourceState
 from ledger.policy_table import OUTPUT_FAILURE_CAP, FailureContext, backoff_ms, decide
 from ledger.store.engine import Database
-from ledger.store.notices import record_notice
+from ledger.store.notices import record_pause
 from ledger.store.pending import rehearsed
 from ledger.store.reads import source_budget
 from ledger.store.reservations import apply_to_source
@@ -305,11 +305,15 @@ def release(db: Database, source_id: str, worker_id: str) -> bool:
     lease); the retry time is never touched here (R-POL-6).
     """
     with db.write() as txn:
-        held = _held_by(source_id, worker_id, h_now=txn.now)
-        if txn.conn.execute(_RELEASE_LEASED, held).rowcount:
-            return True
-        txn.conn.execute(_RELEASE_PAUSED, held)
-        return False
+        return _release(txn.conn, _held_by(source_id, worker_id, h_now=txn.now))
+
+
+def _release(conn: Connection, held: dict[str, Any]) -> bool:
+    """`release` inside the caller's transaction; True when the source went back to `queued`."""
+    if conn.execute(_RELEASE_LEASED, held).rowcount:
+        return True
+    conn.execute(_RELEASE_PAUSED, held)
+    return False
 
 
 def release_spent(db: Database, source_id: str, worker_id: str, policy: Policy) -> str | None:
@@ -323,25 +327,16 @@ def release_spent(db: Database, source_id: str, worker_id: str, policy: Policy) 
     """
     with db.write() as txn:
         held = _held_by(source_id, worker_id, h_now=txn.now)
-        leased = txn.conn.execute(
-            select(sources.c.id).where(*_HELD_BY, sources.c.state == _LEASED), held
-        ).first()
-        budget = source_budget(txn.conn, source_id) if leased is not None else None
+        budget = source_budget(txn.conn, source_id)
         reason = None if budget is None else spent_reason(policy, budget)
-        if reason is None:
-            if not txn.conn.execute(_RELEASE_LEASED, held).rowcount:
-                txn.conn.execute(_RELEASE_PAUSED, held)
-            return None
-        txn.conn.execute(_PAUSE_SPENT, {**held, "h_reason": reason.value})
-        record_notice(
-            txn.conn,
-            txn.now,
-            "pause",
-            f"pause:{source_id}:{reason.value}",
-            f"source paused: {reason.value}",
-            source_id,
-        )
-        return reason.value
+        # the pause only lands while this worker still holds the source, leased
+        if reason is not None and txn.conn.execute(
+            _PAUSE_SPENT, {**held, "h_reason": reason.value}
+        ).rowcount:
+            record_pause(txn.conn, txn.now, source_id, reason.value)
+            return reason.value
+        _release(txn.conn, held)
+        return None
 
 
 def defer_owed_fallback(

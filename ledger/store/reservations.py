@@ -43,7 +43,7 @@ from ledger.policy_table import Decision, FailureContext, decide
 from ledger.records import Cancelled, Failed, Outcome, Reservation, SettleResult, Success
 from ledger.store import dialects, health, probes, reads
 from ledger.store.cooldowns import upsert_cooldown
-from ledger.store.notices import record_notice
+from ledger.store.notices import record_notice, record_pause
 from ledger.store.schema import cost_hours, reservations, source_models, sources, transport_strikes
 
 STRIKE_WINDOW_MS = 15 * 60_000
@@ -708,12 +708,5 @@ def apply_to_source(
             source_id,
         )
     if pause_reason is not None:
-        record_notice(
-            conn,
-            now,
-            "pause",
-            f"pause:{source_id}:{pause_reason}",
-            f"source paused: {pause_reason}",
-            source_id,
-        )
+        record_pause(conn, now, source_id, pause_reason)
     return pause_reason
