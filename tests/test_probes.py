@@ -189,6 +189,40 @@ def test_r_sel_7_primary_down_backup_serves_probe_succeeds_primary_first_again(
     assert led.select("c").routes == ("alpha/small", "beta/mid")  # the primary is first again
 
 
+def test_r_pol_9_a_cooldown_set_while_a_probe_is_in_flight_ends_in_a_probe_of_its_own(
+    make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    """Issue 29 item 8: calls in flight when the first 429 landed come back as late 429s; the
+    cooldown each sets ends in a probe too, even when an older probe succeeds meanwhile."""
+    led = make_ledger(timeoutMs=120_000)
+    start = clock.ms
+    r0 = led.reserve("r0", "beta/mid")  # in flight
+    fail(led, "r1", "beta/mid", 429, clock)  # the model cools 60 s
+    assert cooling_until(led, "beta/mid") == start + MIN
+    clock.ms = start + 62_000
+    r2 = led.reserve("r2", "beta/mid")  # the cooldown ended: the probe
+    assert refusal(led, "x", "beta/mid") == "probing"
+    clock.ms = start + 63_000
+    led.settle(r0.id, Failed(classify_http(429, {}, None, clock.ms)))  # R0's late 429
+    assert cooling_until(led, "beta/mid") == start + 123_000
+    clock.ms = start + 64_000
+    result = led.settle(r2.id, Success())  # the older probe succeeds
+    assert any("recovery probe succeeded" in a for a in result.actions)
+    assert refusal(led, "x", "beta/mid") == "model_cooldown"
+    clock.ms = start + 124_000
+    outcomes = []
+    for n in range(5):
+        try:
+            outcomes.append(("granted", led.reserve(f"h{n}", "beta/mid").id))
+        except Refused as refused:
+            outcomes.append((refused.reason, 0))
+    assert [kind for kind, _ in outcomes] == ["granted"] + ["probing"] * 4
+    probe = outcomes[0][1]
+    led.settle(probe, Success())  # this probe tests the newer cooldown: probing ends
+    led.reserve("after-1", "beta/mid")
+    led.reserve("after-2", "beta/mid")
+
+
 HERD = 24
 
 

@@ -1,7 +1,9 @@
 """Recovery probes (R-POL-9, R-POL-10): used inside reserve's and settle's write transactions.
 
 Invariant: a target (provider or model) has a `probes` row from the moment a policy or hint
-cooldown is set on it until a probe on it succeeds (or an operator clears its cooldowns). While the
+cooldown is set on it until a probe claimed after that cooldown ended succeeds (or an operator
+clears its cooldowns): every cooldown that ends arms its probe, also one set while an older probe
+was in flight (a late failure of a call sent before the first cooldown). While the
 row names a holder whose deadline has not passed, every other reservation on the target is refused
 `probing`; the check and the claim run in the reserving write transaction, so exactly one probe is
 granted fleet-wide. A holder that never settles frees the target at its deadline.
@@ -26,9 +28,9 @@ from sqlalchemy import (
 )
 
 from ledger.durations import HOUR_MS
-from ledger.kinds import CooldownScope, FailureKind
+from ledger.kinds import CooldownOrigin, CooldownScope, FailureKind
 from ledger.store.notices import record_notice
-from ledger.store.schema import probes, reservations
+from ledger.store.schema import cooldowns, probes, reservations
 
 # Failures that prove the target answered: not provider health, so the probe succeeded.
 ANSWERED = frozenset(
@@ -69,6 +71,17 @@ _IN_FLIGHT = select(probes.c.scope, probes.c.target, probes.c.holder_deadline_ms
     probes.c.holder_id.is_not(None), probes.c.holder_deadline_ms > bindparam("now")
 )
 _ONE = (probes.c.scope == bindparam("b_scope")) & (probes.c.target == bindparam("b_target"))
+# A policy or hint cooldown on the target that ends after the probe was claimed: it was set while
+# the probe was in flight (at the claim every cooldown on the target had ended), so it needs a
+# probe of its own.
+_COOLED_SINCE = select(
+    exists().where(
+        cooldowns.c.scope == bindparam("b_scope"),
+        cooldowns.c.target == bindparam("b_target"),
+        cooldowns.c.origin.in_([CooldownOrigin.POLICY.value, CooldownOrigin.HINT.value]),
+        cooldowns.c.until_ms > bindparam("b_claimed"),
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -131,19 +144,35 @@ def settle_probes(
     held: Mapping[tuple[CooldownScope, str], int],
     kind: FailureKind | None,
     cooled: Iterable[tuple[CooldownScope, str]],
+    claimed_ms: int,
 ) -> list[str]:
-    """Apply a settled probe to the targets it held; returns the actions taken.
+    """Apply a settled probe (reserved at `claimed_ms`) to the targets it held; returns the
+    actions taken.
 
     `kind` None is a success. A success, or a failure that shows the target answered, ends
-    probing and resets the streak; a failure that cooled the target again counts one more
-    failed probe (the cooldown was already doubled by the policy table); anything else
-    (cancelled, a failure of another target) frees the probe slot for the next reservation.
+    probing and resets the streak, unless a cooldown set while the probe was in flight is still
+    to end in a probe of its own: the target then stays armed (R-POL-9); a failure that cooled
+    the target again counts one more failed probe (the cooldown was already doubled by the
+    policy table); anything else (cancelled, a failure of another target) frees the probe slot
+    for the next reservation.
     """
     cooled_now = set(cooled)
     actions: list[str] = []
     for (scope, target), streak in held.items():
         key = {"b_scope": scope.value, "b_target": target}
         if kind is None or kind in ANSWERED:
+            if conn.execute(_COOLED_SINCE, {**key, "b_claimed": claimed_ms}).scalar():
+                conn.execute(
+                    update(probes)
+                    .where(_ONE)
+                    .values(streak=0, holder_id=None, holder_deadline_ms=None),
+                    key,
+                )
+                message = f"recovery probe succeeded on {scope} {target}"
+                actions.append(
+                    _noticed(conn, now, message) + "; a newer cooldown ends in a probe of its own"
+                )
+                continue
             conn.execute(delete(probes).where(_ONE), key)
             actions.append(_noticed(conn, now, f"recovery probe succeeded on {scope} {target}"))
         elif (scope, target) in cooled_now:

@@ -436,7 +436,9 @@ def settle(
         return _settle_success(conn, now, row, model, outcome, late, base)
     if isinstance(outcome, Cancelled):
         held = _held(conn, row)
-        probe_actions = probes.settle_probes(conn, now, held, FailureKind.CANCELLED, ())
+        probe_actions = probes.settle_probes(
+            conn, now, held, FailureKind.CANCELLED, (), claimed_ms=int(row.created_ms)
+        )
         conn.execute(
             update(reservations)
             .where(where)
@@ -507,7 +509,7 @@ def _settle_success(
     if r["has_strikes"]:
         conn.execute(_CLEAR_STRIKES, {"model_key": r["model_key"]})
     held = _held(conn, row)
-    actions += probes.settle_probes(conn, now, held, None, ())
+    actions += probes.settle_probes(conn, now, held, None, (), claimed_ms=int(r["created_ms"]))
     health.record(conn, now, str(r["provider"]), str(r["model_key"]), None)
     if late:
         actions.append("late: usage recorded; the result must not be committed")
@@ -636,7 +638,12 @@ def _settle_failure(
         )
         probes.arm(conn, action.scope, action.target)  # policy and hint cooldowns end in a probe
     actions += probes.settle_probes(
-        conn, now, held, decision.kind, [(a.scope, a.target) for a in decision.cooldowns]
+        conn,
+        now,
+        held,
+        decision.kind,
+        [(a.scope, a.target) for a in decision.cooldowns],
+        claimed_ms=int(r["created_ms"]),
     )
     health.record(conn, now, provider, str(r["model_key"]), decision.kind.value)
     pause_reason = apply_to_source(conn, now, src, decision, str(r["model_key"]))
