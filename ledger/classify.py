@@ -114,10 +114,11 @@ _CODE_PATHS: tuple[tuple[str | int, ...], ...] = (
 class KnownPhrase:
     """R-HTTP-2a: an account state a provider reports only in prose, as one exact phrase.
 
-    It applies to an error response with one of `statuses` whose JSON body has the provider's
-    documented error shape (`shape`: each path carries its exact value) and contains `phrase`
-    (case-insensitive) within the bounded body. The body is searched for this phrase only and
-    then dropped.
+    It applies to an error response with one of `statuses` whose bounded body contains `phrase`
+    (case-insensitive), whatever the body's format; a body that is a JSON object must also have
+    the provider's documented error shape (`shape`: each path carries its exact value), so the
+    same words in another provider's envelope are not this entry. The body is searched for this
+    phrase only and then dropped.
     """
 
     provider: str
@@ -207,16 +208,18 @@ def _known_phrase(status: int, body: bytes | None) -> KnownPhrase | None:
     rules = [p for p in KNOWN_PHRASES if status in p.statuses]
     if not rules or not isinstance(body, bytes | bytearray) or not body:
         return None
-    bounded = bytes(body[:MAX_BODY_BYTES])
+    text = bytes(body[:MAX_BODY_BYTES]).decode("utf-8", errors="replace")
     try:
-        document = json.loads(bounded.decode("utf-8"))
+        document: object = json.loads(text)
     except (ValueError, RecursionError):
-        return None
-    if not isinstance(document, dict):
-        return None
-    text = bounded.decode("utf-8").lower()
+        document = None  # plain text, as relays in front of the provider pass it on
+    text = text.lower()
     for rule in rules:
-        if all(_at(document, path) == value for path, value in rule.shape) and rule.phrase in text:
+        # a JSON object must have the provider's shape; any other body is matched as text
+        shaped = not isinstance(document, dict) or all(
+            _at(document, path) == value for path, value in rule.shape
+        )
+        if shaped and rule.phrase in text:
             return rule
     return None
 

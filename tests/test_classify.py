@@ -517,3 +517,26 @@ def test_issue12_item7_every_http_date_form_is_parsed(value: str) -> None:
 )
 def test_issue12_item7_garbage_dates_stay_ignored(value: str) -> None:
     assert parse_retry_after(value, NOW) is None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"AnthropicException - Your credit balance is too low to access the Anthropic API. "
+        b"Please go to Plans & Billing to upgrade or purchase credits.",
+        b"upstream 400: YOUR CREDIT BALANCE IS TOO LOW \xff\xfe",  # any case, not even UTF-8
+        b'"Your credit balance is too low to access the Anthropic API."',  # a bare JSON string
+    ],
+)
+def test_r_http_2a_credit_balance_phrase_in_a_plain_text_body_is_quota(body: bytes) -> None:
+    """Issue 29 item 20: relays and proxies in front of Anthropic pass its 400 on as text; the
+    phrase is matched within the bounded body whatever the body's format."""
+    got = classify_http(400, {"content-type": "text/plain"}, body, NOW)
+    assert (got.kind, got.subkind) == (K.QUOTA, "credit_balance_too_low")
+    # still bounded, and still only on the entry's status
+    far = b"x" * MAX_BODY_BYTES + body
+    assert classify_http(400, {}, far, NOW).kind is K.REQUEST_REJECTED
+    assert classify_http(404, {}, body, NOW).kind is K.REQUEST_REJECTED
+    assert classify_http(400, {}, b"Bad request: the balance is fine", NOW).kind is (
+        K.REQUEST_REJECTED
+    )
