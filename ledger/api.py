@@ -220,10 +220,23 @@ class Ledger:
         """One explicit override attempt (R-RES-9) on a known source (`NotFoundError` for an
         unknown one, in the same transaction: a mistyped id creates nothing and spends no call);
         never skips the hourly/cost ceilings."""
+        return self.store.reserve(
+            self.policy, self._evolve_request(source, model, input_bytes), self.fingerprint
+        )
+
+    def evolve_step(
+        self, source: str, model: str, *, input_bytes: int | None = None
+    ) -> Step[Reservation]:
+        """`evolve`, its arguments checked now, as a step for `write_steps` (group commit)."""
+        request = self._evolve_request(source, model, input_bytes)
+        return self.store.reserve_step(self.policy, request, self.fingerprint)
+
+    def _evolve_request(self, source: str, model: str, input_bytes: int | None) -> ReserveRequest:
+        """The checked override request of `evolve`: on a source that must exist already."""
         request = self._reserve_request(
             source, model, input_bytes, None, None, True, AttemptRole.PRIMARY, None, None
         )
-        return self.store.reserve(self.policy, replace(request, existing=True), self.fingerprint)
+        return replace(request, existing=True)
 
     def select(
         self,

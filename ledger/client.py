@@ -274,8 +274,12 @@ class LedgerClient:
         return settle_result_of(self._call("POST", "/v1/settle", body))
 
     def evolve(self, source: str, model: str, *, input_bytes: int | None = None) -> Reservation:
-        """One explicit override attempt (as `Ledger.evolve`)."""
-        return self.reserve(source, model, input_bytes=input_bytes, override=True)
+        """One explicit override attempt on a known source (as `Ledger.evolve`: `NotFoundError`
+        for an unknown one, which creates nothing and spends no call)."""
+        body: dict[str, Any] = {"source": source, "model": model}
+        if input_bytes is not None:
+            body["input_bytes"] = input_bytes
+        return reservation_of(self._call("POST", "/v1/evolve", body))
 
     def select(
         self,

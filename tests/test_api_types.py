@@ -179,6 +179,7 @@ VALID: dict[str, dict[str, Any]] = {
     "settle_step": {"reservation_id": None, "outcome": Cancelled(), "overran": False},
     "write_steps": {"steps": []},
     "evolve": {"source": "s9", "model": "alpha/small", "input_bytes": 0},
+    "evolve_step": {"source": "s9", "model": "alpha/small", "input_bytes": 0},
     "select": {"source": "s9", "model": None, "input_bytes": None, "text": None,
                "after_failure": None, "failed_model": None, "tried": frozenset()},
     "add_source": {"source": "s9", "payload_ref": None, "enqueue": True},

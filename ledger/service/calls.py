@@ -24,6 +24,7 @@ from ledger.service.group_commit import GroupCommit
 from ledger.service.models import (
     CancelledOutcome,
     ErrorOut,
+    EvolveBody,
     FailedOutcome,
     HttpOutcome,
     ReservationOut,
@@ -105,6 +106,14 @@ async def reserve(body: ReserveBody, ledger: LedgerDep, group: GroupDep) -> JSON
         fallback_from=body.fallback_from,
         after=body.after,
     )
+    return JSONResponse((await group.submit(step)).to_json())
+
+
+@router.post("/evolve", responses={200: {"model": ReservationOut}, **ERRORS})
+async def evolve(body: EvolveBody, ledger: LedgerDep, group: GroupDep) -> JSONResponse:
+    """One explicit override attempt on a known source (R-RES-9): 404 `unknown source` for an
+    id the ledger does not know (nothing is created, no call is spent)."""
+    step = ledger.evolve_step(body.source, body.model, input_bytes=body.input_bytes)
     return JSONResponse((await group.submit(step)).to_json())
 
 

@@ -43,6 +43,14 @@ class ReserveBody(Body):
     after: Id | None = None
 
 
+class EvolveBody(Body):
+    """`Ledger.evolve`: one explicit override attempt on a known source (R-RES-9)."""
+
+    source: Key
+    model: Key
+    input_bytes: Annotated[StrictInt, Field(ge=0, le=MAX_INPUT_BYTES)] | None = None
+
+
 class SuccessOutcome(Body):
     """The call returned a usable answer."""
 
