@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from ledger.api import Ledger
-from ledger.errors import NotFoundError, Refused
+from ledger.errors import NotFoundError, Refused, UsageError
 from ledger.records import Reservation, Success
 from ledger.service.group_commit import MAX_BATCH, GroupCommit
 from ledger.store.batch import Answered, Step
@@ -88,6 +88,32 @@ def test_r_srv_3_a_batch_that_fails_writes_nothing_and_answers_every_step(
         group.run(Step(broken))
     assert group.run(led.reserve_step("b", "alpha/small")).source == "b"  # it goes on
     assert _count(led, ledger_db) == 1
+
+
+def test_r_srv_3_a_step_that_writes_then_fails_with_a_ledger_error_is_rolled_back_alone(
+    make_ledger: Any, ledger_db: str | None
+) -> None:
+    """Issue 29 item 19: the savepoint. A step that has written a real reservation (its source,
+    its hour's cost row) and then fails with a ledger error leaves nothing of it behind, while
+    the steps before and after it in the batch are written and answered."""
+    led: Ledger = make_ledger(callsPerHour=10)
+
+    def writes_then_fails(conn: Any, now: int) -> None:
+        led.reserve_step("gone", "alpha/small").run(conn, now)
+        raise UsageError("refused after writing")
+
+    answers = led.write_steps([
+        led.reserve_step("a", "alpha/small"),
+        Step(writes_then_fails),
+        led.reserve_step("b", "alpha/small"),
+    ])  # fmt: skip
+    assert (answers[0].get().source, answers[2].get().source) == ("a", "b")
+    assert isinstance(answers[1].error, UsageError)
+    url = db_url(led.state.path, ledger_db)
+    assert sorted(rows(url, "SELECT source_id FROM reservations")) == [("a",), ("b",)]
+    assert sorted(rows(url, "SELECT id FROM sources")) == [("a",), ("b",)]
+    assert rows(url, "SELECT sum(attempts) FROM cost_hours") == [(2,)]
+    assert led.reserve("gone", "alpha/small").source == "gone"  # no trace of it: a new source
 
 
 class _HeldFirstBatch:

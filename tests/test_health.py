@@ -57,6 +57,26 @@ def _rows(doc: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
     return {(h["scope"], h["target"]): h for h in doc["health"]}
 
 
+# target, state and failures in a row of every health row of the scene, in the order shown
+SCENE_TABLE = [
+    ["alpha", "healthy", "2"],
+    ["beta", "healthy", "2"],
+    ["gamma", "healthy", "0"],
+    ["alpha/small", "cooling", "2"],
+    ["beta/mid", "probing", "2"],
+    ["gamma/g1", "healthy", "0"],
+]
+
+
+def _health_table(text: str) -> list[list[str]]:
+    """The rows of the status text's health section, split into words (the header checked)."""
+    lines = text[text.index("\n── health ") + 1 :].split("\n── ")[0].splitlines()
+    assert lines[1].split() == [
+        "target", "state", "fails", "last", "failure", "last", "success", "1h", "failed", "probes"
+    ]  # fmt: skip
+    return [line.split() for line in lines[2:]]
+
+
 def test_r_diag_6_health_json_per_provider_and_model(
     health_scene: dict[str, int], home: Path
 ) -> None:
@@ -86,12 +106,10 @@ def test_r_diag_6_health_json_per_provider_and_model(
 def test_r_diag_6_health_in_text_and_prometheus(
     health_scene: dict[str, int], home: Path
 ) -> None:
-    text = cli_ok(home, "status")
-    assert "health" in text
-    health = text[text.index("── health"):]
-    line = next(row for row in health.splitlines() if "beta/mid" in row)
-    assert "probing" in line
-    assert "rate_limit" in line
+    table = _health_table(cli_ok(home, "status"))
+    assert [row[:3] for row in table] == SCENE_TABLE
+    beta = table[4]
+    assert (beta[3], beta[-1]) == ("rate_limit", "1")  # last failure kind, failed-probe streak
     metrics = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(cli_ok(home, "status", "--prometheus"))
@@ -130,5 +148,52 @@ def test_r_diag_6_health_is_read_in_the_status_transaction(
     assert len(opened) == 1  # health comes with everything else, in one read transaction
     assert {(h.scope.value, h.target) for h in data.health} >= {("model", "beta/mid")}
     doc = build_status(led)
-    assert render_text(doc)
-    assert render_prometheus(doc)
+    assert [row[:3] for row in _health_table(render_text(doc))] == SCENE_TABLE
+    states = {
+        (s.labels["target"], s.labels["state"]): s.value
+        for family in text_string_to_metric_families(render_prometheus(doc))
+        for s in family.samples
+        if s.name == "ledger_health_state" and s.labels["scope"] == "model"
+    }
+    assert {key for key, value in states.items() if value == 1} == {
+        ("alpha/small", "cooling"),
+        ("beta/mid", "probing"),
+        ("gamma/g1", "healthy"),
+    }
+
+
+def test_r_diag_6_a_later_failure_kind_replaces_last_failure_kind(
+    make_ledger: LedgerFactory, clock: Clock, home: Path
+) -> None:
+    """Issue 29 item 19: the last failure's kind is the latest one, on the model and provider."""
+    led = make_ledger()
+    res = led.reserve("s0", "gamma/g1")
+    led.settle(res.id, Failed(classify_kind("unknown")))
+    clock.advance(1000)
+    res = led.reserve("s1", "gamma/g1")
+    led.settle(res.id, Failed(classify_http(503, {}, None, clock.ms)))  # a first strike: no cool
+    rows = _rows(build_status(led))
+    for key in (("model", "gamma/g1"), ("provider", "gamma")):
+        assert (rows[key]["last_failure_kind"], rows[key]["consecutive_failures"]) == (
+            "transport",
+            2,
+        )
+        assert rows[key]["last_failure_at"] == iso(clock.ms)
+
+
+def test_r_diag_6_a_dead_probes_past_deadline_is_not_shown_as_probe_until(
+    make_ledger: LedgerFactory, clock: Clock, home: Path
+) -> None:
+    """Issue 29 item 19: a probe whose worker died frees the target at its deadline; health
+    then shows the target probing with no probe in flight."""
+    led = make_ledger(timeoutMs=30_000)
+    res = led.reserve("b0", "beta/mid")
+    led.settle(res.id, Failed(classify_http(429, {}, None, clock.ms)))
+    clock.advance(MIN)
+    probe = led.reserve("b1", "beta/mid")
+    clock.ms = probe.deadline_ms - 1
+    beta = _rows(build_status(led))["model", "beta/mid"]
+    assert (beta["state"], beta["probe_until"]) == ("probing", iso(probe.deadline_ms))
+    clock.ms = probe.deadline_ms + 1
+    beta = _rows(build_status(led))["model", "beta/mid"]
+    assert (beta["state"], beta["probe_until"]) == ("probing", None)

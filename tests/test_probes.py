@@ -223,6 +223,28 @@ def test_r_pol_9_a_cooldown_set_while_a_probe_is_in_flight_ends_in_a_probe_of_it
     led.reserve("after-2", "beta/mid")
 
 
+def test_r_pol_9_provider_and_model_armed_at_once_are_both_claimed_by_one_probe(
+    make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    """Issue 29 item 19: when a provider's and a model's cooldowns have both ended, the one probe
+    holds both; its success ends both, so no second probe follows on the model."""
+    led = make_ledger()
+    fail(led, "m0", "alpha/small", 429, clock)  # the model cools 1 min
+    fail(led, "p0", "alpha/big", 401, clock)  # the provider cools 15 min
+    clock.advance(15 * MIN)
+    probe = led.reserve("probe", "alpha/small")  # both armed: this one probe holds both
+    assert refusal(led, "x0", "alpha/small") == "probing"
+    assert refusal(led, "x1", "alpha/big") == "probing"
+    result = led.settle(probe.id, Success())
+    assert sorted(a for a in result.actions if "recovery probe succeeded" in a) == [
+        "recovery probe succeeded on model alpha/small",
+        "recovery probe succeeded on provider alpha",
+    ]
+    for n in range(3):  # neither target probes again: no refusal, no second probe
+        led.reserve(f"after-{n}", "alpha/small")
+    led.reserve("after-big", "alpha/big")
+
+
 HERD = 24
 
 

@@ -102,19 +102,21 @@ def test_r_pol_11_safety_code_pauses_and_never_falls_back(
 
 
 @pytest.mark.parametrize(
-    ("status", "body"),
-    [(500, OPENAI_POLICY), (200, _doc({"candidates": [{"finishReason": "SAFETY",
-                                                        "content": {"parts": [{"text": "x"}]}}]}))],
+    ("status", "body", "kind"),
+    [(500, OPENAI_POLICY, "transport"),
+     (200, _doc({"candidates": [{"finishReason": "SAFETY",
+                                 "content": {"parts": [{"text": "x"}]}}]}), "invalid_output")],
+    ids=["5xx", "candidate-with-content"],
 )  # fmt: skip
 def test_r_pol_11_safety_codes_only_on_a_4xx_or_a_block(
-    tmp_path: Path, standin: StandIn, status: int, body: bytes
+    tmp_path: Path, standin: StandIn, status: int, body: bytes, kind: str
 ) -> None:
     # a 5xx stays transport; a candidate with content is no block (an invalid chat reply)
     led = open_ledger(standin_home(tmp_path / "h", standin))
     try:
         standin.set_script("m1", [Scripted(status=status, raw_body=body)])
         report = one_item(led, "s")
-        assert report.attempts[0].kind in {"transport", "invalid_output"}
+        assert report.attempts[0].kind == kind  # each case its own kind, never `safety`
         assert report.outcome is not ItemOutcome.PAUSED
     finally:
         led.close()

@@ -151,6 +151,27 @@ def test_r_srv_6_a_10_mib_body_is_413(served: Served, chunked: bool) -> None:
     _still_serving(served)
 
 
+def _body_of(size: int) -> bytes:
+    body = b'{"source": "' + b"x" * (size - 14) + b'"}'
+    assert len(body) == size
+    return body
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_r_srv_6_a_body_one_byte_over_64_kib_is_413_and_64_kib_is_read(
+    served: Served, chunked: bool
+) -> None:
+    """Issue 29 item 19: the limit is exactly 64 KiB, not merely below 10 MiB."""
+    limit = 64 * 1024
+    with served.client() as http:
+        for size, status in ((limit + 1, 413), (limit, 422)):  # 64 KiB is read: a bad source id
+            body = _body_of(size)
+            content = iter([body[:1000], body[1000:]]) if chunked else body
+            answer = http.post("/v1/reserve", content=content)
+            _assert_clean_error(answer, status, "body_too_large" if status == 413 else None)
+    _still_serving(served)
+
+
 @pytest.mark.parametrize(
     ("method", "path", "status"),
     [
