@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -181,11 +182,39 @@ def error_of(status: int, doc: Any) -> errors.LedgerError:
     return errors.LedgerError(message)
 
 
+RECONNECT_S = 10.0
+"""How long a client that has reached the service connects again after a refused connection."""
+_RECONNECT_PAUSE_S = (0.05, 1.0)  # the first pause between connection attempts, and the longest
+NOT_SERVED = frozenset({"the service is not available", "too many connections; retry shortly"})
+"""The messages of the service's 503 `unavailable` answers given before a request is read (a
+draining service, ledger/service/errors.py; past the connection limit, ledger/service/server.py):
+the request was not served, so it may be sent again like one that could not connect."""
+
+
+def _not_served(answer: httpx.Response) -> bool:
+    """A 503 the service gave before reading the request (draining, or too many connections)."""
+    if answer.status_code != 503:
+        return False
+    try:
+        detail = answer.json().get("error")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(detail, dict) and detail.get("message") in NOT_SERVED
+
+
 class LedgerClient:
     """The `Ledger` API over HTTP: a unix socket path (or state directory), or a URL + token.
 
     `policy`, `catalog` and `env` (what a worker needs to call providers itself) are read once
     from the state directory `home` (resolved as the CLI does) when first asked for, unless given.
+
+    A service this client has reached before that then refuses the connection (a restart: its
+    socket is gone or nobody listens, or it is draining and answers 503 without reading the
+    request) is connected to again, with backoff, for up to
+    `reconnect_s` (default: the policy's busy timeout when a policy is given, else 10 s), as the
+    store reopens a PostgreSQL session (issue 29 item 9): a request that could not connect was
+    never sent, so sending it again cannot do anything twice. Past that, and for any other
+    transport failure, `ServiceUnreachableError`.
     """
 
     def __init__(
@@ -198,7 +227,12 @@ class LedgerClient:
         home: str | Path | None = None,
         policy: Policy | None = None,
         catalog: Catalog | None = None,
+        reconnect_s: float | None = None,
     ) -> None:
+        if reconnect_s is None:
+            reconnect_s = RECONNECT_S if policy is None else policy.busy_timeout_ms / 1000
+        self._reconnect_s = reconnect_s
+        self._reached = False
         env = os.environ if env is None else env
         self.env: Mapping[str, str] = env
         self._home = None if home is None else str(home)
@@ -223,10 +257,7 @@ class LedgerClient:
         )
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        try:
-            answer = self._http.request(method, path, json=body)
-        except httpx.TransportError as exc:
-            raise errors.ServiceUnreachableError() from exc
+        answer = self._send(method, path, body)
         try:
             doc = answer.json()
         except ValueError:
@@ -234,6 +265,32 @@ class LedgerClient:
         if answer.status_code >= 400:
             raise error_of(answer.status_code, doc)
         return doc
+
+    def _send(self, method: str, path: str, body: dict[str, Any] | None) -> httpx.Response:
+        """The service's answer. A request a service reached before did not serve (it could not
+        connect, or the service was draining) is sent again with backoff for `reconnect_s`."""
+        first_failure: float | None = None
+        pause = _RECONNECT_PAUSE_S[0]
+        while True:
+            try:
+                answer = self._http.request(method, path, json=body)
+            except httpx.ConnectError as exc:
+                if not self._reached:
+                    raise errors.ServiceUnreachableError() from exc
+                cause: Exception | None = exc
+            except httpx.TransportError as exc:
+                raise errors.ServiceUnreachableError() from exc
+            else:
+                self._reached = True
+                if not _not_served(answer):
+                    return answer
+                cause = None
+            first_failure = first_failure or time.monotonic()
+            left = self._reconnect_s - (time.monotonic() - first_failure)
+            if left <= 0:
+                raise errors.ServiceUnreachableError() from cause
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, _RECONNECT_PAUSE_S[1])
 
     def reserve(
         self,

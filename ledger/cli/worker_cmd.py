@@ -11,7 +11,7 @@ from ledger.catalog import NO_CATALOG, load_catalog
 from ledger.cli.main import AppContext, emit_json, fail, pass_app, run
 from ledger.client import LedgerClient
 from ledger.config import load_policy
-from ledger.errors import UsageError
+from ledger.errors import StoreError, UsageError
 from ledger.inert import config_findings
 from ledger.queue import DrainSummary, ItemReport
 from ledger.worker import MAX_SLEEP_MS, Stopper, drain, load_handler
@@ -44,6 +44,11 @@ class Progress:
             sys.stderr.write("\r" + " " * self._shown + "\r")
             sys.stderr.flush()
             self._shown = 0
+
+
+def _unreachable_line(error: StoreError) -> None:
+    """With --loop: one line when the database or the service goes out of reach."""
+    click.echo(f"warning: {error}; waiting with backoff and going on when it answers", err=True)
 
 
 @worker_group.command("run")
@@ -79,8 +84,10 @@ def run_cmd(
 
     Exit codes: 0 worked or nothing due; 3 every item claimed was refused (budget, cooldown,
     source limits) before any call; 2 bad usage or configuration (e.g. a catalog with no models);
-    4 database busy or unusable. A source that used its own sourceCalls or sourceTimeMs is paused
-    with that reason (it is not claimed again until resumed).
+    4 database busy or unusable, or (without --loop) the database server or the service out of
+    reach; with --loop an outage is one line on stderr, waited out with backoff. A source that
+    used its own sourceCalls or sourceTimeMs is paused with that reason (it is not claimed again
+    until resumed).
     """
     if worker_id is not None and not (1 <= len(worker_id) <= 200 and worker_id.isprintable()):
         raise click.BadParameter("must be 1 to 200 printable characters", param_hint="--worker-id")
@@ -110,6 +117,7 @@ def run_cmd(
                 stopper=stopper,
                 on_item=progress,
                 max_sleep_ms=int(max_sleep * 1000),
+                on_unreachable=_unreachable_line,
             ),
         )
     progress.finish()
