@@ -193,6 +193,7 @@ MOVING_QUEUE = (
     "for _ in range(30):\n"
     "    time.sleep(0.05)\n"
     "    take_turn(fd)\n"
+    "fcntl.flock(fd, fcntl.LOCK_UN)\n"  # handed over at once, not when a starved exit ends
 )
 
 

@@ -175,3 +175,44 @@ def test_issue20_6_busy_writes_behind_a_held_lock_leave_no_thread_behind(tmp_pat
     for thread in [t for t in threading.enumerate() if t.name == "ledger-writelock"]:
         thread.join(60)  # the holder left: the one waiter got through and let go at once
     assert free_now(path)
+
+
+def _burn_cpu() -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+
+def test_issue29_10_r_db_3_a_stopped_queued_writer_is_passed_over_once_for_everyone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `ledger reserve` stopped (Ctrl-Z) in the queue behind a short holder, CPU load beside:
+    a long-lived process's writes go around the stopped writer once, not once per write (each
+    pass costs two looks `_STALL_S` apart: ~200 ms a write, 100x an uncontended one), and none
+    is ever busy; a CLI process writing afterwards gets through as well."""
+    home = ledger_home(tmp_path, callsPerHour=100_000, busyTimeoutMs=5000)
+    looks: list[bool] = []
+    real_flock_now = writelock._flock_now
+
+    def counted(path: Path) -> int | None:
+        fd = real_flock_now(path)
+        looks.append(fd is not None)  # a look at a free flock happens only in a stall pass
+        return fd
+
+    monkeypatch.setattr(writelock, "_flock_now", counted)
+    burners = [_burn_cpu() for _ in range(2)]
+    stopped = _stopped_writer_in_the_queue(home)
+    led = Ledger.open(home, env={})
+    try:
+        for index in range(30):  # a reserve and a settle: 60 writes
+            res = led.reserve(f"s{index}", "alpha/small")
+            led.settle(res.id, Success(input_tokens=1, output_tokens=1))
+        assert looks.count(True) <= 2, looks  # one stall pass (two free looks), not 60
+        other = _reserve(home, "cli", timeout_s=60)  # another process, queued after the pass
+        assert other.returncode == 0, other.stderr
+        assert stopped.poll() is None  # passed over, not waited for
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+        _continue(stopped, home)
+        led.close()
+    assert rows(home) == 32  # exact: every write once, the stopped one included

@@ -34,6 +34,12 @@ Until then that place is kept for the process's next write, which takes the wait
 instead of queueing anew: a writer stalled for good costs a long-lived process one waiting
 thread and descriptor, not one more per write.
 
+The stall is passed over once for everyone (issue 29 item 10): the writer that goes around it
+records the next ticket to be drawn in the file (the *pass* mark), and the writer that draws
+that ticket does not wait for the one before it: the queue starts again behind it, in order,
+and no later write pays the stall pass again. A place taken before the mark is behind the
+stalled writer, so it is not taken over either (its helper finishes on its own).
+
 The caller itself never blocks in the kernel: it takes the ticket counter's guard and its own
 ticket's byte without waiting, so whatever the file holds (truncated or rewritten under queued
 writers, which restarts the counter onto tickets still held) the wait stays bounded by the busy
@@ -117,6 +123,13 @@ def _forget_in_child() -> None:
 os.register_at_fork(after_in_child=_forget_in_child)
 
 
+def passed_over(fd: int, ticket: int | None) -> bool:
+    """Whether a place with `ticket` was taken before the last stall pass (it waits behind a
+    writer that was gone around)."""
+    mark = _count(fd, _PASS_AT)
+    return ticket is not None and ticket < mark <= ticket + _SLOTS
+
+
 class _Waiter:
     """A helper thread that waits out the rest of the queue (its turn, then the flock); whoever
     loses the race (caller or thread) releases. A waiter given up on stays in `_IDLE` until a
@@ -145,6 +158,10 @@ class _Waiter:
                 # else it got through and released meanwhile, or the file it queues on was
                 # replaced (it is left to finish on the old one; writers now queue on the new)
                 if waiter.abandoned and _same_file(waiter.fd, path):
+                    if passed_over(waiter.fd, waiter.place.ticket):
+                        with _IDLE_GUARD:  # behind a stalled writer: left to finish alone
+                            _IDLE.setdefault(path, []).insert(0, waiter)
+                        return None
                     waiter.abandoned = False
                     return waiter
 
@@ -197,6 +214,7 @@ class _Waiter:
                     with self.mutex:
                         if not self.granted.is_set():
                             self._abandon()  # the thread lets its place go when it can
+                            _mark_pass(jumped)  # the next writer goes around it, not one more
                             return jumped, True
                     _close(jumped)  # the queue answered meanwhile
                     break
@@ -267,8 +285,9 @@ class WriteLock:
                 _release(fd)
 
 
-# Two little-endian 8-byte counters at the start of the lock file: turns, then tickets.
+# Little-endian 8-byte counters at the start of the lock file: turns, tickets, the pass mark.
 _TURNS_AT = 0
+_PASS_AT = 16  # the ticket drawn next when a stalled writer was last gone around
 
 
 def _count(fd: int, at: int) -> int:
@@ -349,11 +368,13 @@ def _advance(fd: int, place: _Place, *, block: bool) -> bool | None:
                     return None
                 try:
                     place.ticket = _draw(fd)
+                    # the first place after a stall pass waits for nobody
+                    place.turn = place.ticket is not None and place.ticket == _count(fd, _PASS_AT)
                 finally:
                     _byte_lock(fd, fcntl.F_UNLCK, *_TICKETS, True)
             if place.ticket is None:
                 place.ordered = False  # no free place (a mangled file): flock alone, unordered
-            else:
+            elif not place.turn:
                 ahead = _slot(place.ticket - 1)
                 if not _byte_lock(fd, fcntl.F_WRLCK, ahead, 1, block):
                     return None
@@ -380,6 +401,23 @@ def _draw(fd: int) -> int | None:
         if _byte_lock(fd, fcntl.F_WRLCK, _slot(ticket), 1, False):
             return ticket
     return None
+
+
+def _mark_pass(fd: int) -> None:
+    """Record that a stalled writer was gone around (the lock held on `fd`): the ticket drawn
+    next will not wait for the places before it. Under the counter's guard, never waiting for
+    it (a drawer holds it for microseconds; missing one mark costs one more stall pass)."""
+    if None in _OFD:
+        return
+    try:
+        if not _byte_lock(fd, fcntl.F_WRLCK, *_TICKETS, False):
+            return
+        try:
+            os.pwrite(fd, _count(fd, _TICKETS[0]).to_bytes(8, "little"), _PASS_AT)
+        finally:
+            _byte_lock(fd, fcntl.F_UNLCK, *_TICKETS, True)
+    except OSError:  # no byte-range locks or a read-only descriptor: the order is only an order
+        return
 
 
 def _same_file(fd: int, path: Path) -> bool:
