@@ -19,6 +19,7 @@ from sqlalchemy import Connection, column, exc, inspect, select, table, text
 
 from ledger.db_target import NoLedgerError
 from ledger.errors import (
+    BusyError,
     ReadOnlyError,
     SchemaTooNewError,
     SchemaTooOldError,
@@ -170,12 +171,7 @@ def open_checked(db: Database, *, create: bool = True) -> str:
             _check_sqlite_header(path)
         else:
             _prepare_file(db)
-    try:
-        with db.read() as conn:
-            revision = read_revision(conn)
-            empty = revision is None and not _has_tables(conn)
-    except StoreError:
-        raise
+    revision, empty = _revision_while_moving(db)
     head = head_revision()
     if revision is None:
         if not empty:
@@ -191,6 +187,29 @@ def open_checked(db: Database, *, create: bool = True) -> str:
     if revision in known_revisions():
         raise SchemaTooOldError()
     raise SchemaTooNewError()
+
+
+def _revision_while_moving(db: Database) -> tuple[str | None, bool]:
+    """The stored revision and whether the database is empty, read in one short transaction.
+
+    On SQLite's rollback journal a reader needs SHARED, refused while any writer commits, and
+    SQLite's busy handler gives up after a busy timeout *in total* while newcomers overtake it:
+    every `ledger` process's first read, starved behind a burst of writers that keeps the write
+    lock changing hands (96 cron jobs on a loaded machine). As for writers (R-DB-3), `busy` only
+    once the write lock has not changed hands for a whole busy timeout: the read is tried again
+    while its turn counter moves (issue 29 item 11); reading changes nothing.
+    """
+    before = db.write_lock.turns()
+    while True:
+        try:
+            with db.read() as conn:
+                revision = read_revision(conn)
+                return revision, revision is None and not _has_tables(conn)
+        except BusyError:
+            now = db.write_lock.turns()
+            if now is None or now == before:
+                raise
+            before = now
 
 
 def backup_sqlite(path: Path, revision: str, now: datetime | None = None) -> Path:

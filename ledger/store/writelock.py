@@ -246,6 +246,19 @@ class WriteLock:
         self.path = path
         self.timeout_s = timeout_ms / 1000
 
+    def turns(self) -> int | None:
+        """How many times the lock has been taken, or None where there is no lock file."""
+        if self.path is None:
+            return None
+        try:
+            fd = os.open(self.path, os.O_RDONLY | _OPEN_FLAGS)
+        except OSError:
+            return None
+        try:
+            return turns(fd)
+        finally:
+            os.close(fd)
+
     @contextlib.contextmanager
     def held(self) -> Iterator[bool]:
         """Hold the lock for the block; yields False when degraded to SQLite's locking alone.
