@@ -88,7 +88,7 @@ class Ledger:
         state = state_dir(None if home is None else str(home), db)
         policy = policy if policy is not None else load_policy(state.path)
         catalog = catalog if catalog is not None else load_catalog(state.path)
-        check_db_target(state.db_url, create=create, home=state.path.absolute())
+        check_db_target(state.db_url, home=state.path.absolute())
         database = open_database(
             state.db_url,
             create=create,
