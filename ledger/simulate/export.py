@@ -6,10 +6,13 @@ Invariant: one read transaction (`store.history.read_history`); nothing is writt
 from __future__ import annotations
 
 from ledger.api import Ledger
+from ledger.simulate.limits import MAX_SPAN_MS
 from ledger.simulate.trace import Trace, trace_from_history
 from ledger.store.history import read_history
 
 
 def export_trace(ledger: Ledger, window_ms: int | None = None) -> Trace:
-    """The ledger's attempts and arrivals of the last `window_ms` (all when None) as a trace."""
-    return trace_from_history(read_history(ledger.db, window_ms))
+    """The ledger's attempts and arrivals of the last `window_ms` (all when None) as a trace;
+    never more than the longest span a simulation replays (R-SIM-4: 31 days)."""
+    window = MAX_SPAN_MS if window_ms is None else min(window_ms, MAX_SPAN_MS)
+    return trace_from_history(read_history(ledger.db, window))

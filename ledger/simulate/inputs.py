@@ -10,7 +10,13 @@ import json
 from pathlib import Path
 
 from ledger.errors import ConfigError
-from ledger.simulate.scenario import SCENARIO_FORMAT, Scenario, scenario_workload
+from ledger.simulate.scenario import (
+    SCENARIO_FORMAT,
+    SPAN_RULE,
+    Scenario,
+    arrival_outside_span,
+    scenario_workload,
+)
 from ledger.simulate.trace import Trace
 from ledger.simulate.workload import ReplayMode, Workload, trace_workload
 from ledger.validation import parse_document
@@ -33,7 +39,11 @@ def read_input(path: Path) -> Trace | Scenario:
     except (ValueError, RecursionError):
         peek = None  # parse_document gives the one-line error
     if isinstance(peek, dict) and peek.get("format") == SCENARIO_FORMAT:
-        return parse_document(Scenario, text, str(path))
+        scenario = parse_document(Scenario, text, str(path))
+        outside = arrival_outside_span(scenario)
+        if outside is not None:
+            raise ConfigError(str(path), outside, SPAN_RULE)
+        return scenario
     return parse_document(Trace, text, str(path))
 
 
