@@ -108,3 +108,20 @@ def test_r_sim_4_trace_schema_states_the_limits() -> None:
     sizes = [s for s in attempt["inputBytes"]["anyOf"] if s.get("type") == "integer"]
     assert sizes[0]["maximum"] == 1 << 40
     assert attempt["atMs"]["maximum"] == MAX_SPAN_MS
+
+
+def test_r_sim_4_trace_export_refuses_more_than_a_trace_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ledger.simulate import export
+
+    home = ["--home", str(tmp_path / "h")]
+    for source in ("a", "b"):
+        assert CliRunner().invoke(cli, [*home, "source", "add", source]).exit_code == 0
+    monkeypatch.setattr(export, "MAX_ENTRIES", 1)
+    result = CliRunner().invoke(cli, [*home, "trace", "export"])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        "ledger: more than 1 attempts or arrivals in that window (the most a trace holds, "
+        "R-SIM-4); export a shorter one with --since"
+    ]

@@ -37,6 +37,9 @@ SpanMs = Annotated[
     _at_most(MAX_SPAN_MS, f"{MAX_SPAN_DAYS} days in ms: the longest span a simulation replays"),
 ]
 """A time or duration inside a trace, in ms after its start."""
+MAX_ENTRIES = 2_000_000
+"""The most attempts, and the most arrivals, a trace may hold (streamed: `bench/simulate.py`
+measures the memory a trace this large needs)."""
 InputBytes = Annotated[
     int,
     Field(ge=0, json_schema_extra={"maximum": MAX_INPUT_BYTES}),

@@ -17,7 +17,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ledger.clock import iso
-from ledger.simulate.limits import InputBytes, SpanMs, TokenCount
+from ledger.simulate.limits import MAX_ENTRIES, InputBytes, SpanMs, TokenCount
 from ledger.store.history import History
 
 _WORD = r"^[a-z0-9_.-]{1,64}$"
@@ -78,8 +78,8 @@ class Trace(_Strict):
     start_ms: NonNegative = Field(0, alias="startMs")
     end_ms: SpanMs = Field(0, alias="endMs")
     """Milliseconds after the start at which the recording ended (the export time)."""
-    attempts: list[TraceAttempt] = Field(default_factory=list, max_length=5_000_000)
-    arrivals: list[TraceArrival] = Field(default_factory=list, max_length=5_000_000)
+    attempts: list[TraceAttempt] = Field(default_factory=list, max_length=MAX_ENTRIES)
+    arrivals: list[TraceArrival] = Field(default_factory=list, max_length=MAX_ENTRIES)
 
     def to_json(self) -> dict[str, object]:
         """The document as written by `ledger trace export --json`."""
