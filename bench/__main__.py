@@ -24,6 +24,7 @@ from bench import (
     selection,
     service,
     simulate,
+    simulate_memory,
     worker_overhead,
 )
 from bench.common import Row, Settings
@@ -39,6 +40,7 @@ FIGURES: dict[str, Callable[[Path, Settings], list[Row]]] = {
     "fleet": fleet.run,
     "service": service.run,
     "simulate": simulate.run,
+    "simulate-memory": simulate_memory.run,
 }
 
 

@@ -32,7 +32,15 @@ from ledger.db_target import check_db_target
 from ledger.errors import NotFoundError, UsageError
 from ledger.home import StateDir, ensure_home, state_dir
 from ledger.kinds import AttemptRole, CooldownScope, FailureKind
-from ledger.records import Cancelled, Failed, Outcome, Reservation, SettleResult, Success
+from ledger.records import (
+    Cancelled,
+    Failed,
+    Outcome,
+    Reservation,
+    SettleResult,
+    SourceStateChange,
+    Success,
+)
 from ledger.store import Database, Store
 from ledger.store import queue as store_queue
 from ledger.store.batch import Answered, Step
@@ -88,7 +96,7 @@ class Ledger:
         state = state_dir(None if home is None else str(home), db)
         policy = policy if policy is not None else load_policy(state.path)
         catalog = catalog if catalog is not None else load_catalog(state.path)
-        check_db_target(state.db_url, create=create, home=state.path.absolute())
+        check_db_target(state.db_url, home=state.path.absolute())
         database = open_database(
             state.db_url,
             create=create,
@@ -297,8 +305,8 @@ class Ledger:
         payload_ref = check_payload_ref(payload_ref)
         return self.store.add_source(source, payload_ref, check_flag(enqueue, "enqueue"))
 
-    def set_source_state(self, source: str, action: str) -> str:
-        """pause / resume / done."""
+    def set_source_state(self, source: str, action: str) -> SourceStateChange:
+        """pause / resume / done; a pause of a paused source keeps its reason (`already`)."""
         return self.store.set_source_state(check_source_id(source), check_source_action(action))
 
     def cooldown_target(self, target: str) -> tuple[CooldownScope, str]:

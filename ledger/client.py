@@ -27,7 +27,14 @@ from ledger.clock import now_ms, parse_iso_ms
 from ledger.config import Policy, load_policy
 from ledger.home import state_dir
 from ledger.kinds import AttemptRole, AttemptStatus, ExclusionReason, FailureKind
-from ledger.records import Cancelled, Outcome, Reservation, SettleResult, Success
+from ledger.records import (
+    Cancelled,
+    Outcome,
+    Reservation,
+    SettleResult,
+    SourceStateChange,
+    Success,
+)
 from ledger.store.queue import Claim, CommitFailure, QueueTimes
 from ledger.wire import claim_of, times_of
 
@@ -370,11 +377,18 @@ class LedgerClient:
             body["payload_ref"] = payload_ref
         return bool(self._call("POST", "/v1/sources", body)["created"])
 
-    def set_source_state(self, source: str, action: str) -> str:
+    def set_source_state(self, source: str, action: str) -> SourceStateChange:
         """pause / resume / done (as `Ledger.set_source_state`)."""
         if action not in ("pause", "resume", "done"):
             raise errors.UsageError("unknown source action")
-        return str(self._call("POST", f"/v1/sources/{action}", {"source": source})["state"])
+        doc = self._call("POST", f"/v1/sources/{action}", {"source": source})
+        reason = doc.get("pause_reason")
+        return SourceStateChange(
+            str(doc["source"]),
+            str(doc["state"]),
+            doc.get("already") is True,
+            None if reason is None else str(reason),
+        )
 
     def status(self) -> dict[str, Any]:
         """The status document (`ledger status --json`, `ledger.status.build_status`)."""

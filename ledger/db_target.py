@@ -3,7 +3,9 @@
 Invariant: a bad `--db` / `$LEDGER_DB` ends as one fixed line and exit 2 (bad input) or 4 (the
 store cannot be read), never a hang and never the URL's text (it may hold a password); a command
 that only reads (`create=False`) creates nothing: no directory, no database file (a missing one
-is read as an empty ledger, see ledger/store/pending.py).
+is read as an empty ledger, see ledger/store/pending.py). A database path whose directory does
+not exist is refused for reads too (issue 29 item 12): a mistyped `--db` must not look like a
+healthy empty ledger; only the state directory itself (a fresh `--home`) may be missing.
 """
 
 from __future__ import annotations
@@ -32,18 +34,18 @@ def check_db_url(url: str) -> None:
         raise MissingDriverError() from exc
 
 
-def check_db_target(url: str, *, create: bool, home: Path | None = None) -> None:
+def check_db_target(url: str, *, home: Path | None = None) -> None:
     """Check the URL and, for an SQLite file, that it can be opened without blocking or creating
     anything a read must not create. `home` is the state directory a write is about to create."""
     check_db_url(url)
     path = sqlite_file(url)
     if path is not None:
-        check_sqlite_path(path, create=create, home=home)
+        check_sqlite_path(path, home=home)
 
 
-def check_sqlite_path(path: Path, *, create: bool, home: Path | None = None) -> None:
-    """An existing regular file, or (when creating) a new one in an existing directory (or in
-    the state directory `home`, which the caller creates next)."""
+def check_sqlite_path(path: Path, *, home: Path | None = None) -> None:
+    """An existing regular file, or a missing one in an existing directory or in the state
+    directory `home` (which a write creates next; a read answers as an empty ledger)."""
     try:
         info = path.stat()
     except FileNotFoundError:
@@ -56,7 +58,8 @@ def check_sqlite_path(path: Path, *, create: bool, home: Path | None = None) -> 
         return
     if path.is_symlink():
         raise UsageError("the database path is a symlink to nothing (dangling); fix or remove it")
-    if not create:  # nothing recorded yet: a read answers as an empty ledger
-        return
-    if not path.parent.is_dir() and path.parent != home:
+    # a fresh state directory reads as an empty ledger (created by the first write); any other
+    # missing directory is a mistyped path, for a read as for a write
+    parent = path.absolute().parent
+    if not parent.is_dir() and parent != home:
         raise UsageError("the database's directory does not exist; create it first")

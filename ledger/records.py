@@ -184,3 +184,24 @@ class SettleResult:
             "finished": self.finished,
             "cost_usd": micro_to_usd(self.cost_micro),
         }
+
+
+@dataclass(frozen=True)
+class SourceStateChange:
+    """What `pause` / `resume` / `done` left a source in: its state, whether it already was
+    paused (a second pause writes nothing and keeps the policy's reason, issue 29 item 13) and
+    its pause reason."""
+
+    source: str
+    state: str
+    already: bool = False
+    pause_reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON shape printed by `ledger source pause|resume|done --json` and the /v1 API."""
+        return {
+            "source": self.source,
+            "state": self.state,
+            "already": self.already,
+            "pause_reason": self.pause_reason,
+        }

@@ -30,6 +30,7 @@ __all__ = [
     "build_status",
     "fresh_routes",
     "render_prometheus",
+    "render_prometheus_down",
     "render_text",
     "status_document",
 ]
@@ -390,9 +391,23 @@ def _epoch_seconds(value: str) -> float:
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
+UP_HELP = "1 when the ledger was read; 0 when it could not be (the error is on stderr)."
+WARNINGS_HELP = "Active status warnings (the warnings list of `ledger status`); alert when > 0."
+
+
+def render_prometheus_down() -> str:
+    """What `status --prometheus` prints when the ledger cannot be read: `ledger_up 0`, so a
+    textfile exporter's alert fires instead of the last numbers staying, or zeros, for ever."""
+    out = _Exposition()
+    out.family("ledger_up", UP_HELP, [({}, 0)])
+    return out.text()
+
+
 def render_prometheus(doc: dict[str, Any]) -> str:
     """The numeric part of the document in the Prometheus text format (gauges, `ledger_` prefix)."""
     out = _Exposition()
+    out.family("ledger_up", UP_HELP, [({}, 1)])
+    out.family("ledger_status_warnings", WARNINGS_HELP, [({}, len(doc["warnings"]))])
     h, d = doc["hourly"], doc["daily"]
     out.family(
         "ledger_hourly_calls_used", "Reservations created in the last hour.", [({}, h["used"])]

@@ -169,30 +169,49 @@ def parse_document(model: type[M], text: str | bytes, file: str) -> M:
         raise ConfigError(file, where, f"is not valid JSON ({why})") from exc
     except (ValueError, RecursionError) as exc:
         raise ConfigError(file, "(top level)", "is not valid JSON") from exc
-    if not isinstance(raw, dict):
+    return validate_document(model, raw, file)
+
+
+def validate_document(
+    model: type[M], raw: object, file: str, root: type[BaseModel] | None = None,
+    at: tuple[int | str, ...] = (),
+) -> M:
+    """Validate parsed JSON against a strict model, or raise one ConfigError. A part of a
+    larger document (one item of a streamed list) passes the document's model as `root` and
+    its place in it as `at`, so the error names the field as in the whole document."""
+    if not at and not isinstance(raw, dict):
         raise ConfigError(file, "(top level)", "must be a JSON object")
     try:
         return model.model_validate(raw, strict=True)
     except ValidationError as exc:
-        err = exc.errors(include_input=False, include_url=False, include_context=False)[0]
-        known = frozenset(_fields(model))
-        loc = [x for x in err["loc"] if not (isinstance(x, str) and x.startswith("function-"))]
-        rule = _RULES.get(err["type"])
-        if err["type"] == "greater_than_equal":
-            rule = _floor_rule(exc)
-        shown = None
-        if err["type"] == "extra_forbidden":
-            shown = plausible_key(loc[-1]) if loc else None
-            rule = _unknown_key_rule(model, loc)
-        if rule is None and err["type"] == "value_error":
-            # our own validators raise ValueError with fixed text prefixed "rule: "
-            msg = str(err.get("msg", ""))
-            rule = msg.split("rule: ", 1)[1] if "rule: " in msg else "is invalid"
-        raise ConfigError(
-            file, render_path(loc, known, shown), rule or f"is invalid ({err['type']})"
-        ) from None
+        raise config_error(root or model, exc, file, at) from None
     except RecursionError as exc:
         raise ConfigError(file, "(top level)", "is nested too deeply") from exc
+
+
+def config_error(
+    model: type[BaseModel], exc: ValidationError, file: str, at: tuple[int | str, ...] = ()
+) -> ConfigError:
+    """The one line for a validation error of `model` (the whole document's) at `at`."""
+    err = exc.errors(include_input=False, include_url=False, include_context=False)[0]
+    known = frozenset(_fields(model))
+    loc = [*at] + [
+        x for x in err["loc"] if not (isinstance(x, str) and x.startswith("function-"))
+    ]
+    rule = _RULES.get(err["type"])
+    if err["type"] == "greater_than_equal":
+        rule = _floor_rule(exc)
+    shown = None
+    if err["type"] == "extra_forbidden":
+        shown = plausible_key(loc[-1]) if loc else None
+        rule = _unknown_key_rule(model, loc)
+    if rule is None and err["type"] == "value_error":
+        # our own validators raise ValueError with fixed text prefixed "rule: "
+        msg = str(err.get("msg", ""))
+        rule = msg.split("rule: ", 1)[1] if "rule: " in msg else "is invalid"
+    return ConfigError(
+        file, render_path(loc, known, shown), rule or f"is invalid ({err['type']})"
+    )
 
 
 def load_document(model: type[M], path: Path) -> M:

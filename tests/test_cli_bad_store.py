@@ -28,8 +28,8 @@ READS = (
 )
 
 
-def invoke(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args))
+def invoke(*args: str, env: dict[str, str] | None = None) -> Result:
+    return CliRunner().invoke(cli, list(args), env=env)
 
 
 def one_line(result: Result) -> str:
@@ -69,11 +69,80 @@ def test_issue15_item5_db_in_missing_directory(tmp_path: Path) -> None:
     write = invoke("--home", str(tmp_path / "h"), "--db", db, "source", "add", "s1")
     assert write.exit_code == 2
     assert "directory does not exist" in one_line(write)
-    # a read answers as an empty ledger (issue 20 item 13), naming where nothing is yet
-    read = invoke("--home", str(tmp_path / "h"), "--db", db, "status")
+    # a missing file in an existing directory is an empty ledger (issue 20 item 13), said so
+    read = invoke("--home", str(tmp_path / "h"), "--db", str(tmp_path / "ledger.db"), "status")
     assert read.exit_code == 0, read.output
     assert "WARNING: no ledger database at" in read.output
     assert tree(tmp_path) == []
+
+
+MISSING_DIR_LINE = "ledger: the database's directory does not exist; create it first"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("status",),
+        ("status", "--prometheus"),
+        ("select", "s1"),
+        ("source", "list"),
+        ("source", "show", "s1"),
+        ("cooldown", "list"),
+        ("db", "current"),
+    ],
+)
+def test_r_home_2_read_of_db_in_missing_directory_is_exit_2(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    """Issue 29 item 12: a mistyped `--db` (its directory does not exist) is not a healthy empty
+    ledger for a read either: exit 2, one line on stderr, nothing created."""
+    db = str(tmp_path / "nodir" / "l.db")
+    result = invoke("--home", str(tmp_path / "h"), "--db", db, *args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [MISSING_DIR_LINE]
+    assert tree(tmp_path) == []
+    env = invoke("--home", str(tmp_path / "h"), *args, env={"LEDGER_DB": db})
+    assert env.exit_code == 2, env.output
+    assert env.stderr.splitlines() == [MISSING_DIR_LINE]
+
+
+def test_r_home_2_status_json_of_db_in_missing_directory(tmp_path: Path) -> None:
+    db = str(tmp_path / "nodir" / "l.db")
+    result = invoke("--home", str(tmp_path / "h"), "--db", db, "status", "--json")
+    assert result.exit_code == 2
+    assert json.loads(result.stdout) == {
+        "error": {
+            "code": "UsageError",
+            "message": "the database's directory does not exist; create it first",
+        }
+    }
+
+
+def test_r_home_2_fresh_state_directory_still_reads_empty(tmp_path: Path) -> None:
+    """The state directory itself may be missing (a fresh `--home`, also named by `--db`)."""
+    home = tmp_path / "deep" / "state"
+    for extra in ((), ("--db", str(home / "ledger.db"))):
+        result = invoke("--home", str(home), *extra, "status", "--json")
+        assert result.exit_code == 0, result.output
+        assert any("nothing recorded" in w for w in json.loads(result.stdout)["warnings"])
+    assert tree(tmp_path) == []
+
+
+def test_r_diag_2_prometheus_says_down_when_the_ledger_cannot_be_read(tmp_path: Path) -> None:
+    """`ledger_up 0` on stdout (a cron textfile exporter's alert fires), the error on stderr."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    db = str(tmp_path / "nodir" / "l.db")
+    proc = subprocess.run(
+        [sys.executable, "-m", "ledger", "--home", str(tmp_path / "h"), "--db", db, "status",
+         "--prometheus"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [MISSING_DIR_LINE]
+    families = {f.name: f for f in text_string_to_metric_families(proc.stdout)}
+    assert list(families) == ["ledger_up"]
+    assert families["ledger_up"].samples[0].value == 0
 
 
 def test_issue15_item5_dangling_symlink_db(tmp_path: Path) -> None:

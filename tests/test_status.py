@@ -476,3 +476,21 @@ def test_issue_22_text_shows_per_hour_line_and_failovers(scene: Scene, home: Pat
     assert "── failovers (24 h)" in text
     row = next(x for x in text.splitlines() if "beta/mid → alpha/small" in x)
     assert row.split()[2:] == ["src-fb", "beta/mid", "→", "alpha/small", "rate_limit", "succeeded"]
+
+
+def test_r_diag_2_prometheus_carries_up_and_the_warning_count(home: Path) -> None:
+    """Issue 29 item 12: `ledger_up 1` when the ledger was read and `ledger_status_warnings`, the
+    count of the document's warnings, so an alert can fire on what the text dashboard warns of."""
+
+    def gauges() -> dict[str, float]:
+        text = cli_ok(home, "status", "--prometheus")
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        return {n: families[n].samples[0].value for n in ("ledger_up", "ledger_status_warnings")}
+
+    fresh = gauges()  # nothing recorded yet: warned, and counted
+    assert fresh == {"ledger_up": 1, "ledger_status_warnings": len(status_json(home)["warnings"])}
+    assert fresh["ledger_status_warnings"] >= 1
+    cli_ok(home, "db", "upgrade")
+    upgraded = gauges()
+    assert upgraded["ledger_status_warnings"] == len(status_json(home)["warnings"])
+    assert upgraded["ledger_status_warnings"] == fresh["ledger_status_warnings"] - 1

@@ -20,7 +20,7 @@ def _database(app: AppContext, create: bool = True, policy: Policy | None = None
     first: a bad recovery.json is reported before anything is checked or created."""
     if policy is None:
         policy = load_policy(app.state.path)
-    check_db_target(app.state.db_url, create=create, home=app.state.path.absolute())
+    check_db_target(app.state.db_url, home=app.state.path.absolute())
     if create:
         ensure_home(app.state.path)
     db = Database(app.state.db_url, busy_timeout_ms=policy.busy_timeout_ms)
@@ -88,7 +88,7 @@ def compact_cmd(app: AppContext, older_than: str | None, as_json: bool) -> None:
     policy = load_policy(app.state.path)
     age = parse_duration_ms(older_than) if older_than else policy.retention_days * DAY_MS
     check_older_than(age)
-    check_db_target(app.state.db_url, create=True, home=app.state.path.absolute())
+    check_db_target(app.state.db_url, home=app.state.path.absolute())
     db = open_database(
         app.state.db_url,
         create=True,

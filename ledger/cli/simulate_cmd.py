@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import TypeVar
 
 import click
@@ -56,6 +61,8 @@ def simulate(
     from ledger.catalog import Catalog, load_catalog
     from ledger.config import Policy, load_policy
     from ledger.durations import parse_duration_ms
+    from ledger.errors import UsageError
+    from ledger.simulate.limits import MAX_SPAN_DAYS, MAX_SPAN_MS
     from ledger.simulate.report import render_text
     from ledger.simulate.simulation import simulate as run_simulation
     from ledger.simulate.timeline import render_svg
@@ -65,13 +72,20 @@ def simulate(
         cat = load_catalog(app.state.path) if catalog is None else _required(catalog, Catalog)
         candidate = None if policy is None else _required(policy, Policy)
         window = 0 if drain_for in ("0", "0s") else parse_duration_ms(drain_for)
+        if window > MAX_SPAN_MS:
+            raise UsageError(f"--drain-for: must be at most {MAX_SPAN_DAYS}d (R-SIM-4)")
         return current, cat, candidate, window
 
     current, cat, candidate, window = run(as_json, prepare)
-    result = run(as_json, lambda: run_simulation(
-        trace, current, cat, candidate=candidate, seed=seed,
-        replay="sequence" if replay == "sequence" else "time", drain_for_ms=window,
-    ))
+    try:
+        with _terminate_as_exception():
+            result = run(as_json, lambda: run_simulation(
+                trace, current, cat, candidate=candidate, seed=seed,
+                replay="sequence" if replay == "sequence" else "time", drain_for_ms=window,
+            ))
+    except Terminated as stop:  # the throw-away ledger is gone: its `with` blocks unwound
+        click.echo("ledger: terminated", err=True)
+        sys.exit(128 + stop.signum)
     if timeline is not None:
         timeline.write_text(render_svg(result.comparison))
     if as_json:
@@ -80,6 +94,35 @@ def simulate(
         click.echo(render_text(result.document))
         if timeline is not None:
             click.echo(f"timeline: {timeline}")
+
+
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP arrived: unwinds like Ctrl-C so every `with` and `finally` runs."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextmanager
+def _terminate_as_exception() -> Iterator[None]:
+    """While inside, SIGTERM and SIGHUP (from `timeout`, systemd, CI limits, a closed terminal)
+    raise `Terminated` instead of ending the process on the spot, so the throw-away ledger is
+    removed on every way out (R-SIM-4; SIGINT already raises KeyboardInterrupt). A second
+    signal during the unwinding is ignored: it must not cut the removal short."""
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        for sig in handled:
+            signal.signal(sig, signal.SIG_IGN)
+        raise Terminated(signum)
+
+    handled = (signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, on_signal) for sig in handled}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def _required(path: Path, model: type[M]) -> M:

@@ -151,11 +151,13 @@ def _state_command(action: str, help_text: str) -> click.Command:
     @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
     @pass_app
     def command(app: AppContext, source_id: str, as_json: bool) -> None:
-        state = run(as_json, lambda: app.ledger().set_source_state(source_id, action))
+        change = run(as_json, lambda: app.ledger().set_source_state(source_id, action))
         if as_json:
-            emit_json({"source": source_id, "state": state})
+            emit_json(change.to_json())
+        elif change.already:
+            click.echo(f"source is already {change.state} ({change.pause_reason}); left as it is")
         else:
-            click.echo(f"source is now {state}")
+            click.echo(f"source is now {change.state}")
 
     return command
 

@@ -12,8 +12,8 @@ from typing import Any
 import click
 
 from ledger.cli.main import AppContext, emit_json, fail, pass_app, run
-from ledger.errors import UsageError
-from ledger.status import build_status, render_prometheus, render_text
+from ledger.errors import LedgerError, UsageError
+from ledger.status import build_status, render_prometheus, render_prometheus_down, render_text
 from ledger.status_text import WIDTH
 
 MAX_WIDTH = 160
@@ -43,7 +43,10 @@ def status(app: AppContext, as_json: bool, prometheus: bool, html_file: Path | N
     """Routes, cooldowns, budgets, sources and recent outcomes."""
     if sum([as_json, prometheus, html_file is not None]) > 1:
         fail(UsageError("choose one of --json, --prometheus and --html"), as_json)
-    doc = run(as_json, lambda: build_status(app.ledger(create=False)))
+    if prometheus:
+        doc = prometheus_status(app)
+    else:
+        doc = run(as_json, lambda: build_status(app.ledger(create=False)))
     if html_file is not None:
         write_page(app, doc, html_file)
     elif as_json:
@@ -52,6 +55,17 @@ def status(app: AppContext, as_json: bool, prometheus: bool, html_file: Path | N
         click.echo(render_prometheus(doc), nl=False)
     else:
         click.echo(render_text(doc, dashboard_width()))
+
+
+def prometheus_status(app: AppContext) -> dict[str, Any]:
+    """The document, or (when the ledger cannot be read) `ledger_up 0` on stdout before the
+    one-line error and its exit code: a cron textfile exporter then alerts instead of going on
+    with stale numbers or zeros (issue 29 item 12)."""
+    try:
+        return build_status(app.ledger(create=False))
+    except LedgerError as error:
+        click.echo(render_prometheus_down(), nl=False)
+        fail(error)
 
 
 def write_page(app: AppContext, doc: dict[str, Any], target: Path) -> None:

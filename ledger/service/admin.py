@@ -63,9 +63,8 @@ def add_source(body: SourceBody, ledger: LedgerDep) -> JSONResponse:
 def set_source_state(
     action: Literal["pause", "resume", "done"], body: SourceStateBody, ledger: LedgerDep
 ) -> JSONResponse:
-    """Pause, resume or finish a source."""
-    state = ledger.set_source_state(body.source, action)
-    return JSONResponse({"source": body.source, "state": state})
+    """Pause, resume or finish a source (a paused one keeps its reason: `already`)."""
+    return JSONResponse(ledger.set_source_state(body.source, action).to_json())
 
 
 @router.get("/sources/{source_id:path}")

@@ -33,14 +33,15 @@ from ledger.clock import virtual_time
 from ledger.config import Policy
 from ledger.home import state_dir
 from ledger.queue import DrainSummary, HandlerResult, ItemReport
+from ledger.simulate.idle import busy_poll, last_poll_until
 from ledger.simulate.provider import call_result
 from ledger.simulate.vclock import VirtualClock
 from ledger.simulate.workload import Arrival, Behaviour, Workload
 from ledger.store import Store
 from ledger.store.history import CooldownBand, History, active_cooldown_bands, read_history
 from ledger.store.pending import open_database
-from ledger.store.queue import QueueTotals, has_work, totals
-from ledger.worker import Job, Stopper, drain
+from ledger.store.queue import QueueTotals, any_due, has_work, queue_times, totals
+from ledger.worker import MAX_SLEEP_MS, MIN_SLEEP_MS, Job, Stopper, drain
 
 WORKER_ID = "sim-worker"
 MEMORY_DIR = Path("/dev/shm")  # noqa: S108 - only the parent of a mkdtemp (0700, random name)
@@ -75,6 +76,10 @@ class _Feeder:
 
     def pending(self) -> bool:
         return self._next < len(self._arrivals)
+
+    def next_at(self) -> int | None:
+        """When the next arrival comes (None: all have)."""
+        return self._arrivals[self._next].at_ms if self.pending() else None
 
     def add_due(self, ledger: Ledger, now: int) -> None:
         arrivals = self._arrivals
@@ -113,28 +118,51 @@ class _Handler:
 class VirtualStopper(Stopper):
     """The worker's stopper whose `sleep` moves virtual time and feeds arrivals."""
 
-    def __init__(self, clock: VirtualClock, feeder: _Feeder, ledger: Ledger, end_ms: int) -> None:
+    def __init__(
+        self, clock: VirtualClock, feeder: _Feeder, ledger: Ledger, end_ms: int,
+        skip_idle: bool = True,
+    ) -> None:
         super().__init__()
         self._clock = clock
         self._feeder = feeder
         self._ledger = ledger
         self._end_ms = end_ms
+        self._skip_idle = skip_idle
         self.drained_at_ms: int | None = None
 
     def sleep(self, seconds: float) -> None:
         """Advance by the worker's own sleep (as a `--loop` worker, it sees arrivals at its next
-        poll, not before); stop once nothing is queued or due to arrive, or at the end."""
+        poll, not before); stop once nothing is queued or due to arrive, or at the end. Polls
+        that would find nothing are jumped over (`ledger.simulate.idle`; `skip_idle=False`
+        steps through them, the reference the jump is tested against)."""
         now = self._clock.now()
         if not self._feeder.pending() and _queue_empty(self._ledger):
             self.drained_at_ms = now
             self.request()
             return
         target = now + max(1, round(seconds * 1000))
+        if self._skip_idle:
+            target = self._first_busy_poll(target)
         if target > self._end_ms:
+            last = last_poll_until(now + max(1, round(seconds * 1000)), self._end_ms,
+                                   MAX_SLEEP_MS) if self._skip_idle else None
+            if last is not None:
+                self._clock.advance_to(last)  # where stepping would have stopped
             self.request()
             return
         self._clock.advance_to(target)
         self._feeder.add_due(self._ledger, self._clock.now())
+
+    def _first_busy_poll(self, first_ms: int) -> int:
+        """The first of the worker's coming polls that finds a due source or an arrival."""
+        arrival = self._feeder.next_at()
+        if (arrival is not None and arrival <= first_ms) or any_due(self._ledger.db, first_ms):
+            return first_ms
+        times = queue_times(self._ledger.db)
+        due = min((t for t in (times.next_retry_ms, times.next_lease_expiry_ms) if t),
+                  default=None)
+        busy = busy_poll(first_ms, due, arrival, MAX_SLEEP_MS, MIN_SLEEP_MS)
+        return first_ms if busy is None else busy
 
 
 def _queue_empty(ledger: Ledger) -> bool:
@@ -173,6 +201,8 @@ def run_policy(
     seed: int,
     end_ms: int,
     on_progress: Callable[[int, int], object] | None = None,
+    *,
+    skip_idle: bool = True,
 ) -> RunRecord:
     """Run `policy` over `workload` until the queue drains or virtual time reaches `end_ms`.
 
@@ -195,7 +225,7 @@ def run_policy(
         try:
             feeder = _Feeder(workload.arrivals)
             handler = _Handler(behaviour, clock, sizes)
-            stopper = VirtualStopper(clock, feeder, ledger, end_ms)
+            stopper = VirtualStopper(clock, feeder, ledger, end_ms, skip_idle)
 
             def on_item(item: ItemReport, _summary: DrainSummary) -> None:
                 outcomes[item.outcome.value] += 1
@@ -215,7 +245,7 @@ def run_policy(
             feeder.add_until(ledger, clock, workload.worker_start_ms or workload.start_ms)
             summary = drain(
                 ledger, handler, worker_id=WORKER_ID, loop=True, stopper=stopper,
-                on_item=on_item,
+                on_item=on_item, max_sleep_ms=MAX_SLEEP_MS,  # the cap `idle` reckons with
             )
             history = read_history(ledger.db)
             facts = totals(ledger.db, policy.calls_per_hour)

@@ -253,6 +253,27 @@ class Scenario(_Strict):
         return self.start_ms() - self.start_ms() % 86_400_000
 
 
+def arrival_outside_span(scenario: Scenario) -> str | None:
+    """The field of the first arrival stream that reaches outside the simulated span (from
+    `start` for `hours`), else None: such arrivals would be dropped or moved (R-SIM-4)."""
+    base = scenario.midnight_ms()
+    start = scenario.start_ms()
+    end = start + round(scenario.hours * 3_600_000)
+    for i, stream in enumerate(scenario.arrivals):
+        bounds = (
+            [("at", stream.at)]
+            if stream.at is not None
+            else [("from", stream.from_ or ""), ("until", stream.until or "")]
+        )
+        for name, value in bounds:
+            if not start <= base + clock_ms(value) <= end:
+                return f"arrivals[{i}].{name}"
+    return None
+
+
+SPAN_RULE = "must be within the simulated span (from `start`, for `hours`)"
+
+
 class ScenarioBehaviour:
     """Answers from a scenario: the first window active on the model or its provider fails the
     call with its probability; otherwise a healthy reply with the target's profile."""

@@ -17,6 +17,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ledger.clock import iso
+from ledger.simulate.limits import MAX_ENTRIES, InputBytes, SpanMs, TokenCount
 from ledger.store.history import History
 
 _WORD = r"^[a-z0-9_.-]{1,64}$"
@@ -40,7 +41,7 @@ class _Strict(BaseModel):
 class TraceAttempt(_Strict):
     """One recorded attempt: a reservation and how it was settled."""
 
-    at_ms: NonNegative = Field(alias="atMs")
+    at_ms: SpanMs = Field(alias="atMs")
     source: NonNegative
     model: ModelKey
     role: Role = "primary"
@@ -50,20 +51,20 @@ class TraceAttempt(_Strict):
     subkind: Token | None = None
     reason: Token | None = None
     late: bool = False
-    duration_ms: NonNegative | None = Field(None, alias="durationMs")
-    input_bytes: NonNegative | None = Field(None, alias="inputBytes")
+    duration_ms: SpanMs | None = Field(None, alias="durationMs")
+    input_bytes: InputBytes | None = Field(None, alias="inputBytes")
     """The request size the reservation was checked with (a size, never the request)."""
-    input_tokens: NonNegative | None = Field(None, alias="inputTokens")
-    output_tokens: NonNegative | None = Field(None, alias="outputTokens")
+    input_tokens: TokenCount | None = Field(None, alias="inputTokens")
+    output_tokens: TokenCount | None = Field(None, alias="outputTokens")
     cost_usd: Annotated[float, Field(ge=0, le=1e9)] | None = Field(None, alias="costUsd")
     cost_known: bool = Field(False, alias="costKnown")
-    retry_after_ms: NonNegative | None = Field(None, alias="retryAfterMs")
+    retry_after_ms: SpanMs | None = Field(None, alias="retryAfterMs")
 
 
 class TraceArrival(_Strict):
     """One source's arrival in the queue."""
 
-    at_ms: NonNegative = Field(alias="atMs")
+    at_ms: SpanMs = Field(alias="atMs")
     source: NonNegative
 
 
@@ -75,10 +76,10 @@ class Trace(_Strict):
     start: str | None = None
     """ISO 8601 UTC time of `atMs` 0 (informational; replays start at `startMs`)."""
     start_ms: NonNegative = Field(0, alias="startMs")
-    end_ms: NonNegative = Field(0, alias="endMs")
+    end_ms: SpanMs = Field(0, alias="endMs")
     """Milliseconds after the start at which the recording ended (the export time)."""
-    attempts: list[TraceAttempt] = Field(default_factory=list, max_length=5_000_000)
-    arrivals: list[TraceArrival] = Field(default_factory=list, max_length=5_000_000)
+    attempts: list[TraceAttempt] = Field(default_factory=list, max_length=MAX_ENTRIES)
+    arrivals: list[TraceArrival] = Field(default_factory=list, max_length=MAX_ENTRIES)
 
     def to_json(self) -> dict[str, object]:
         """The document as written by `ledger trace export --json`."""

@@ -20,23 +20,24 @@ handed in.
 from __future__ import annotations
 
 import bisect
+import copy
 import random
 import statistics
-from collections import defaultdict, deque
-from collections.abc import Callable, Sequence
+from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from ledger.kinds import FailureKind
 from ledger.simulate.provider import Reply
-from ledger.simulate.trace import Trace, TraceAttempt
+from ledger.simulate.trace import Trace, TraceArrival, TraceAttempt
 
 ReplayMode = Literal["time", "sequence"]
 DEFAULT_LATENCY_MS = 1000
 DEFAULT_INPUT_BYTES = 4000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Arrival:
     """One source entering the queue at `at_ms` (UTC ms) with its request size."""
 
@@ -67,65 +68,183 @@ class Workload:
     its first recorded call: the sources that arrived before it were all waiting for it."""
 
 
-def _observation(attempt: TraceAttempt, typical: Reply) -> Reply:
-    return Reply(
-        kind=None if attempt.kind is None else FailureKind(attempt.kind),
-        subkind=attempt.subkind,
-        reason=attempt.reason,
-        latency_ms=attempt.duration_ms if attempt.duration_ms is not None else typical.latency_ms,
-        input_tokens=attempt.input_tokens,
-        output_tokens=attempt.output_tokens,
-        retry_after_ms=attempt.retry_after_ms,
-    )
-
-
 _OBSERVED = frozenset({"succeeded", "failed"})
+_NONE = -1  # an absent count in the columns below (every stored value is >= 0)
+
+
+def _int(value: int) -> int | None:
+    return None if value == _NONE else value
+
+
+class _Observations:
+    """One model's recorded outcomes as columns: a few machine words per attempt, not an object
+    (a five-million-attempt trace must fit in bounded memory, R-SIM-4)."""
+
+    def __init__(self) -> None:
+        self.times = array("q")
+        self.outcomes = array("l")  # index into the recorder's table of (kind, subkind, reason)
+        self.latency = array("q")
+        self.input_tokens = array("q")
+        self.output_tokens = array("q")
+        self.retry_after = array("q")
+
+
+class TraceRecorder:
+    """Takes a trace's attempts and arrivals one at a time (as a streamed file yields them) and
+    keeps only what the replay needs: per model the observations, per source its first request
+    size, and the arrivals. Times are kept relative: `startMs` may come after the lists."""
+
+    def __init__(self) -> None:
+        self._models: dict[str, _Observations] = {}
+        self._outcomes: dict[tuple[str | None, str | None, str | None], int] = {}
+        self._ok_latency = array("q")
+        self._ok_input = array("q")
+        self._ok_output = array("q")
+        self._sizes: dict[int, int] = {}
+        self._arrival_at = array("q")
+        self._arrival_source = array("q")
+        self._first_call: int | None = None
+        self._last_event: int | None = None
+
+    def _event(self, at_ms: int) -> None:
+        self._last_event = at_ms if self._last_event is None else max(self._last_event, at_ms)
+
+    def add_attempt(self, attempt: TraceAttempt) -> None:
+        """One recorded attempt."""
+        a = attempt
+        self._first_call = a.at_ms if self._first_call is None else min(self._first_call, a.at_ms)
+        self._event(a.at_ms + (a.duration_ms or 0))
+        if a.input_bytes is not None:
+            self._sizes.setdefault(a.source, a.input_bytes)
+        if a.status not in _OBSERVED:
+            return
+        if a.kind is None:
+            if a.duration_ms is not None:
+                self._ok_latency.append(a.duration_ms)
+            if a.input_tokens is not None:
+                self._ok_input.append(a.input_tokens)
+            if a.output_tokens is not None:
+                self._ok_output.append(a.output_tokens)
+        column = self._models.get(a.model)
+        if column is None:
+            column = self._models[a.model] = _Observations()
+        outcome = (a.kind, a.subkind, a.reason)
+        column.times.append(a.at_ms)
+        column.outcomes.append(self._outcomes.setdefault(outcome, len(self._outcomes)))
+        column.latency.append(_NONE if a.duration_ms is None else a.duration_ms)
+        column.input_tokens.append(_NONE if a.input_tokens is None else a.input_tokens)
+        column.output_tokens.append(_NONE if a.output_tokens is None else a.output_tokens)
+        column.retry_after.append(_NONE if a.retry_after_ms is None else a.retry_after_ms)
+
+    def add_arrival(self, arrival: TraceArrival) -> None:
+        """One source's arrival."""
+        self._event(arrival.at_ms)
+        self._arrival_at.append(arrival.at_ms)
+        self._arrival_source.append(arrival.source)
+
+    def recording_end(self, end_ms: int) -> int:
+        """See `recording_end`; `end_ms` is the trace's `endMs`."""
+        return end_ms if self._last_event is None else self._last_event
+
+    def typical(self) -> Reply:
+        """A healthy reply with the trace's median success latency and tokens."""
+
+        def median(values: array[int]) -> int | None:
+            return int(statistics.median_low(values)) if values else None
+
+        return Reply(
+            latency_ms=median(self._ok_latency) or DEFAULT_LATENCY_MS,
+            input_tokens=median(self._ok_input),
+            output_tokens=median(self._ok_output),
+        )
+
+    def workload(self, start_ms: int, end_ms: int, mode: ReplayMode = "time") -> Workload:
+        """The workload: arrivals sorted by time (sizes from each source's first attempt)."""
+        order = sorted(range(len(self._arrival_at)),
+                       key=lambda i: (self._arrival_at[i], self._arrival_source[i]))
+        arrivals = tuple(
+            Arrival(
+                start_ms + self._arrival_at[i],
+                f"s{self._arrival_source[i]:06d}",
+                self._sizes.get(self._arrival_source[i], DEFAULT_INPUT_BYTES),
+            )
+            for i in order
+        )
+        behaviour = TraceBehaviour(self, mode, start_ms, end_ms)
+        return Workload(
+            "trace", start_ms, start_ms + self.recording_end(end_ms), arrivals,
+            lambda _rng: behaviour.fresh(), start_ms + (self._first_call or 0),
+        )
 
 
 class TraceBehaviour:
     """Answers from a trace's observations, per model, by time or by sequence."""
 
-    def __init__(self, trace: Trace, mode: ReplayMode) -> None:
+    def __init__(
+        self, source: Trace | TraceRecorder, mode: ReplayMode = "time", start_ms: int = 0,
+        end_ms: int = 0,
+    ) -> None:
+        """`start_ms`, `end_ms`: the trace's `startMs` and `endMs` (read from a `Trace`)."""
+        if isinstance(source, Trace):  # a trace in memory (tests, small inputs)
+            recorder = record_trace(source)
+            start_ms, end_ms = source.start_ms, source.end_ms
+        else:
+            recorder = source
+        self._recorder = recorder
+        self._start_ms = start_ms
         self._mode = mode
-        self._end_ms = trace.start_ms + recording_end(trace)
-        observed = [a for a in trace.attempts if a.status in _OBSERVED]
-        self._typical = _typical(observed)
-        by_model: dict[str, list[tuple[int, Reply]]] = defaultdict(list)
-        for attempt in observed:
-            by_model[attempt.model].append(
-                (trace.start_ms + attempt.at_ms, _observation(attempt, self._typical))
-            )
-        self._times = {m: [t for t, _ in rows] for m, rows in by_model.items()}
-        self._replies = {m: [r for _, r in rows] for m, rows in by_model.items()}
-        self._queues = {m: deque(r for _, r in rows) for m, rows in by_model.items()}
+        self._end_ms = start_ms + recorder.recording_end(end_ms)
+        self._typical = recorder.typical()
+        self._outcomes = [
+            (None if kind is None else FailureKind(kind), subkind, reason)
+            for (kind, subkind, reason) in recorder._outcomes
+        ]
+        self._next: dict[str, int] = {}
+
+    def fresh(self) -> TraceBehaviour:
+        """The same observations, with the sequence replay at its start (one per run)."""
+        twin = copy.copy(self)
+        twin._next = {}
+        return twin
+
+    def _reply(self, column: _Observations, i: int) -> Reply:
+        kind, subkind, reason = self._outcomes[column.outcomes[i]]
+        latency = _int(column.latency[i])
+        return Reply(
+            kind=kind, subkind=subkind, reason=reason,
+            latency_ms=self._typical.latency_ms if latency is None else latency,
+            input_tokens=_int(column.input_tokens[i]),
+            output_tokens=_int(column.output_tokens[i]),
+            retry_after_ms=_int(column.retry_after[i]),
+        )
 
     def reply(self, model: str, provider: str, at_ms: int) -> tuple[Reply, bool]:
         """The recorded outcome for this call (see the module docstring)."""
-        if model not in self._replies or (self._mode == "time" and at_ms > self._end_ms):
+        column = self._recorder._models.get(model)
+        if column is None or (self._mode == "time" and at_ms > self._end_ms):
             return self._typical, False
         if self._mode == "sequence":
-            queue = self._queues[model]
-            return (queue.popleft(), True) if queue else (self._typical, False)
-        times = self._times[model]
-        i = bisect.bisect_left(times, at_ms)
-        if i == len(times) or (i > 0 and at_ms - times[i - 1] <= times[i] - at_ms):
+            i = self._next.get(model, 0)
+            if i >= len(column.times):
+                return self._typical, False
+            self._next[model] = i + 1
+            return self._reply(column, i), True
+        times = column.times
+        relative = at_ms - self._start_ms
+        i = bisect.bisect_left(times, relative)
+        if i == len(times) or (i > 0 and relative - times[i - 1] <= times[i] - relative):
             i -= 1
-        return self._replies[model][i], True
+        return self._reply(column, i), True
 
 
-def _typical(attempts: Sequence[TraceAttempt]) -> Reply:
-    """A healthy reply with the trace's median success latency and tokens."""
-    ok = [a for a in attempts if a.kind is None]
-
-    def median(values: list[int], default: int | None) -> int | None:
-        return int(statistics.median_low(values)) if values else default
-
-    return Reply(
-        latency_ms=median([a.duration_ms for a in ok if a.duration_ms is not None],
-                          DEFAULT_LATENCY_MS) or DEFAULT_LATENCY_MS,
-        input_tokens=median([a.input_tokens for a in ok if a.input_tokens is not None], None),
-        output_tokens=median([a.output_tokens for a in ok if a.output_tokens is not None], None),
-    )
+def record_trace(trace: Trace) -> TraceRecorder:
+    """A trace in memory, recorded (what the streamed reader builds attempt by attempt)."""
+    recorder = TraceRecorder()
+    for attempt in trace.attempts:
+        recorder.add_attempt(attempt)
+    for arrival in trace.arrivals:
+        recorder.add_arrival(arrival)
+    return recorder
 
 
 def recording_end(trace: Trace) -> int:
@@ -133,27 +252,9 @@ def recording_end(trace: Trace) -> int:
     or its last arrival); the export time (`endMs`) only for a trace without events. A worker
     that stopped after its last call (`ledger demo`, a cron `--once` run) left no events after
     it, and the idle time until the export must not become simulated work."""
-    events = [a.at_ms + (a.duration_ms or 0) for a in trace.attempts]
-    events.extend(a.at_ms for a in trace.arrivals)
-    return max(events) if events else trace.end_ms
+    return record_trace(trace).recording_end(trace.end_ms)
 
 
 def trace_workload(trace: Trace, mode: ReplayMode = "time") -> Workload:
     """A trace as a workload: its arrivals (sizes from each source's first attempt)."""
-    sizes: dict[int, int] = {}
-    for attempt in trace.attempts:
-        if attempt.input_bytes is not None:
-            sizes.setdefault(attempt.source, attempt.input_bytes)
-    arrivals = tuple(
-        Arrival(
-            trace.start_ms + a.at_ms,
-            f"s{a.source:06d}",
-            sizes.get(a.source, DEFAULT_INPUT_BYTES),
-        )
-        for a in sorted(trace.arrivals, key=lambda a: (a.at_ms, a.source))
-    )
-    first_call = min((a.at_ms for a in trace.attempts), default=0)
-    return Workload(
-        "trace", trace.start_ms, trace.start_ms + recording_end(trace), arrivals,
-        lambda _rng: TraceBehaviour(trace, mode), trace.start_ms + first_call,
-    )
+    return record_trace(trace).workload(trace.start_ms, trace.end_ms, mode)

@@ -17,7 +17,7 @@ from ledger.catalog import Catalog
 from ledger.config import Policy
 from ledger.errors import LedgerError, NotFoundError, Refused, UsageError
 from ledger.kinds import CooldownOrigin, CooldownScope, SourceState
-from ledger.records import Outcome, Reservation, SettleResult
+from ledger.records import Outcome, Reservation, SettleResult, SourceStateChange
 from ledger.store import probes
 from ledger.store import reservations as res_ops
 from ledger.store.batch import Answered, Step, write_steps
@@ -100,7 +100,7 @@ class Store:
             return False
 
     @rehearsed
-    def set_source_state(self, source_id: str, action: str) -> str:
+    def set_source_state(self, source_id: str, action: str) -> SourceStateChange:
         """pause / resume / done a source; returns its new state."""
         with self.db.write() as txn:
             row = txn.conn.execute(select(sources).where(sources.c.id == source_id)).first()
@@ -110,6 +110,8 @@ class Store:
             if action == "pause":
                 if row.state == SourceState.DONE.value:
                     raise Refused("source_settled")
+                if row.state == SourceState.PAUSED.value:  # the policy's reason is kept
+                    return SourceStateChange(source_id, row.state, True, row.pause_reason)
                 # a live lease stays with its worker (issue 12 item 3); it releases it
                 values = {"state": SourceState.PAUSED.value, "pause_reason": "manual"}
             elif action == "resume":
@@ -126,7 +128,9 @@ class Store:
             else:  # pragma: no cover - CLI passes fixed words
                 raise UsageError("unknown source action")
             txn.conn.execute(update(sources).where(sources.c.id == source_id).values(**values))
-            return str(values["state"])
+            return SourceStateChange(
+                source_id, str(values["state"]), False, values.get("pause_reason", row.pause_reason)
+            )
 
     # --- cooldowns -----------------------------------------------------------------------
 

@@ -440,6 +440,15 @@ def queue_times(db: Database) -> QueueTimes:
         )
 
 
+_ANY_DUE = select(exists().where(_due(_NOW)))
+
+
+def any_due(db: Database, at_ms: int) -> bool:
+    """True when a claim at `at_ms` would find a source, as things stand (one read txn)."""
+    with db.read() as conn:
+        return bool(conn.execute(_ANY_DUE, {"now": at_ms}).scalar())
+
+
 def has_work(db: Database) -> bool:
     """True while a source in the queue is queued or leased, due or not (one read txn)."""
     with db.read() as conn:
