@@ -9,6 +9,7 @@ bytes matter."""
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import time
 from collections.abc import Iterator
@@ -18,7 +19,8 @@ import httpx
 import pytest
 
 from ledger.client import LedgerClient
-from ledger.service.connections import CONNECTION_LIMITS, LOG_BURST
+from ledger.service.connections import CONNECTION_LIMITS, LOG_BURST, BoundedLog
+from ledger.service.sessions import PageSessions
 from tests.conftest import TEST_CATALOG
 from tests.serving import Served, running
 
@@ -252,3 +254,34 @@ def test_r_srv_1_the_bearer_scheme_is_case_insensitive(served: Served, scheme: s
     assert answer.status_code == 200
     wrong = httpx.get(served.url + "/v1/status", headers={"authorization": f"{scheme} x{TOKEN}"})
     assert wrong.status_code == 401
+
+
+# the bounds themselves, with a clock handed in ----------------------------------------------
+
+
+def test_r_srv_10_sessions_expire_and_at_most_the_limit_are_kept() -> None:
+    now = [1000.0]
+    sessions = PageSessions(lifetime_s=60, limit=3, clock=lambda: now[0])
+    first = sessions.new()
+    assert sessions.valid(first)
+    assert b"Max-Age=60" in sessions.cookie(first)
+    now[0] += 61
+    assert not sessions.valid(first)  # ended
+    kept = [sessions.new() for _ in range(5)]
+    assert len(sessions) == 3  # the oldest went first
+    assert [sessions.valid(v) for v in kept] == [False, False, True, True, True]
+    assert not sessions.valid(None)
+    assert not sessions.valid(b"")
+
+
+def test_r_srv_9_the_http_log_is_bounded_and_counts_what_it_left_out() -> None:
+    now = [0.0]
+    bound = BoundedLog(window_s=60, burst=3, clock=lambda: now[0])
+    log = logging.getLogger("tests.bounded")
+    records = [log.makeRecord("x", logging.WARNING, "f", 1, "bad request", (), None)
+               for _ in range(10)]
+    assert [bound.filter(r) for r in records] == [True] * 3 + [False] * 7
+    now[0] += 61
+    later = log.makeRecord("x", logging.WARNING, "f", 1, "bad request", (), None)
+    assert bound.filter(later)
+    assert later.getMessage() == "bad request (7 similar lines left out before)"
