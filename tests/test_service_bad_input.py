@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from ledger.client import LedgerClient
 from ledger.records import Success
-from ledger.service.server import LIMITS
+from ledger.service.connections import CONNECTION_LIMITS
 from tests.conftest import TEST_CATALOG
 from tests.serving import Served, running
 
@@ -344,7 +344,7 @@ def test_r_srv_6_500_idle_connections(served: Served) -> None:
 
 @pytest.mark.slow
 def test_r_srv_6_past_the_connection_limit_a_json_503_then_serving_again(served: Served) -> None:
-    idle = [_raw(served) for _ in range(LIMITS["limit_concurrency"])]
+    idle = [_raw(served) for _ in range(CONNECTION_LIMITS["unix"])]
     try:
         time.sleep(0.5)  # the service has accepted them all
         with served.client() as http:

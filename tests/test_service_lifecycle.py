@@ -94,7 +94,7 @@ def test_r_srv_5_sigterm_lets_requests_in_flight_finish_then_exits_0(home: Path)
         in_flight = [threading.Thread(target=reserve, args=(i,)) for i in range(8)]
         for t in in_flight:
             t.start()
-        time.sleep(1.0)  # all 8 wait for the write lock inside the service
+        _wait_in_flight(served, 8)  # all 8 wait for the write lock inside the service
         assert answers == []
         served.proc.send_signal(signal.SIGTERM)
         time.sleep(0.5)
@@ -108,6 +108,25 @@ def test_r_srv_5_sigterm_lets_requests_in_flight_finish_then_exits_0(home: Path)
     stored = rows(f"sqlite:///{home / 'ledger.db'}", "SELECT count(*) FROM reservations")
     assert stored == [(8,)]
     assert not served.socket.exists()
+
+
+def _wait_in_flight(served: Served, count: int) -> None:
+    """Until `count` reserves are inside the service's group commit (in the transaction waiting
+    for the lock, or queued behind it): a condition, not a sleep (a loaded machine may take
+    seconds to deliver them)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with served.client(timeout_s=10) as http:
+            text = http.get("/metrics").text
+        inside = sum(
+            float(line.split()[-1])
+            for line in text.splitlines()
+            if line.startswith(("ledger_commit_waiting ", "ledger_commit_in_progress "))
+        )
+        if inside >= count:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"fewer than {count} requests reached the service")
 
 
 def _late_request_status(served: Served) -> str | int:

@@ -30,6 +30,7 @@ def serve(app: AppContext, listen: str | None, allow_remote: bool, grace: float)
     except ImportError:
         raise UsageError(MISSING_EXTRA) from None
     address = server.parse_listen(listen, allow_remote) if listen is not None else None
+    server.check_state_dir(app.state.path)  # before the ledger creates anything (issue 29)
     server.serve(
         app.ledger(lazy=False),
         listen=address,

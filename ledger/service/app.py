@@ -1,10 +1,14 @@
 """The ASGI app: the routers, the one error handler, and the gate every request passes first.
 
-The gate (a plain ASGI middleware, in this order): a draining service answers 503; a TCP request
-without the bearer token answers 401 (compared in constant time; the unix socket's file mode is
-its authentication); the body is read in full, at most 64 KiB (413) within `BODY_TIMEOUT_S`
-(408), before any route runs, so no route ever waits on a client while it holds a transaction.
-Every answer is counted for `/metrics` under its route template, never the raw path.
+The gate (a plain ASGI middleware, for every path, in this order): a draining service answers
+503; a TCP request without the bearer token (scheme case-insensitive, RFC 7235; compared in
+constant time) answers 401, except the page and its assets with a live page session (R-SRV-10;
+`/` without one shows how to sign in); the unix socket's file mode is its authentication; a
+database file gone from its path answers 503 (a replaced one is reopened first, R-SRV-10); the
+body is read in full, at most 64 KiB (413) within `BODY_TIMEOUT_S` (408), before any route runs,
+so no route ever waits on a client while it holds a transaction. HEAD is answered as GET without
+the body. Every answer is counted for `/metrics` under labels from fixed sets (R-SRV-9): a known
+method or `other`, the route template, `unmatched` or `unauthenticated`, never the raw path.
 """
 
 from __future__ import annotations
@@ -22,21 +26,36 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger.api import Ledger
 from ledger.service import admin, calls, ops, page_routes, queue_routes
+from ledger.service.db_watch import DatabaseWatch
 from ledger.service.errors import error_response, install
 from ledger.service.group_commit import GroupCommit
+from ledger.service.sessions import SESSION_COOKIE, PageSessions, sign_in_page
 
 MAX_BODY_BYTES = 64 * 1024
 BODY_TIMEOUT_S = 10.0
 API_VERSION = "1"
 PAGE_PATHS = frozenset({"/", "/page.css", "/page.js"})
-PAGE_COOKIE = b"ledger_page"
+UNWATCHED_PATHS = frozenset({"/healthz"})
+"""Answered without looking at the database file (the process answers)."""
 STOPPED = "the service stopped before this request was answered; retry it"
+UNAUTHENTICATED_ROUTE = "unauthenticated"
+UNMATCHED_ROUTE = "unmatched"
+Authenticate = Callable[[tuple[str, int] | None], bool]
 
 
 def create_app(
-    ledger: Ledger, *, token: str | None = None, draining: Callable[[], bool] = lambda: False
+    ledger: Ledger,
+    *,
+    token: str | None = None,
+    draining: Callable[[], bool] = lambda: False,
+    token_hint: str = "the service's LEDGER_TOKEN",  # noqa: S107 - where it is, not a token
+    authenticated: Authenticate = lambda client: True,
+    announce: Callable[[str], None] = lambda line: None,
 ) -> FastAPI:
-    """The service over one open `Ledger`; `token` guards TCP requests (None: socket only)."""
+    """The service over one open `Ledger`; `token` guards TCP requests (None: socket only).
+    `token_hint` says where the token is (never the token), `authenticated` is told of each TCP
+    connection that showed a credential (False: no capacity for it, 503), `announce` prints one
+    line (a reopened database)."""
     app = FastAPI(
         title="ledger",
         version=API_VERSION,
@@ -50,15 +69,26 @@ def create_app(
     app.state.group = GroupCommit(ledger.write_steps, observe=app.state.metrics.batch.observe)
     app.state.metrics.waiting.set_function(app.state.group.pending)
     app.state.metrics.in_progress.set_function(app.state.group.in_progress)
+    path = ledger.state.db_path if ledger.db.is_sqlite else None
+    app.state.db_watch = DatabaseWatch(path, ledger.db.dispose, announce)
     for router in (calls.router, admin.router, queue_routes.router, ops.router, page_routes.router):
         app.include_router(router)
     install(app)
-    app.add_middleware(Gate, token=token, draining=draining, metrics=app.state.metrics)
+    app.add_middleware(
+        Gate,
+        token=token,
+        draining=draining,
+        metrics=app.state.metrics,
+        watch=app.state.db_watch,
+        token_hint=token_hint,
+        authenticated=authenticated,
+    )
     return app
 
 
 class Gate:
-    """Drain, authenticate, bound the body, count: before any route (see the module docstring)."""
+    """Drain, authenticate, watch the file, bound the body, count: before any route (see the
+    module docstring)."""
 
     def __init__(
         self,
@@ -67,11 +97,18 @@ class Gate:
         token: str | None,
         draining: Callable[[], bool],
         metrics: ops.RequestMetrics,
+        watch: DatabaseWatch,
+        token_hint: str,
+        authenticated: Authenticate,
     ) -> None:
         self.app = app
-        self.token = None if token is None else f"Bearer {token}".encode()
+        self.token = None if token is None else token.encode()
         self.draining = draining
         self.metrics = metrics
+        self.watch = watch
+        self.token_hint = token_hint
+        self.authenticated = authenticated
+        self.sessions = PageSessions()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -79,18 +116,35 @@ class Gate:
             return
         started = time.perf_counter()
         status = 0
+        method = scope["method"]
+        head = method == "HEAD"
+        route_label: str | None = None
 
         async def counted(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = int(message["status"])
+            elif head and message["type"] == "http.response.body":
+                message = {**message, "body": b""}  # HEAD: GET's answer without the body
             await send(message)
 
         try:
+            if head:
+                scope = {**scope, "method": "GET"}
             if _is_sign_in(scope):
                 await self._sign_in(scope, receive, counted)
                 return
             refusal = self._refusal(scope)
+            if refusal == 401:
+                route_label = UNAUTHENTICATED_ROUTE
+                if scope["path"] == "/" and scope["method"] == "GET":
+                    await self._sign_in_page(counted)
+                    return
+            if refusal is None and scope["path"] not in UNWATCHED_PATHS:
+                problem = self.watch.check()
+                if problem is not None and scope["path"] != "/readyz":
+                    await error_response(503, "database_gone", problem)(scope, receive, counted)
+                    return
             if refusal is None:
                 body = await self._body(scope, receive)
                 if isinstance(body, int):
@@ -106,39 +160,46 @@ class Gate:
             # request id); the request ends here, no traceback is logged
             await error_response(503, "unavailable", STOPPED)(scope, receive, counted)
         finally:
-            route = scope.get("route")
-            template = getattr(route, "path", None) or "unmatched"
+            if route_label is None:
+                route = scope.get("route")
+                route_label = getattr(route, "path", None) or UNMATCHED_ROUTE
             elapsed = time.perf_counter() - started
-            self.metrics.observe(scope["method"], template, status or 500, elapsed)
+            self.metrics.observe(method, route_label, status or 500, elapsed)
 
     def _refusal(self, scope: Scope) -> int | None:
         if self.draining():
             return 503
-        server = scope.get("server")
-        if server is not None and server[1] is not None:  # TCP (a unix socket has no port)
-            headers = dict(scope["headers"])
-            given = headers.get(b"authorization", b"")
-            if self.token is None:
-                return 401
-            if hmac.compare_digest(given, self.token):
-                return None
-            if self._page_cookie_ok(scope, headers):
-                return None
-            return 401
-        return None
+        if not _is_tcp(scope):
+            return None
+        headers = dict(scope["headers"])
+        if self._bearer_ok(headers.get(b"authorization", b"")) or self._session_ok(
+            scope, headers
+        ):
+            return None if self.authenticated(scope.get("client")) else 503
+        return 401
+
+    def _bearer_ok(self, given: bytes) -> bool:
+        """`Bearer <token>`, the scheme in any case (RFC 7235), the token in constant time."""
+        scheme, _, value = given.strip().partition(b" ")
+        return (
+            self.token is not None
+            and scheme.lower() == b"bearer"
+            and hmac.compare_digest(value.strip(), self.token)
+        )
 
     async def _sign_in(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """`GET /?token=…` over TCP: with the right token, a session cookie for the page
-        (HttpOnly, SameSite=Strict) and a redirect to `/`, so the token leaves the address bar;
-        otherwise 401. The token is never echoed or logged."""
+        """`GET /?token=…` over TCP: with the right token, a page session of its own (random,
+        HttpOnly, SameSite=Strict, expiring; never the token) and a redirect to `/`, so the
+        token leaves the address bar; otherwise 401. The token is never echoed or logged."""
         given = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token", [""])[0]
-        candidate = b"Bearer " + given.encode("utf-8", "replace")
+        candidate = given.encode("utf-8", "replace")
         if self.token is None or not hmac.compare_digest(candidate, self.token):
             await error_response(401)(scope, receive, send)
             return
-        cookie = (
-            PAGE_COOKIE + b"=" + given.encode() + b"; HttpOnly; SameSite=Strict; Path=/"
-        )
+        if not self.authenticated(scope.get("client")):
+            await error_response(503)(scope, receive, send)
+            return
+        cookie = self.sessions.cookie(self.sessions.new())
         await send(
             {
                 "type": "http.response.start",
@@ -149,13 +210,30 @@ class Gate:
         )
         await send({"type": "http.response.body", "body": b""})
 
-    def _page_cookie_ok(self, scope: Scope, headers: dict[bytes, bytes]) -> bool:
-        """A browser shows the page with the session cookie that `/?token=…` set (GET of the page
+    async def _sign_in_page(self, send: Send) -> None:
+        """`GET /` over TCP without a credential: 401 with a small page saying how to sign in."""
+        body = sign_in_page(self.token_hint)
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 401,
+                "headers": [
+                    (b"content-type", b"text/html; charset=utf-8"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"www-authenticate", b"Bearer"),
+                    (b"content-security-policy", b"default-src 'none'"),
+                    (b"cache-control", b"no-store"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    def _session_ok(self, scope: Scope, headers: dict[bytes, bytes]) -> bool:
+        """A browser shows the page with the session that `/?token=…` made (GET of the page
         and its assets only: the API always wants the bearer header)."""
-        if scope["method"] != "GET" or scope["path"] not in PAGE_PATHS or self.token is None:
+        if scope["method"] != "GET" or scope["path"] not in PAGE_PATHS:
             return False
-        given = _cookie(headers.get(b"cookie", b""), PAGE_COOKIE)
-        return given is not None and hmac.compare_digest(b"Bearer " + given, self.token)
+        return self.sessions.valid(_cookie(headers.get(b"cookie", b""), SESSION_COOKIE))
 
     async def _body(self, scope: Scope, receive: Receive) -> bytes | int:
         """The whole body, or 413 (over 64 KiB) / 408 (not arrived within BODY_TIMEOUT_S)."""
@@ -179,12 +257,16 @@ class Gate:
         return 408
 
 
+def _is_tcp(scope: Scope) -> bool:
+    """A TCP request (a unix socket has no port)."""
+    server = scope.get("server")
+    return server is not None and server[1] is not None
+
+
 def _is_sign_in(scope: Scope) -> bool:
     """A browser's first visit over TCP: `GET /?token=…`."""
-    server = scope.get("server")
     return (
-        server is not None
-        and server[1] is not None
+        _is_tcp(scope)
         and scope["method"] == "GET"
         and scope["path"] == "/"
         and b"token=" in scope.get("query_string", b"")

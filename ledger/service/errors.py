@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from ledger.clock import iso
-from ledger.errors import LedgerError, NotFoundError, Refused
+from ledger.errors import LedgerError, NotFoundError, ReadOnlyError, Refused
 from ledger.service.models import REQUEST_MODELS
 
 HTTP_STATUS_BY_EXIT_CODE: dict[int, int] = {
@@ -48,6 +48,11 @@ MESSAGES: dict[int, str] = {
     500: "internal error",
     503: "the service is not available",
 }
+
+REPLACED = (
+    "the database file was replaced while this request ran; the service reopened it and wrote "
+    "nothing: retry"
+)
 
 HEADERS: dict[int, dict[str, str]] = {
     401: {"www-authenticate": "Bearer"},
@@ -113,8 +118,16 @@ KNOWN_FIELDS = frozenset({"body", "query", "path", "action", "target", "source_i
 def install(app: FastAPI) -> None:
     """Register the handlers: domain errors, validation errors, HTTP errors, anything else."""
 
-    async def on_ledger_error(_request: Request, exc: Exception) -> JSONResponse:
+    async def on_ledger_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, LedgerError)
+        if isinstance(exc, ReadOnlyError):  # the file may have been replaced under the request
+            watch = request.app.state.db_watch
+            reopened = watch.reopened
+            problem = watch.check()
+            if problem is not None:
+                return error_response(503, "database_gone", problem)
+            if watch.reopened != reopened:
+                return error_response(503, "database_replaced", REPLACED)
         return ledger_error_response(exc)
 
     async def on_validation(_request: Request, exc: Exception) -> JSONResponse:

@@ -30,11 +30,14 @@ EXPOSITION = "text/plain; version=0.0.4; charset=utf-8"
 disable_created_metrics()  # type: ignore[no-untyped-call] # no `_created` series: this process serves only this registry
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+OTHER_METHOD = "other"
 
 
 class RequestMetrics:
     """Request counts and latencies by method, route template (never the raw path) and status;
-    the size of every group-commit batch."""
+    the size of every group-commit batch. Every label comes from a fixed set (R-SRV-9): a method
+    outside `KNOWN_METHODS` is `other`; the caller passes a route template or a fixed word."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -70,6 +73,7 @@ class RequestMetrics:
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         """Count one answered request."""
+        method = method if method in KNOWN_METHODS else OTHER_METHOD
         self.requests.labels(method, route, str(status)).inc()
         self.latency.labels(method, route).observe(seconds)
 
@@ -99,8 +103,11 @@ async def healthz() -> dict[str, Any]:
 
 
 @router.get("/readyz", responses={503: {"model": ERRORS[503]["model"]}})
-def readyz(ledger: LedgerDep) -> JSONResponse:
-    """Database reachable and at the head revision, else 503."""
+def readyz(request: Request, ledger: LedgerDep) -> JSONResponse:
+    """Database file in place (R-SRV-10), reachable and at the head revision, else 503."""
+    problem = request.app.state.db_watch.check()
+    if problem is not None:
+        return error_response(503, "not_ready", problem)
     try:
         revision = current_revision(ledger.db)
     except StoreError:

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import ipaddress
 import json
+import logging
 import math
 import os
 import secrets
 import signal
 import socket
+import stat
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -28,28 +31,39 @@ from typing import Any
 
 import h11
 import uvicorn
-from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http import h11_impl
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ledger.api import Ledger
 from ledger.errors import ServiceRunningError, UsageError
 from ledger.service.app import create_app
-from ledger.service.errors import MESSAGES, error_body, error_response
+from ledger.service.connections import (
+    UNAUTHENTICATED,
+    UNAUTHENTICATED_DEADLINE_S,
+    UNIX,
+    BoundedLog,
+    ConnectionPools,
+)
+from ledger.service.errors import MESSAGES, error_body
 
 SOCKET_NAME = "ledger.sock"
 LOCK_NAME = "ledger.sock.lock"
 MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes with the terminating NUL (Linux)
 TOKEN_NAME = "ledger.token"  # noqa: S105 - a file name, not a secret
 TOKEN_ENV = "LEDGER_TOKEN"  # noqa: S105 - a variable name, not a secret
+MAX_TOKEN_FILE_BYTES = 4096
 HEADER_TIMEOUT_S = 10.0
 """A request's headers must arrive within this (a client sending a byte a second is cut off)."""
+MAX_HEAD_BYTES = 16 * 1024
+"""A request line and headers larger than this are refused (431), however they arrive."""
 LIMITS: dict[str, Any] = {
     "timeout_keep_alive": 5,  # idle keep-alive connections are closed after 5 s
-    "limit_concurrency": 1000,  # connections + requests in flight; beyond: 503
+    "limit_concurrency": None,  # the connection pools limit instead (CONNECTION_LIMITS)
     "backlog": 2048,
-    "h11_max_incomplete_event_size": 16 * 1024,  # request line + headers
+    "h11_max_incomplete_event_size": MAX_HEAD_BYTES,  # request line + headers
 }
+HTTP_LOG = logging.getLogger("ledger.service.http")
+HTTP_LOG.addFilter(BoundedLog())
 
 
 @dataclass(frozen=True)
@@ -88,21 +102,97 @@ def service_token(state: Path, env: Mapping[str, str]) -> tuple[str, Path | None
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     except FileExistsError:
-        token = path.read_text(encoding="ascii").strip()
+        token = read_token_file(path)
+    except OSError:
+        raise UsageError(f"the token file {path} cannot be created") from None
     else:
         token = secrets.token_urlsafe(32)
         with os.fdopen(fd, "w", encoding="ascii") as out:
             out.write(token + "\n")
-    if len(token) < 16:
-        raise UsageError(f"the token file {path} is too short; delete it to get a new one")
     return token, path
+
+
+def read_token_file(path: Path) -> str:
+    """An existing token file's token: a regular file of the owner's, mode 0600 (a looser one is
+    refused, not tightened: its token may have been read already), ASCII, at least 16
+    characters. Opened without following a link and without blocking (a FIFO there never hangs
+    the start); whatever is wrong is one line naming the file (UsageError, exit 2)."""
+    remedy = "delete it to get a new one"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        what = "is a symlink" if exc.errno == errno.ELOOP else "cannot be read"
+        raise UsageError(f"the token file {path} {what}; {remedy}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+            raise UsageError(f"the token file {path} is {kind}; {remedy}")
+        if info.st_uid != os.geteuid():
+            raise UsageError(f"the token file {path} is owned by another user; {remedy}")
+        if info.st_mode & 0o077:
+            raise UsageError(
+                f"the token file {path} is readable by group or others (mode "
+                f"{stat.S_IMODE(info.st_mode):04o}); {remedy} (or chmod 600 it)"
+            )
+        data = os.read(fd, MAX_TOKEN_FILE_BYTES + 1)
+    except OSError:
+        raise UsageError(f"the token file {path} cannot be read; {remedy}") from None
+    finally:
+        os.close(fd)
+    try:
+        token = data.decode("ascii").strip()
+    except UnicodeDecodeError:
+        raise UsageError(f"the token file {path} is not ASCII text; {remedy}") from None
+    if len(data) > MAX_TOKEN_FILE_BYTES or not token.isprintable() or " " in token:
+        raise UsageError(f"the token file {path} does not hold one token; {remedy}")
+    if len(token) < 16:
+        raise UsageError(f"the token file {path} is too short; {remedy}")
+    return token
+
+
+def check_state_dir(state: Path) -> None:
+    """Before anything is created (R-SRV-1): the socket's path fits a unix socket address, and an
+    existing state directory is not writable by group or others (anyone could replace
+    `ledger.sock` or plant a token): refused, never tightened (UsageError, exit 2)."""
+    if len(os.fsencode(state / SOCKET_NAME)) > MAX_SOCKET_PATH:
+        raise UsageError(
+            f"the state directory's path is too long for a unix socket (at most "
+            f"{MAX_SOCKET_PATH - len(SOCKET_NAME) - 1} bytes); use a shorter --home"
+        )
+    try:
+        info = os.stat(state)
+    except FileNotFoundError:
+        return  # created 0700 by the ledger
+    except OSError:
+        raise UsageError(f"the state directory {state} cannot be read") from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise UsageError(f"the state directory {state} is not a directory")
+    if info.st_mode & 0o022:
+        raise UsageError(
+            f"the state directory {state} is writable by group or others (mode "
+            f"{stat.S_IMODE(info.st_mode):04o}; anyone could replace ledger.sock): chmod 700 it"
+        )
 
 
 @contextlib.contextmanager
 def service_lock(state: Path) -> Iterator[None]:
-    """Hold the state directory's service lock, or raise ServiceRunningError (exit 4)."""
-    fd = os.open(state / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    """Hold the state directory's service lock, or raise ServiceRunningError (exit 4). The lock
+    file is opened without following a link and without blocking; a symlink, a directory or
+    anything but a regular file there is one line naming it (UsageError, exit 2)."""
+    path = state / LOCK_NAME
+    remedy = "remove it (no service is running on it)"
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as exc:
+        what = {errno.ELOOP: "is a symlink", errno.EISDIR: "is a directory"}
+        raise UsageError(
+            f"the lock file {path} {what.get(exc.errno or 0, 'cannot be opened')}; {remedy}"
+        ) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UsageError(f"the lock file {path} is not a regular file; {remedy}")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -114,11 +204,6 @@ def service_lock(state: Path) -> Iterator[None]:
 
 def unix_listener(path: Path) -> socket.socket:
     """A listening unix socket at `path`, mode 0600 from birth (a stale file is replaced)."""
-    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
-        raise UsageError(
-            f"the state directory's path is too long for a unix socket (at most "
-            f"{MAX_SOCKET_PATH - len(SOCKET_NAME) - 1} bytes); use a shorter --home"
-        )
     with contextlib.suppress(FileNotFoundError):
         path.unlink()  # we hold the service lock: whatever is here was left by a dead service
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -146,22 +231,108 @@ def tcp_listener(listen: Listen) -> socket.socket:
     return sock
 
 
-class Protocol(H11Protocol):
-    """uvicorn's h11 protocol plus a deadline for each request's headers (slow clients)."""
+class HeadLimitedConnection(h11.Connection):
+    """h11's connection, also refusing a request line and headers over `MAX_HEAD_BYTES` that
+    arrived in one read (h11 bounds only a head still incomplete), and remembering the status
+    of the last protocol error (the answer `Protocol.send_400_response` writes)."""
 
+    error_status = 400
+
+    def next_event(self) -> Any:
+        try:
+            event = super().next_event()
+        except h11.RemoteProtocolError as exc:
+            self.error_status = exc.error_status_hint
+            raise
+        if isinstance(event, h11.Request) and _head_size(event) > MAX_HEAD_BYTES:
+            self.error_status = 431
+            raise h11.RemoteProtocolError("request head too large", error_status_hint=431)
+        return event
+
+
+def _head_size(request: h11.Request) -> int:
+    return len(request.method) + len(request.target) + sum(
+        len(name) + len(value) + 4 for name, value in request.headers.raw_items()
+    )
+
+
+PROTOCOL_ERRORS: dict[int, tuple[str, str]] = {
+    400: ("bad_request", "malformed HTTP request"),
+    431: ("headers_too_large", "the request line and headers are larger than 16 KiB"),
+    501: ("not_implemented", "unsupported transfer encoding"),
+    503: ("unavailable", "too many connections; retry shortly"),
+}
+
+
+class Protocol(H11Protocol):
+    """uvicorn's h11 protocol plus the service's HTTP-layer rules (R-SRV-6, R-SRV-9): a deadline
+    for each request's headers (slow clients); the connection pools (`ledger.service.connections`,
+    a TCP connection is `unauthenticated` and cut after a short deadline until the gate sees its
+    credential); the HTTP layer's own errors in the JSON shape; its log lines bounded."""
+
+    pools: ConnectionPools = ConnectionPools()  # serve() gives every server its own
     _header_timer: asyncio.TimerHandle | None = None
+    _stranger_timer: asyncio.TimerHandle | None = None
+    _pool: str | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.logger = HTTP_LOG
+        self.conn: HeadLimitedConnection = HeadLimitedConnection(h11.SERVER, MAX_HEAD_BYTES)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        tcp = self.server is not None and self.server[1] is not None
+        pool = UNAUTHENTICATED if tcp else UNIX
+        if not self.pools.join(self, pool, self.client):
+            if tcp:  # a stranger past its pool's limit: nothing is read from it
+                self.logger.warning("a TCP connection was closed: too many unauthenticated ones")
+                self.transport.close()
+                return
+            self._pool = None  # a socket client past the limit: its request gets a JSON 503
+        else:
+            self._pool = pool
+        if tcp:
+            self._stranger_timer = self.loop.call_later(
+                UNAUTHENTICATED_DEADLINE_S, self._stranger_late
+            )
         self._arm()
+
+    def authenticated(self) -> None:
+        """The gate saw this TCP connection's credential: the stranger's deadline is off."""
+        if self._stranger_timer is not None:
+            self._stranger_timer.cancel()
+            self._stranger_timer = None
+
+    def handle_events(self) -> None:
+        if self._pool is None and not self.transport.is_closing():
+            try:
+                event = self.conn.next_event()
+            except h11.RemoteProtocolError:
+                event = None
+            if event is not h11.NEED_DATA:
+                self.conn.error_status = 503
+                self.logger.warning("a request was refused: too many connections on the socket")
+                self.send_400_response("")
+            return
+        super().handle_events()
+
+    def send_400_response(self, msg: str) -> None:
+        """The HTTP layer's own errors (malformed request line, bad lengths or chunks, a head
+        over 16 KiB, past a pool's limit): the JSON error shape, then close."""
+        status = self.conn.error_status
+        code, message = PROTOCOL_ERRORS.get(status, PROTOCOL_ERRORS[400])
+        self._answer_and_close(status, code, message)
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
         self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._header_timer is not None:
-            self._header_timer.cancel()
+        for timer in (self._header_timer, self._stranger_timer):
+            if timer is not None:
+                timer.cancel()
+        self.pools.leave(self, self.client)
         super().connection_lost(exc)
 
     def _arm(self) -> None:
@@ -169,32 +340,42 @@ class Protocol(H11Protocol):
             self._header_timer.cancel()
         self._header_timer = self.loop.call_later(HEADER_TIMEOUT_S, self._headers_late)
 
+    def _waiting(self) -> bool:
+        """Between requests or inside a request's head (no request is being answered)."""
+        return self.cycle is None or self.cycle.response_complete
+
     def _headers_late(self) -> None:
         """No complete request line and headers in time: a JSON 408, then close."""
         self._header_timer = None
-        waiting = self.cycle is None or self.cycle.response_complete
-        if not waiting or self.transport.is_closing():
+        if self._waiting() and not self.transport.is_closing():
+            self._answer_and_close(408, "request_timeout", MESSAGES[408])
+
+    def _stranger_late(self) -> None:
+        """A TCP connection without a credential past its deadline: closed (a JSON 408 if no
+        answer is under way)."""
+        self._stranger_timer = None
+        if self.transport.is_closing():
             return
-        body = json.dumps(error_body("request_timeout", MESSAGES[408])).encode()
+        if self._waiting():
+            self._answer_and_close(408, "request_timeout", MESSAGES[408])
+        elif self.cycle is not None:
+            self.cycle.keep_alive = False  # its answer is being written: the last one
+
+    def _answer_and_close(self, status: int, code: str, message: str) -> None:
+        body = json.dumps(error_body(code, message)).encode()
+        reason = h11_impl.STATUS_PHRASES.get(status, b"Error")
         head = (
-            b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
-            b"connection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n"
+            b"HTTP/1.1 " + str(status).encode() + b" " + reason + b"\r\n"
+            b"content-type: application/json\r\nconnection: close\r\n"
+            b"content-length: " + str(len(body)).encode() + b"\r\n\r\n"
         )
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.disconnected = True  # the app's answer, if any, is not written after
+            self.cycle.message_event.set()
         with contextlib.suppress(h11.LocalProtocolError):
             self.conn.send(h11.ConnectionClosed())
         self.transport.write(head + body)
         self.transport.close()
-
-
-async def too_many_connections(scope: Scope, receive: Receive, send: Send) -> None:
-    """The answer past `limit_concurrency`: a JSON 503 like every other error, then close."""
-    answer = error_response(503, "unavailable", "too many connections; retry shortly")
-    answer.headers["connection"] = "close"
-    await answer(scope, receive, send)
-
-
-# uvicorn answers past its concurrency limit with this module-level app (plain text by default)
-h11_impl.service_unavailable = too_many_connections  # type: ignore[attr-defined,assignment]
 
 
 class Server(uvicorn.Server):
@@ -231,6 +412,7 @@ def serve(
 ) -> None:
     """Run the service until SIGTERM/SIGINT; in-flight requests get `grace_s` to finish."""
     state = ledger.state.path
+    check_state_dir(state)
     with service_lock(state):
         token, token_file = service_token(state, ledger.env) if listen else (None, None)
         sockets = [unix_listener(state / SOCKET_NAME)]
@@ -246,10 +428,19 @@ def serve(
             def draining() -> bool:
                 return server is not None and server.should_exit
 
-            app = create_app(ledger, token=token, draining=draining)
+            pools = ConnectionPools()
+            hint = f"the service's {TOKEN_ENV}" if token_file is None else str(token_file)
+            app = create_app(
+                ledger,
+                token=token,
+                draining=draining,
+                token_hint=hint,
+                authenticated=pools.authenticated,
+                announce=announce,
+            )
             config = uvicorn.Config(
                 app,
-                http=Protocol,
+                http=type("ServedProtocol", (Protocol,), {"pools": pools}),
                 lifespan="off",
                 access_log=False,
                 log_config=None,
