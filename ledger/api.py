@@ -33,6 +33,7 @@ from ledger.errors import NotFoundError, UsageError
 from ledger.home import StateDir, ensure_home, state_dir
 from ledger.kinds import AttemptRole, CooldownScope, FailureKind
 from ledger.records import Cancelled, Failed, Outcome, Reservation, SettleResult, Success
+from ledger.routing.targets import Target, parse_target
 from ledger.store import Database, Store
 from ledger.store import queue as store_queue
 from ledger.store.batch import Answered, Step
@@ -117,6 +118,17 @@ class Ledger:
     def model(self, key: str) -> Model:
         """A catalog model or a usage error."""
         return self.catalog.require_model(check_str(key, "a model key"))
+
+    def target(self, key: str) -> Target:
+        """A model key, `provider/model:LEVEL` or `pool/NAME` as a Target (R-RT-2, R-RT-4);
+        an unknown model or pool is a usage error (never echoed)."""
+        target = parse_target(check_str(key, "a model key"))
+        if target.is_pool:
+            if target.pool_name not in self.policy.pools:
+                raise UsageError("unknown pool: not in the policy's `pools`")
+        else:
+            self.model(target.key)
+        return target
 
     def reserve(
         self,
@@ -243,8 +255,8 @@ class Ledger:
 
         if source is not None:
             check_source_id(source)
-        if model is not None:
-            self.model(model)
+        chosen = model if model is not None else self.policy.default_model
+        target = None if chosen is None else self.target(chosen)
         if failed_model is not None:
             self.model(failed_model)
         after_failure = check_optional_enum(FailureKind, after_failure, "after_failure")
@@ -269,7 +281,8 @@ class Ledger:
             probing=st.probing,
         )
         request = SelectionRequest(
-            default_model=model or self.policy.default_model,
+            default_model=None if target is None else target.key,
+            default_effort=None if target is None else target.effort,
             input_tokens=tokens,
             after_failure=after_failure,
             failed_model=failed_model,

@@ -140,7 +140,7 @@ class Job:
                 messages=tuple(messages),
                 max_tokens=self.max_tokens,
                 deadline_ms=self.deadline_ms,
-                reasoning=self.model.reasoning,
+                reasoning=self.model.reasoning is not False,
             )
         )
 

@@ -41,6 +41,7 @@ from ledger.kinds import (
 )
 from ledger.policy_table import Decision, FailureContext, decide
 from ledger.records import Cancelled, Failed, Outcome, Reservation, SettleResult, Success
+from ledger.routing.chains import primary_key
 from ledger.store import dialects, health, probes, reads
 from ledger.store.cooldowns import upsert_cooldown
 from ledger.store.notices import record_notice, record_pause
@@ -294,8 +295,9 @@ def _primary(
 ) -> str:
     """The source's primary model: defaultModel, else the first model it used, else this one."""
     if policy.default_model is not None:
-        return policy.default_model
-    if not source.models or (policy.cross_provider_fallback and not policy.fallback_models):
+        return primary_key(policy.default_model) or policy.default_model
+    unconfined = not (policy.fallback_models or policy.default_chain or policy.chains)
+    if not source.models or (policy.cross_provider_fallback and unconfined):
         return request.model.key  # nothing confines the source: no need to look it up
     return reads.first_model(conn, request.source_id) or request.model.key
 
