@@ -38,7 +38,7 @@ from ledger.store import Database, Store
 from ledger.store import queue as store_queue
 from ledger.store.batch import Answered, Step
 from ledger.store.pending import open_database
-from ledger.store.reservations import ReserveRequest
+from ledger.store.reservations import PoolPlan, ReserveRequest
 
 if TYPE_CHECKING:
     from ledger.select import Selection
@@ -189,16 +189,78 @@ class Ledger:
         fallback_from: str | None,
         after: int | None,
     ) -> ReserveRequest:
-        """The checked request of a reserve (bad input raises before any transaction)."""
+        """The checked request of a reserve (bad input raises before any transaction).
+
+        `model` may be `provider/model:LEVEL`, a `Route` from `select` (its effort is kept) or
+        `pool/NAME` (the reserve then picks the concrete candidate, R-RT-5).
+        """
+        target = self.target(model)
+        effort = target.effort or getattr(model, "effort", None)
+        size = request_size(input_bytes, text)
+        plan = None
+        if target.is_pool:
+            plan = self._pool_plan(target.key, size, text, effort)
+            first = next(iter(plan.models.values()), None)
+            chosen = first if first is not None else self._any_member(target.key)
+        else:
+            chosen = self.model(target.key)
         return ReserveRequest(
             source_id=check_source_id(source),
-            model=self.model(model),
-            input_bytes=request_size(input_bytes, text),
+            model=chosen,
+            input_bytes=size,
             request_id=check_request_id(request_id),
             override=check_flag(override, "override"),
             role=check_enum(AttemptRole, role, "role"),
             fallback_from=None if fallback_from is None else self.model(fallback_from).key,
             immediate_after=None if after is None else _after_id(after),
+            effort=None if effort is None else str(effort),
+            pool=plan,
+        )
+
+    def _any_member(self, key: str) -> Model:
+        """Some catalog model of a pool (the request's placeholder when none can be called)."""
+        from ledger.routing.chains import pool_members
+
+        for member in pool_members(self.policy, key):
+            found = self.catalog.model(member.key)
+            if found is not None:
+                return found
+        raise UsageError("this pool has no candidate in the catalog")
+
+    def _pool_plan(
+        self, key: str, size: int, text: str | None, effort: object
+    ) -> PoolPlan:
+        """The pool's candidates that can be called at all for this request: available, with a
+        base URL and text, allowed by the route rules, fitting the request (R-SEL-1, 8, 9)."""
+        from ledger.routes import route_allowed
+        from ledger.routing.chains import pool_members
+        from ledger.routing.pools import cache_ttl_ms
+        from ledger.tokens import estimate_tokens, tokens_for_bytes
+
+        available = self.catalog.available_providers(self.env)
+        no_url = self.catalog.providers_without_base_url()
+        tokens = estimate_tokens(text) if text is not None else tokens_for_bytes(size)
+        models: dict[str, Model] = {}
+        for member in pool_members(self.policy, key):
+            found = self.catalog.model(member.key)
+            if (
+                found is None
+                or found.provider not in available
+                or found.provider in no_url
+                or not found.text_capable
+                or not route_allowed(found.key, self.policy.routes)
+            ):
+                continue
+            if found.context_window is not None:
+                reply = found.reply_reservation(self.policy.reply_tokens)
+                if tokens > found.context_window - reply:
+                    continue
+            models[found.key] = found
+        return PoolPlan(
+            pool=key.removeprefix("pool/"),
+            models=models,
+            effort=None if effort is None else str(effort),
+            cache_ttl_ms={k: cache_ttl_ms(self.catalog, k) for k in models},
         )
 
     def settle(
