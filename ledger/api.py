@@ -27,12 +27,13 @@ from ledger.arguments import (
 )
 from ledger.budgets import ceiling_micro, largest_estimate
 from ledger.catalog import Catalog, Model, load_catalog
-from ledger.config import Policy, load_policy
+from ledger.config import POLICY_FILE, Policy, load_policy
 from ledger.db_target import check_db_target
 from ledger.errors import NotFoundError, UsageError
 from ledger.home import StateDir, ensure_home, state_dir
 from ledger.kinds import AttemptRole, CooldownScope, FailureKind
 from ledger.records import Cancelled, Failed, Outcome, Reservation, SettleResult, Success
+from ledger.routing.catalog_check import check_routing
 from ledger.routing.targets import Target, parse_target
 from ledger.store import Database, Store
 from ledger.store import queue as store_queue
@@ -89,6 +90,7 @@ class Ledger:
         state = state_dir(None if home is None else str(home), db)
         policy = policy if policy is not None else load_policy(state.path)
         catalog = catalog if catalog is not None else load_catalog(state.path)
+        check_routing(policy, catalog, str(state.path / POLICY_FILE))  # R-RT-3
         check_db_target(state.db_url, create=create, home=state.path.absolute())
         database = open_database(
             state.db_url,
