@@ -175,6 +175,11 @@ class CandidateView:
     state: str  # "eligible" or an exclusion reason code
     until_ms: int | None = None
 
+    @property
+    def is_pool(self) -> bool:
+        """A nested pool."""
+        return self.key.startswith("pool/")
+
     def to_json(self) -> dict[str, object]:
         """JSON shape."""
         return {
