@@ -234,6 +234,7 @@ class _Entry:
     price_known: bool
     order_key: _OrderKey
     rank: int  # position in the R-SEL-6 order of the whole catalog
+    route: Route  # this model as a route without an effort (made once)
     # Exclusions are immutable values: kept per reason (and end), made on first use.
     exclusions: dict[ExclusionReason, Exclusion] = field(default_factory=dict)
     cooled: dict[tuple[ExclusionReason, int], Exclusion] = field(default_factory=dict)
@@ -293,6 +294,7 @@ def _index(catalog: Catalog) -> _CatalogIndex:
             price_known=m.price_known(),
             order_key=_order_key(m),
             rank=ranks[id(m)],
+            route=Route(m.key),
         )
         for m in keyed
     )
@@ -461,7 +463,7 @@ def select(
             if not fresh or key not in primaries:
                 early = _fallback_reason(ctx, key, provider)
         elif confined or (listed is not None and key not in listed):
-            early = confinement_reason(policy, key, default, tried)
+            early = R.NOT_IN_FALLBACK_LIST  # R-SEL-3, R-SEL-5 (confinement_reason's answer here)
         if early is not None:
             excluded.append(entry.excluded(early))
             continue
@@ -541,7 +543,8 @@ def _ordered(
     if default is not None and is_pool_key(default):
         add_pool(default, request.default_effort)
     elif first:
-        routes.append(Route(first[0].key, request.default_effort))
+        effort = request.default_effort
+        routes.append(first[0].route if effort is None else Route(first[0].key, effort))
         covered.add(first[0].key)
     if match.complete:
         placed = {default}
@@ -556,7 +559,7 @@ def _ordered(
                 covered.add(target.key)
     else:
         backups.sort(key=_by_rank)
-        routes += [Route(e.key) for e in backups if e.key not in covered]
+        routes += [e.route for e in backups if e.key not in covered]
     return tuple(routes), tuple(views)
 
 

@@ -148,7 +148,14 @@ def pool_members(policy: Policy, key: str) -> tuple[Target, ...]:
 
 def expand(policy: Policy, key: str) -> frozenset[str]:
     """The concrete model keys a model or pool key stands for."""
-    return frozenset(t.key for t in pool_members(policy, key))
+    memo_key = ("expand", key)
+    found = policy._memo.get(memo_key)
+    if isinstance(found, frozenset):
+        return found
+    result = frozenset(t.key for t in pool_members(policy, key))
+    if len(policy._memo) < 100_000:
+        policy._memo[memo_key] = result
+    return result
 
 
 def cascade(
@@ -188,13 +195,22 @@ def allowlist(
 ) -> frozenset[str] | None:
     """The concrete model keys the primary's (cascaded) chain admits as backups, or None when no
     list confines them (R-SEL-5 with R-RT-1)."""
-    match, order = cascade(policy, primary, tried)
-    if not match.complete:
-        return None
-    keys: set[str] = set()
-    for target in order:
-        keys |= expand(policy, target.key)
-    return frozenset(keys)
+    failed = frozenset(tried)
+    memo_key = ("allow", primary, failed)
+    memo = policy._memo
+    if memo_key in memo:
+        found = memo[memo_key]
+        return found if isinstance(found, frozenset) else None
+    match, order = cascade(policy, primary, failed)
+    result: frozenset[str] | None = None
+    if match.complete:
+        keys: set[str] = set()
+        for target in order:
+            keys |= expand(policy, target.key)
+        result = frozenset(keys)
+    if len(memo) < 100_000:  # bounded: primaries and tried sets come from policy and catalog
+        memo[memo_key] = result
+    return result
 
 
 def primary_key(text: str | None) -> str | None:
