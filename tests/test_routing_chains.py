@@ -306,19 +306,19 @@ def test_r_rt_1_ledger_select_names_the_chain_that_matched(tmp_path: Any) -> Non
     home = tmp_path / "state"
     home.mkdir(mode=0o700)
     (home / "catalog.json").write_text(json.dumps(TEST_CATALOG))
-    doc = {"chains": {"alpha/*": ["beta/mid"], "alpha/b*": [{"model": "beta/mid",
-                                                               "effort": "high"}]}}
+    doc = {"chains": {"alpha/*": ["beta/mid"],
+                      "alpha/s*": [{"model": "alpha/big", "effort": "high"}]}}  # fmt: skip
     (home / "recovery.json").write_text(json.dumps(doc))
-    text = CliRunner().invoke(cli, ["--home", str(home), "select", "s1", "--model", "alpha/big"])
+    text = CliRunner().invoke(cli, ["--home", str(home), "select", "s1", "--model", "alpha/small"])
     assert text.exit_code == 0, text.output
-    assert "chain: chains[alpha/b*] (most literal characters (7))" in text.output
-    assert "2. beta/mid  (effort high)" in text.output
+    assert "chain: chains[alpha/s*] (most literal characters (7))" in text.output
+    assert "2. alpha/big  (effort high)" in text.output
     out = CliRunner().invoke(
-        cli, ["--home", str(home), "select", "s1", "--model", "alpha/small", "--json"]
+        cli, ["--home", str(home), "select", "s1", "--model", "alpha/big", "--json"]
     )
     data = json.loads(out.output)
     assert data["chain"] == {
         "field": "chains", "key": "alpha/*", "why": "most literal characters (6)",
         "entries": ["beta/mid"],
     }  # fmt: skip
-    assert data["routes"] == ["alpha/small", "beta/mid"]
+    assert data["routes"] == ["alpha/big", "beta/mid"]
