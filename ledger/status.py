@@ -396,7 +396,7 @@ def _epoch_seconds(value: str) -> float:
 
 def _pool_families(out: _Exposition, views: list[dict[str, Any]]) -> None:
     """Pools (R-RT-7): the cursor, each candidate's eligibility, the live sticky leases. Labels
-    are pool names and model keys from the policy (a fixed set, R-SRV-9)."""
+    are pool names and model keys from the policy (a fixed set)."""
     out.family(
         "ledger_pool_cursor",
         "Index of the candidate a round-robin pool granted last (-1: none yet).",
