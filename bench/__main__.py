@@ -21,6 +21,7 @@ from bench import (
     growth,
     handoff,
     report,
+    routing,
     selection,
     service,
     simulate,
@@ -41,6 +42,7 @@ FIGURES: dict[str, Callable[[Path, Settings], list[Row]]] = {
     "service": service.run,
     "simulate": simulate.run,
     "simulate-memory": simulate_memory.run,
+    "routing": routing.run,
 }
 
 

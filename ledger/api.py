@@ -27,7 +27,7 @@ from ledger.arguments import (
 )
 from ledger.budgets import ceiling_micro, largest_estimate
 from ledger.catalog import Catalog, Model, load_catalog
-from ledger.config import Policy, load_policy
+from ledger.config import POLICY_FILE, Policy, load_policy
 from ledger.db_target import check_db_target
 from ledger.errors import NotFoundError, UsageError
 from ledger.home import StateDir, ensure_home, state_dir
@@ -41,11 +41,13 @@ from ledger.records import (
     SourceStateChange,
     Success,
 )
+from ledger.routing.catalog_check import check_routing
+from ledger.routing.targets import Target, parse_target
 from ledger.store import Database, Store
 from ledger.store import queue as store_queue
 from ledger.store.batch import Answered, Step
 from ledger.store.pending import open_database
-from ledger.store.reservations import ReserveRequest
+from ledger.store.reservations import PoolPlan, ReserveRequest
 
 if TYPE_CHECKING:
     from ledger.select import Selection
@@ -96,6 +98,7 @@ class Ledger:
         state = state_dir(None if home is None else str(home), db)
         policy = policy if policy is not None else load_policy(state.path)
         catalog = catalog if catalog is not None else load_catalog(state.path)
+        check_routing(policy, catalog, str(state.path / POLICY_FILE))  # R-RT-3
         check_db_target(state.db_url, home=state.path.absolute())
         database = open_database(
             state.db_url,
@@ -125,6 +128,17 @@ class Ledger:
     def model(self, key: str) -> Model:
         """A catalog model or a usage error."""
         return self.catalog.require_model(check_str(key, "a model key"))
+
+    def target(self, key: str) -> Target:
+        """A model key, `provider/model:LEVEL` or `pool/NAME` as a Target (R-RT-2, R-RT-4);
+        an unknown model or pool is a usage error (never echoed)."""
+        target = parse_target(check_str(key, "a model key"))
+        if target.is_pool:
+            if target.pool_name not in self.policy.pools:
+                raise UsageError("unknown pool: not in the policy's `pools`")
+        else:
+            self.model(target.key)
+        return target
 
     def reserve(
         self,
@@ -185,16 +199,78 @@ class Ledger:
         fallback_from: str | None,
         after: int | None,
     ) -> ReserveRequest:
-        """The checked request of a reserve (bad input raises before any transaction)."""
+        """The checked request of a reserve (bad input raises before any transaction).
+
+        `model` may be `provider/model:LEVEL`, a `Route` from `select` (its effort is kept) or
+        `pool/NAME` (the reserve then picks the concrete candidate, R-RT-5).
+        """
+        target = self.target(model)
+        effort = target.effort or getattr(model, "effort", None)
+        size = request_size(input_bytes, text)
+        plan = None
+        if target.is_pool:
+            plan = self._pool_plan(target.key, size, text, effort)
+            first = next(iter(plan.models.values()), None)
+            chosen = first if first is not None else self._any_member(target.key)
+        else:
+            chosen = self.model(target.key)
         return ReserveRequest(
             source_id=check_source_id(source),
-            model=self.model(model),
-            input_bytes=request_size(input_bytes, text),
+            model=chosen,
+            input_bytes=size,
             request_id=check_request_id(request_id),
             override=check_flag(override, "override"),
             role=check_enum(AttemptRole, role, "role"),
             fallback_from=None if fallback_from is None else self.model(fallback_from).key,
             immediate_after=None if after is None else _after_id(after),
+            effort=None if effort is None else str(effort),
+            pool=plan,
+        )
+
+    def _any_member(self, key: str) -> Model:
+        """Some catalog model of a pool (the request's placeholder when none can be called)."""
+        from ledger.routing.chains import pool_members
+
+        for member in pool_members(self.policy, key):
+            found = self.catalog.model(member.key)
+            if found is not None:
+                return found
+        raise UsageError("this pool has no candidate in the catalog")
+
+    def _pool_plan(
+        self, key: str, size: int, text: str | None, effort: object
+    ) -> PoolPlan:
+        """The pool's candidates that can be called at all for this request: available, with a
+        base URL and text, allowed by the route rules, fitting the request (R-SEL-1, 8, 9)."""
+        from ledger.routes import route_allowed
+        from ledger.routing.chains import pool_members
+        from ledger.routing.pools import cache_ttl_ms
+        from ledger.tokens import estimate_tokens, tokens_for_bytes
+
+        available = self.catalog.available_providers(self.env)
+        no_url = self.catalog.providers_without_base_url()
+        tokens = estimate_tokens(text) if text is not None else tokens_for_bytes(size)
+        models: dict[str, Model] = {}
+        for member in pool_members(self.policy, key):
+            found = self.catalog.model(member.key)
+            if (
+                found is None
+                or found.provider not in available
+                or found.provider in no_url
+                or not found.text_capable
+                or not route_allowed(found.key, self.policy.routes)
+            ):
+                continue
+            if found.context_window is not None:
+                reply = found.reply_reservation(self.policy.reply_tokens)
+                if tokens > found.context_window - reply:
+                    continue
+            models[found.key] = found
+        return PoolPlan(
+            pool=key.removeprefix("pool/"),
+            models=models,
+            effort=None if effort is None else str(effort),
+            cache_ttl_ms={k: cache_ttl_ms(self.catalog, k) for k in models},
         )
 
     def settle(
@@ -264,8 +340,8 @@ class Ledger:
 
         if source is not None:
             check_source_id(source)
-        if model is not None:
-            self.model(model)
+        chosen = model if model is not None else self.policy.default_model
+        target = None if chosen is None else self.target(chosen)
         if failed_model is not None:
             self.model(failed_model)
         after_failure = check_optional_enum(FailureKind, after_failure, "after_failure")
@@ -290,7 +366,8 @@ class Ledger:
             probing=st.probing,
         )
         request = SelectionRequest(
-            default_model=model or self.policy.default_model,
+            default_model=None if target is None else target.key,
+            default_effort=None if target is None else target.effort,
             input_tokens=tokens,
             after_failure=after_failure,
             failed_model=failed_model,

@@ -221,7 +221,7 @@ def check(
         return Refusal(RefusalReason.SOURCE_SETTLED)
     if src.state == SourceState.PAUSED:
         return Refusal(RefusalReason.SOURCE_PAUSED)
-    boundary = boundary_reason(policy, model.key, primary or model.key)
+    boundary = boundary_reason(policy, model.key, primary or model.key, src.models)
     if boundary is not None:  # the privacy boundary, exactly as selection applies it
         return Refusal(RefusalReason(boundary.value))
     if override:  # R-RES-9: skips R-RES-4..8, deadline is then timeoutMs

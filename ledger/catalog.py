@@ -99,7 +99,10 @@ class Model(BaseModel):
     output: list[Modality] = Field(default_factory=lambda: ["text"], max_length=16)
     context_window: Count | None = Field(None, alias="contextWindow")
     max_output_tokens: Count | None = Field(None, alias="maxOutputTokens")
-    reasoning: bool = False
+    reasoning: bool | None = False
+    """Whether the model reasons (effort may be sent, R-RT-3); null: unknown."""
+    prompt_cache_ttl_s: Count | None = Field(None, alias="promptCacheTtlS")
+    """How long a cached prompt prefix lives after its last use (R-RT-6 `while-cached`)."""
     pricing: list[PriceTier] | None = Field(None, max_length=16)
     billed: Literal[False] | None = None
     """`false` marks a model that is never billed (free under a cost ceiling); absent: billed."""
@@ -206,6 +209,8 @@ class Catalog(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Catalog:
+        if "pool" in self.providers:
+            raise ValueError("rule: `pool` is a reserved provider name (pool keys, R-RT-4)")
         seen: set[str] = set()
         for model in self.models:
             if model.provider not in self.providers:

@@ -39,6 +39,8 @@ from ledger.store.queue import Claim, CommitFailure, QueueTimes
 from ledger.wire import claim_of, times_of
 
 if TYPE_CHECKING:
+    from ledger.routing.chains import ChainMatch
+    from ledger.routing.pools import PoolView
     from ledger.select import Selection
 
 SOCKET_NAME = "ledger.sock"
@@ -100,6 +102,8 @@ def reservation_of(doc: Mapping[str, Any]) -> Reservation:
         status=AttemptStatus(doc["status"]),
         request_id=doc["request_id"],
         replayed=bool(doc["replayed"]),
+        pool=doc.get("pool"),
+        effort=doc.get("effort"),
     )
 
 
@@ -132,7 +136,61 @@ def selection_of(doc: Mapping[str, Any]) -> Selection:
         Exclusion(e["model"], ExclusionReason(e["reason"]), parse_iso_ms(e.get("until")))
         for e in doc["excluded"]
     )
-    return Selection(tuple(doc["routes"]), excluded, parse_iso_ms(doc["retry_at"]))
+    return Selection(
+        _routes_of(doc), excluded, parse_iso_ms(doc["retry_at"]), _chain_of(doc), _pools_of(doc)
+    )
+
+
+def _routes_of(doc: Mapping[str, Any]) -> tuple[str, ...]:
+    """The routes as `Route` objects with their effort (R-RT-2), from `targets`."""
+    from ledger.routing.targets import Effort
+    from ledger.select import Route
+
+    efforts = {t["route"]: t.get("effort") for t in doc.get("targets") or ()}
+    return tuple(
+        Route(r, Effort(efforts[r]) if efforts.get(r) else None) for r in doc["routes"]
+    )
+
+
+def _chain_of(doc: Mapping[str, Any]) -> ChainMatch | None:
+    """The chain the primary matched (R-RT-1)."""
+    from ledger.routing.chains import ChainMatch
+    from ledger.routing.targets import parse_target
+
+    chain = doc.get("chain")
+    if not chain:
+        return None
+    entries = tuple(parse_target(e) for e in chain["entries"])
+    return ChainMatch(chain["field"], chain["key"], chain["why"], entries)
+
+
+def _pools_of(doc: Mapping[str, Any]) -> tuple[PoolView, ...]:
+    """The pool routes' candidates with state (R-RT-5)."""
+    from ledger.routing.pools import CandidateView, Lease, PoolView
+    from ledger.routing.targets import Effort
+
+    return tuple(
+        PoolView(
+            name=p["pool"],
+            strategy=p["strategy"],
+            sticky=p["sticky"],
+            sticky_scope=p["sticky_scope"],
+            candidates=tuple(
+                CandidateView(
+                    c["model"], c["tier"], Effort(c["effort"]) if c["effort"] else None,
+                    c["state"], parse_iso_ms(c["until"]),
+                )
+                for c in p["candidates"]
+            ),
+            cursor=p["cursor"],
+            leases=tuple(
+                Lease(p["pool"], "" if x["scope"] == "pool" else x["scope"], x["model"],
+                      parse_iso_ms(x["until"]))
+                for x in p["leases"]
+            ),
+        )
+        for p in doc.get("pools") or ()
+    )
 
 
 def outcome_json(outcome: Outcome) -> dict[str, Any]:
@@ -313,7 +371,9 @@ class LedgerClient:
         after: int | None = None,
     ) -> Reservation:
         """Permission for one call, or `Refused` with its reason code (as `Ledger.reserve`)."""
-        body: dict[str, Any] = {"source": source, "model": model}
+        effort = getattr(model, "effort", None)  # a Route from select keeps its effort (R-RT-2)
+        key = str(model) if effort is None else f"{model}:{effort}"
+        body: dict[str, Any] = {"source": source, "model": key}
         optional = {
             "input_bytes": input_bytes,
             "text": text,

@@ -5,11 +5,21 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PrivateAttr,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
-from ledger.validation import Printable, load_document, parse_document
+from ledger.routing.targets import EFFORT_LEVELS
+from ledger.validation import TAG, Printable, load_document, located, parse_document
 
 POLICY_FILE = "recovery.json"
 
@@ -34,6 +44,92 @@ class RouteRules(BaseModel):
 
     allow: list[Glob] = Field(default_factory=list, max_length=1000)
     deny: list[Glob] = Field(default_factory=list, max_length=1000)
+
+
+EffortLevel = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
+assert get_args(EffortLevel) == EFFORT_LEVELS  # one list of levels (R-RT-2)
+PoolName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")]
+MAX_TIER = 100
+
+
+class TargetSpec(BaseModel):
+    """A chain entry with a reasoning effort for that route only (R-RT-2)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: ModelKey
+    effort: EffortLevel | None = None
+
+
+class CandidateSpec(BaseModel):
+    """A pool candidate with its tier (0 first) and effort (R-RT-4)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: ModelKey
+    tier: Annotated[int, Field(ge=0, le=MAX_TIER)] = 0
+    effort: EffortLevel | None = None
+
+
+class StickyFor(BaseModel):
+    """`{"for": DURATION}`: stick to the candidate until DURATION after it was first chosen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    for_: Annotated[str, Field(max_length=40)] = Field(alias="for")
+
+    @field_validator("for_")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        from ledger.durations import parse_duration_ms
+        from ledger.errors import UsageError
+
+        try:
+            parse_duration_ms(value)
+        except UsageError:
+            raise ValueError("rule: must be a duration such as 30m or 1h30m") from None
+        return value
+
+    @property
+    def ms(self) -> int:
+        """The duration in milliseconds."""
+        from ledger.durations import parse_duration_ms
+
+        return parse_duration_ms(self.for_)
+
+
+def _entry_kind(value: object) -> str:
+    """A key string, or an object with `model` (a union decided by the JSON type, so an error
+    names the object's own field rather than 'must be a string')."""
+    return TAG + ("key" if isinstance(value, str) else "spec")
+
+
+CandidateEntry = Annotated[
+    Annotated[ModelKey, Tag(TAG + "key")] | Annotated[CandidateSpec, Tag(TAG + "spec")],
+    Discriminator(_entry_kind),
+]
+TargetEntry = Annotated[
+    Annotated[ModelKey, Tag(TAG + "key")] | Annotated[TargetSpec, Tag(TAG + "spec")],
+    Discriminator(_entry_kind),
+]
+
+Strategy = Literal["primary", "round-robin", "random", "least-used"]
+StickyMode = Literal["off", "on", "while-cached"]
+
+
+class PoolSpec(BaseModel):
+    """One pool (R-RT-4..6): candidates behind one virtual model, a strategy, stickiness."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    candidates: list[CandidateEntry] = Field(min_length=1, max_length=1000)
+    strategy: Strategy = "primary"
+    sticky: Annotated[
+        Annotated[StickyMode, Tag(TAG + "key")] | Annotated[StickyFor, Tag(TAG + "spec")],
+        Discriminator(_entry_kind),
+    ] = "off"
+    sticky_scope: Literal["source", "pool"] = Field("source", alias="stickyScope")
+
 
 
 class Policy(BaseModel):
@@ -62,6 +158,12 @@ class Policy(BaseModel):
     )
     lease_ms: Annotated[int, Field(ge=MIN_LEASE_MS, le=10**12)] = Field(360_000, alias="leaseMs")
     retention_days: PositiveInt = Field(30, alias="retentionDays")
+    # routing (SPEC section 18)
+    chains: dict[Glob, list[TargetEntry]] = Field(default_factory=dict, max_length=10_000)
+    default_chain: list[TargetEntry] | None = Field(None, alias="defaultChain", max_length=1000)
+    pools: dict[PoolName, PoolSpec] = Field(default_factory=dict, max_length=10_000)
+    # values derived from this (frozen) policy by ledger.routing, made on first use
+    _memo: dict[object, object] = PrivateAttr(default_factory=dict)
 
     @field_validator("fallback_models")
     @classmethod
@@ -69,6 +171,15 @@ class Policy(BaseModel):
         if len(set(value)) != len(value):
             raise ValueError("rule: must not contain duplicate entries")
         return value
+
+    @model_validator(mode="after")
+    def _routing_consistent(self) -> Policy:
+        from ledger.routing.check import routing_problem
+
+        problem = routing_problem(self)
+        if problem is not None:
+            raise located(*problem)
+        return self
 
     def fingerprint(self) -> str:
         """A short stable hash of the effective policy (R-HOME-3: shows stale processes)."""

@@ -14,6 +14,7 @@ from enum import StrEnum
 from ledger.catalog import NO_CATALOG, Catalog, split_model_key
 from ledger.config import Policy
 from ledger.routes import glob_to_regex
+from ledger.routing.targets import is_pool_key, pool_key
 
 
 class InertReason(StrEnum):
@@ -24,6 +25,7 @@ class InertReason(StrEnum):
     PROVIDER_UNAVAILABLE = "provider_unavailable"  # listed, but its provider is unavailable now
     NO_TEXT = "no_text"  # listed and available, but it does not take and give text
     MATCHES_NOTHING = "matches_nothing"  # a route rule that matches no catalog model at all
+    NO_USABLE_CANDIDATE = "no_usable_candidate"  # a pool none of whose candidates is usable
 
 
 _EXPLAINED = {
@@ -32,6 +34,7 @@ _EXPLAINED = {
     InertReason.PROVIDER_UNAVAILABLE: "its provider is not available (credential variable unset)",
     InertReason.NO_TEXT: "the model does not take and produce text",
     InertReason.MATCHES_NOTHING: "the rule matches no catalog model",
+    InertReason.NO_USABLE_CANDIDATE: "no candidate of the pool is usable",
 }
 
 
@@ -61,10 +64,15 @@ def inert_entries(
     keys = ([("defaultModel", policy.default_model)] if policy.default_model else []) + [
         (f"fallbackModels[{i}]", entry) for i, entry in enumerate(policy.fallback_models)
     ]
-    for field, key in keys:
-        reason = _key_reason(key, catalog, available)
+    for field, key in keys + _routing_keys(policy):
+        reason = _target_reason(policy, key, catalog, available)
         if reason is not None:
             found.append(InertEntry(field, reason))
+    for n, glob in enumerate(policy.chains, 1):  # R-RT-7: a chains key no primary can have
+        pattern = glob_to_regex(glob)
+        pooled = any(pattern.fullmatch(pool_key(name)) for name in policy.pools)
+        if not pooled and not any(pattern.fullmatch(m.key) for m in catalog.models):
+            found.append(InertEntry(f"chains.<key {n}>", InertReason.MATCHES_NOTHING))
     for name, rules in (("allow", policy.routes.allow), ("deny", policy.routes.deny)):
         for i, rule in enumerate(rules):
             pattern = glob_to_regex(rule)
@@ -76,6 +84,36 @@ def inert_entries(
             elif not any(m.provider in available and m.text_capable for m in matched):
                 found.append(InertEntry(f"routes.{name}[{i}]", InertReason.NO_TEXT))
     return found
+
+
+def _routing_keys(policy: Policy) -> list[tuple[str, str]]:
+    """Every target of defaultChain, chains and pools with its field path (a chains key or pool
+    name by its position, `<key 2>`, never by its text: R-CFG-3)."""
+    from ledger.routing.check import target_of
+
+    out = [(f"defaultChain[{i}]", str(target_of(e).key))
+           for i, e in enumerate(policy.default_chain or ())]  # fmt: skip
+    for n, chain in enumerate(policy.chains.values(), 1):
+        out += [(f"chains.<key {n}>[{i}]", target_of(e).key) for i, e in enumerate(chain)]
+    for n, spec in enumerate(policy.pools.values(), 1):
+        out += [(f"pools.<key {n}>.candidates[{i}]", target_of(e).key)
+                for i, e in enumerate(spec.candidates)]  # fmt: skip
+    return out
+
+
+def _target_reason(
+    policy: Policy, key: str, catalog: Catalog, available: frozenset[str]
+) -> InertReason | None:
+    """A model key's reason, or a pool key's: inert when none of its members is usable."""
+    from ledger.routing.chains import pool_members, primary_key
+
+    key = primary_key(key) or key
+    if not is_pool_key(key):
+        return _key_reason(key, catalog, available)
+    reasons = [_key_reason(m.key, catalog, available) for m in pool_members(policy, key)]
+    if not reasons or all(r is not None for r in reasons):
+        return InertReason.NO_USABLE_CANDIDATE
+    return None
 
 
 def _key_reason(key: str, catalog: Catalog, available: frozenset[str]) -> InertReason | None:

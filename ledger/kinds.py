@@ -22,6 +22,9 @@ class RefusalReason(StrEnum):
     SOURCE_CALLS = "source_calls"
     SOURCE_MODELS = "source_models"
     SOURCE_TIME = "source_time"
+    # a pool (R-RT-5) none of whose candidates can be called at all (unavailable, no text, denied,
+    # too small for the request): no amount of waiting helps
+    NO_POOL_CANDIDATE = "no_pool_candidate"
 
 
 class ExclusionReason(StrEnum):

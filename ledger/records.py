@@ -71,6 +71,8 @@ class Reservation:
     status: AttemptStatus
     request_id: str | None = None
     replayed: bool = False  # True when an earlier reservation with the same request id came back
+    pool: str | None = None  # the pool the concrete `model` was chosen from (R-RT-4)
+    effort: str | None = None  # this route's reasoning effort (R-RT-2); None: provider default
 
     def to_json(self) -> dict[str, Any]:
         """JSON shape printed by `ledger reserve --json`."""
@@ -85,6 +87,8 @@ class Reservation:
             "status": self.status.value,
             "request_id": self.request_id,
             "replayed": self.replayed,
+            "pool": self.pool,
+            "effort": self.effort,
         }
 
 

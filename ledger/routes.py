@@ -9,6 +9,7 @@ file must not be able to hang a worker with catastrophic regex backtracking).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from functools import lru_cache
 
 from ledger.config import Policy, RouteRules
@@ -46,22 +47,30 @@ def route_allowed(key: str, rules: RouteRules) -> bool:
     return not rules.allow or any(matches(key, pattern) for pattern in rules.allow)
 
 
-def confinement_reason(policy: Policy, key: str, primary: str | None) -> ExclusionReason | None:
-    """R-SEL-3, R-SEL-5 for a model that is not the source's primary model.
+def confinement_reason(
+    policy: Policy, key: str, primary: str | None, tried: Iterable[str] = ()
+) -> ExclusionReason | None:
+    """R-SEL-3, R-SEL-5 (with R-RT-1 chains) for a model that is not the source's primary.
 
-    With `crossProviderFallback: false` a source is confined to its primary model; a non-empty
-    `fallbackModels` is the complete list of backups. None when `key` may be used.
+    With `crossProviderFallback: false` a source is confined to its primary (a pool primary: to
+    its candidates); the primary's chain, cascaded through the backups in `tried`, is the
+    complete list of backups (`fallbackModels` is the default chain). None when `key` may be used.
     """
-    if key == primary:
+    from ledger.routing.chains import allowlist, expand
+
+    if key == primary or (primary is not None and key in expand(policy, primary)):
         return None
     if not policy.cross_provider_fallback:
         return ExclusionReason.NOT_IN_FALLBACK_LIST
-    if policy.fallback_models and key not in policy.fallback_models:
+    allowed = allowlist(policy, primary, tried)
+    if allowed is not None and key not in allowed:
         return ExclusionReason.NOT_IN_FALLBACK_LIST
     return None
 
 
-def boundary_reason(policy: Policy, key: str, primary: str | None) -> ExclusionReason | None:
+def boundary_reason(
+    policy: Policy, key: str, primary: str | None, tried: Iterable[str] = ()
+) -> ExclusionReason | None:
     """The privacy boundary for one model (R-SEL-9, then R-SEL-3/R-SEL-5), as selection applies it.
 
     Reserve applies the same function, so a model that selection excludes for these reasons can
@@ -69,4 +78,4 @@ def boundary_reason(policy: Policy, key: str, primary: str | None) -> ExclusionR
     """
     if not route_allowed(key, policy.routes):
         return ExclusionReason.DENIED_BY_ROUTE
-    return confinement_reason(policy, key, primary)
+    return confinement_reason(policy, key, primary, tried)

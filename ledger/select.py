@@ -22,6 +22,9 @@ from ledger.clock import iso
 from ledger.config import Policy
 from ledger.kinds import CooldownOrigin, CooldownScope, ExclusionReason, FailureKind
 from ledger.routes import confinement_reason, route_allowed
+from ledger.routing.chains import ChainMatch, allowlist, cascade, expand, pool_members
+from ledger.routing.pools import PoolView, pool_view
+from ledger.routing.targets import Effort, Target, is_pool_key
 
 # The failure kinds after which a sibling named in fallbackModels may be used (R-SEL-4).
 MODEL_SPECIFIC_KINDS = frozenset(
@@ -86,11 +89,32 @@ class SelectionRequest:
     """What the caller asks for: default model, request size, and the failure it recovers from."""
 
     default_model: str | None  # the caller's --model, else policy.default_model, else None
+    # (a model or pool key without its effort; the effort is `default_effort`, R-RT-2)
     input_tokens: int = 0  # token estimate of the request (ledger.tokens)
     after_failure: FailureKind | None = None
     failed_model: str | None = None
     tried: frozenset[str] = frozenset()  # models already tried in this queue item
     input_bytes: int = 0  # the request size reserve estimates its cost from (R-RES-2)
+    default_effort: Effort | None = None
+
+
+class Route(str):
+    """One offered route: its key (a model key or `pool/NAME`; the object is that string, so
+    code that reads routes as keys keeps working), the effort for this route only (R-RT-2) and,
+    for a pool route, the pool's name (the reserve picks the concrete candidate, R-RT-5)."""
+
+    effort: Effort | None
+    pool: str | None
+
+    def __new__(cls, key: str, effort: Effort | None = None) -> Route:
+        route = super().__new__(cls, key)
+        route.effort = effort
+        route.pool = key[len("pool/") :] if is_pool_key(key) else None
+        return route
+
+    def to_json(self) -> dict[str, object]:
+        """`{route, effort, pool}`."""
+        return {"route": str(self), "effort": self.effort, "pool": self.pool}
 
 
 @dataclass(frozen=True)
@@ -138,9 +162,11 @@ class Selection:
     (R-RES-1) until then.
     """
 
-    routes: tuple[str, ...]
+    routes: tuple[str, ...]  # each a `Route` when made by `select`
     excluded: tuple[Exclusion, ...]
     retry_at_ms: int | None
+    chain: ChainMatch | None = None  # the primary's chain and why it matched (R-RT-1)
+    pools: tuple[PoolView, ...] = ()  # each pool route considered, candidates with state
 
     def excluded_by_reason(self) -> dict[str, int]:
         """How many models each reason excluded, in RULE_ORDER (reasons with none left out)."""
@@ -152,12 +178,20 @@ class Selection:
 
         With the catalog, an `unavailable` model also names the credential variable to set.
         """
-        return {
+        doc: dict[str, object] = {
             "routes": list(self.routes),
             "excluded": [exclusion_json(e, catalog) for e in self.excluded],
             "excluded_by_reason": self.excluded_by_reason(),
             "retry_at": iso(self.retry_at_ms),
         }
+        if self.chain is not None:
+            doc["chain"] = self.chain.to_json()
+        doc["targets"] = [
+            r.to_json() if isinstance(r, Route) else Route(r).to_json() for r in self.routes
+        ]
+        if self.pools:
+            doc["pools"] = [p.to_json() for p in self.pools]
+        return doc
 
 
 def exclusion_json(exclusion: Exclusion, catalog: Catalog | None = None) -> dict[str, object]:
@@ -186,7 +220,7 @@ _OrderKey = tuple[tuple[int, Decimal], bool, str]
 
 def _order_key(model: Model) -> _OrderKey:
     """R-SEL-6: price rank, then non-reasoning before reasoning, then model key (a total order)."""
-    return (_price_rank(model), model.reasoning, model.key)
+    return (_price_rank(model), model.reasoning is not False, model.key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +234,7 @@ class _Entry:
     price_known: bool
     order_key: _OrderKey
     rank: int  # position in the R-SEL-6 order of the whole catalog
+    route: Route  # this model as a route without an effort (made once)
     # Exclusions are immutable values: kept per reason (and end), made on first use.
     exclusions: dict[ExclusionReason, Exclusion] = field(default_factory=dict)
     cooled: dict[tuple[ExclusionReason, int], Exclusion] = field(default_factory=dict)
@@ -259,6 +294,7 @@ def _index(catalog: Catalog) -> _CatalogIndex:
             price_known=m.price_known(),
             order_key=_order_key(m),
             rank=ranks[id(m)],
+            route=Route(m.key),
         )
         for m in keyed
     )
@@ -327,28 +363,31 @@ class _Context:
 
     policy: Policy
     default: str | None
-    listed: frozenset[str]  # policy.fallback_models as a set
+    primaries: frozenset[str]  # the default's concrete models (a pool's candidates, R-RT-4)
+    listed: frozenset[str]  # the models the primary's cascaded chain admits (R-RT-1)
     model_specific: bool  # the failure is one a listed sibling may recover from (R-SEL-4)
     failed_provider: str | None
     default_provider: str | None
+    tried: frozenset[str]
 
 
 def _fallback_reason(ctx: _Context, key: str, provider: str) -> ExclusionReason | None:
     """same_provider, sibling_not_for_kind, not_in_fallback_list (R-SEL-3..5)."""
-    default = ctx.default
+    is_default = key in ctx.primaries
     listed = key in ctx.listed
     if provider == ctx.failed_provider:
         # A sibling of the failed model shares its credentials and quota. Only a listed sibling
         # (or the default itself) may follow, and only after a model-specific failure.
-        if key == default and ctx.model_specific:
+        if is_default and ctx.model_specific:
             pass
-        elif key == default or not listed:
+        elif is_default or not listed:
             return R.SAME_PROVIDER
         elif not ctx.model_specific:
             return R.SIBLING_NOT_FOR_KIND
-    elif provider == ctx.default_provider and key != default and not listed:
+    elif provider == ctx.default_provider and not is_default and not listed:
         return R.SAME_PROVIDER  # never chosen automatically as a backup of the default
-    return confinement_reason(ctx.policy, key, default)  # R-SEL-3, R-SEL-5 (shared with reserve)
+    # R-SEL-3, R-SEL-5 with chains (shared with reserve)
+    return confinement_reason(ctx.policy, key, ctx.default, ctx.tried)
 
 
 def _active_cooldowns(
@@ -374,20 +413,26 @@ def select(
     index = _index(catalog)
     default = request.default_model
     tried = request.tried | ({request.failed_model} if request.failed_model else frozenset())
+    primaries = expand(policy, default) if default is not None else frozenset()
+    allowed = allowlist(policy, default, tried)
     ctx = _Context(
         policy=policy,
         default=default,
-        listed=frozenset(policy.fallback_models),
+        primaries=primaries,
+        listed=allowed or frozenset(),
         model_specific=request.after_failure in MODEL_SPECIFIC_KINDS,
         failed_provider=_provider_of(request.failed_model) if request.failed_model else None,
-        default_provider=_provider_of(default) if default else None,
+        default_provider=(
+            _provider_of(default) if default and not is_pool_key(default) else None
+        ),
+        tried=tried,
     )
     fresh = request.after_failure is None  # the default of a fresh request skips fallback rules
     # For a model of any other provider than the failed and the default one, and not the default
     # itself, the fallback rules reduce to R-SEL-3/R-SEL-5 (`_fallback_reason`'s last two checks).
     special = frozenset(p for p in (ctx.failed_provider, ctx.default_provider) if p is not None)
     confined = not policy.cross_provider_fallback
-    listed = ctx.listed
+    listed = allowed
     available = snapshot.available_providers
     no_base_url = catalog.providers_without_base_url()
     denied = _denied(index, policy)
@@ -414,11 +459,11 @@ def select(
             early = R.DENIED_BY_ROUTE
         elif key in tried:
             early = R.ALREADY_TRIED
-        elif provider in special or key == default:
-            if not fresh or key != default:
+        elif provider in special or key in primaries:
+            if not fresh or key not in primaries:
                 early = _fallback_reason(ctx, key, provider)
-        elif confined or (listed and key not in listed):
-            early = confinement_reason(policy, key, default)
+        elif confined or (listed is not None and key not in listed):
+            early = R.NOT_IN_FALLBACK_LIST  # R-SEL-3, R-SEL-5 (confinement_reason's answer here)
         if early is not None:
             excluded.append(entry.excluded(early))
             continue
@@ -444,18 +489,13 @@ def select(
             excluded.append(entry.excluded(late))
             continue
         else:
-            (first if key == default else backups).append(entry)
+            (first if key in primaries else backups).append(entry)
             continue
         excluded.append(entry.cooling(reason, until))
         if late is None:  # excluded only by cooldowns: it frees when they end
             frees_at.append((until, entry))
-    if listed:
-        position = {key: i for i, key in enumerate(policy.fallback_models)}
-        unlisted = len(position)
-        backups.sort(key=lambda e: (position.get(e.key, unlisted), e.rank))
-    else:
-        backups.sort(key=_by_rank)
-    routes = tuple([e.key for e in first] + [e.key for e in backups])
+    match, order = cascade(policy, default, tried)
+    routes, pools = _ordered(catalog, policy, request, first, backups, excluded, match, order)
     return Selection(
         routes=routes,
         excluded=tuple(excluded),
@@ -465,7 +505,62 @@ def select(
             policy,
             request,
         ),
+        chain=match,
+        pools=pools,
     )
+
+
+def _ordered(
+    catalog: Catalog,
+    policy: Policy,
+    request: SelectionRequest,
+    first: list[_Entry],
+    backups: list[_Entry],
+    excluded: list[Exclusion],
+    match: ChainMatch,
+    order: tuple[Target, ...],
+) -> tuple[tuple[str, ...], tuple[PoolView, ...]]:
+    """The routes in order: the default (or its pool) first (R-SEL-2), then the cascaded chain's
+    entries in order (R-RT-1; a pool entry once, as its pool key), else every eligible backup in
+    R-SEL-6 order. Also the state of every pool route considered (R-RT-5)."""
+    default = request.default_model
+    eligible = {e.key for e in first} | {e.key for e in backups}
+    routes: list[str] = []
+    views: list[PoolView] = []
+    covered: set[str] = set()
+    reasons: dict[str, Exclusion] | None = None
+
+    def add_pool(key: str, effort: Effort | None) -> None:
+        nonlocal reasons
+        if reasons is None:
+            reasons = {e.model: e for e in excluded}
+        members = pool_members(policy, key)
+        views.append(pool_view(policy, catalog, key, eligible, reasons))
+        if any(m.key in eligible and m.key not in covered for m in members):
+            routes.append(Route(key, effort))
+            covered.update(m.key for m in members)
+
+    if default is not None and is_pool_key(default):
+        add_pool(default, request.default_effort)
+    elif first:
+        effort = request.default_effort
+        routes.append(first[0].route if effort is None else Route(first[0].key, effort))
+        covered.add(first[0].key)
+    if match.complete:
+        placed = {default}
+        for target in order:
+            if target.key in placed:
+                continue
+            placed.add(target.key)
+            if target.is_pool:
+                add_pool(target.key, target.effort)
+            elif target.key in eligible and target.key not in covered:
+                routes.append(Route(target.key, target.effort))
+                covered.add(target.key)
+    else:
+        backups.sort(key=_by_rank)
+        routes += [e.route for e in backups if e.key not in covered]
+    return tuple(routes), tuple(views)
 
 
 def _retry_at(

@@ -59,6 +59,10 @@ def build_status(ledger: Ledger) -> dict[str, Any]:
     )
     if ledger.db.pending:
         doc["warnings"].insert(0, no_database_yet(path))
+    if ledger.policy.pools:  # R-RT-7: strategy, cursor, candidates with state, live leases
+        from ledger.routing.report import pool_views
+
+        doc["pools"] = [view.to_json() for view in pool_views(ledger)]
     return doc
 
 
@@ -403,6 +407,32 @@ def render_prometheus_down() -> str:
     return out.text()
 
 
+def _pool_families(out: _Exposition, views: list[dict[str, Any]]) -> None:
+    """Pools (R-RT-7): the cursor, each candidate's eligibility, the live sticky leases. Labels
+    are pool names and model keys from the policy (a fixed set)."""
+    out.family(
+        "ledger_pool_cursor",
+        "Index of the candidate a round-robin pool granted last (-1: none yet).",
+        [({"pool": p["pool"], "strategy": p["strategy"]},
+          -1 if p["cursor"] is None else p["cursor"]) for p in views],
+    )  # fmt: skip
+    out.family(
+        "ledger_pool_candidate_eligible",
+        "1 when a pool candidate is eligible now, else 0 (the reason is a label).",
+        [
+            ({"pool": p["pool"], "model": c["model"], "state": c["state"]},
+             int(c["state"] == "eligible"))
+            for p in views
+            for c in p["candidates"]
+        ],
+    )  # fmt: skip
+    out.family(
+        "ledger_pool_sticky_leases",
+        "Live sticky leases per pool.",
+        [({"pool": p["pool"]}, len(p["leases"])) for p in views],
+    )
+
+
 def render_prometheus(doc: dict[str, Any]) -> str:
     """The numeric part of the document in the Prometheus text format (gauges, `ledger_` prefix)."""
     out = _Exposition()
@@ -460,6 +490,7 @@ def render_prometheus(doc: dict[str, Any]) -> str:
         ],
     )
     _health_families(out, doc["health"])
+    _pool_families(out, doc.get("pools") or [])
     out.family(
         "ledger_sources",
         "Sources by queue state.",

@@ -126,6 +126,7 @@ def render_text(doc: dict[str, Any], width: int = WIDTH) -> str:
     lines += _routes_lines(doc, width)
     lines += _budget_lines(doc, width)
     lines += _cooldown_lines(doc, width)
+    lines += _pool_lines(doc, width)
     lines += _health_lines(doc, width)
     lines += _failover_lines(doc, width)
     lines += _source_lines(doc, width)
@@ -316,6 +317,25 @@ def _cooldown_lines(doc: dict[str, Any], width: int) -> list[str]:
     for c in doc["cooldowns"]:  # an operator's note (`cooldown set --reason`), as prose
         if c.get("reason"):
             lines += _wrap(f"  reason  {c['scope']} {c['target']}: {c['reason']}", width, 10)
+    return lines
+
+
+def _pool_lines(doc: dict[str, Any], width: int) -> list[str]:
+    """Pools (R-RT-7): strategy, cursor, each candidate's state, live sticky leases."""
+    pools = doc.get("pools")
+    if not pools:
+        return []
+    lines = [_heading("pools", width)]
+    for p in pools:
+        cursor = "-" if p["cursor"] is None else str(p["cursor"])
+        lines += _wrap(
+            f"  {p['pool']}  {p['strategy']}, sticky {p['sticky']}, cursor {cursor}, "
+            f"{len(p['leases'])} sticky leases", width, 4,
+        )  # fmt: skip
+        for i, c in enumerate(p["candidates"]):
+            mark = "*" if p["cursor"] == i else " "
+            until = f" until {short_time(c['until'])}" if c["until"] else ""
+            lines += _wrap(f"   {mark} {c['model']}  {c['state']}{until}", width, 6)
     return lines
 
 

@@ -158,6 +158,17 @@ Printable = AfterValidator(printable_text)
 
 M = TypeVar("M", bound=BaseModel)
 
+_AT = "at-path "
+TAG = "tag-"
+"""Prefix of union tags (`Tag(TAG + "spec")`): location items that are no field and not shown."""
+_HIDDEN_LOC = ("function-", TAG)
+
+
+def located(path: str, rule: str) -> ValueError:
+    """A validator's error for a field path of its own choosing (a cross-field rule): `path`
+    holds only schema names, indices and `<key>`, never a value."""
+    return ValueError(f"{_AT}{path} rule: {rule}")
+
 
 def parse_document(model: type[M], text: str | bytes, file: str) -> M:
     """Validate a JSON document against a strict model, or raise one ConfigError."""
@@ -196,7 +207,7 @@ def config_error(
     err = exc.errors(include_input=False, include_url=False, include_context=False)[0]
     known = frozenset(_fields(model))
     loc = [*at] + [
-        x for x in err["loc"] if not (isinstance(x, str) and x.startswith("function-"))
+        x for x in err["loc"] if not (isinstance(x, str) and x.startswith(_HIDDEN_LOC))
     ]
     rule = _RULES.get(err["type"])
     if err["type"] == "greater_than_equal":
@@ -209,6 +220,9 @@ def config_error(
         # our own validators raise ValueError with fixed text prefixed "rule: "
         msg = str(err.get("msg", ""))
         rule = msg.split("rule: ", 1)[1] if "rule: " in msg else "is invalid"
+        if _AT in msg:  # a cross-field rule names its own path
+            where = msg.split(_AT, 1)[1].split(" rule: ", 1)[0]
+            return ConfigError(file, where, rule)
     return ConfigError(
         file, render_path(loc, known, shown), rule or f"is invalid ({err['type']})"
     )

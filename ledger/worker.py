@@ -90,6 +90,7 @@ from ledger.queue import (
     classify_result,
 )
 from ledger.records import Cancelled, Failed, Reservation, SettleResult, Success
+from ledger.routing.targets import Effort
 from ledger.store import queue as store_queue
 from ledger.worker_ledger import WorkerLedger
 
@@ -129,6 +130,8 @@ class Job:
     caller: Callable[[CallRequest], ProviderResponse] = field(repr=False, compare=False)
     clock: Callable[[], int] | None = field(default=None, repr=False, compare=False)
     """Ledger time as seen during this call (reservation time + elapsed), for `remaining_ms`."""
+    effort: Effort | None = None
+    """This route's reasoning effort (R-RT-2), sent by `call` as R-RT-3 says."""
 
     def remaining_ms(self) -> int:
         """Milliseconds left before the reservation's deadline (R-HTTP-3), for a handler's own
@@ -146,7 +149,8 @@ class Job:
                 messages=tuple(messages),
                 max_tokens=self.max_tokens,
                 deadline_ms=self.deadline_ms,
-                reasoning=self.model.reasoning,
+                reasoning=self.model.reasoning is not False,
+                effort=self.effort,
             )
         )
 
@@ -344,6 +348,7 @@ def _attempt(
     except Refused as refusal:
         return _Step(None, refused=refusal)
     clock = started(reservation.created_ms)
+    route = reservation.model  # through a pool (R-RT-4): the concrete candidate it chose
     # the lease covers the whole call, whatever leaseMs is (issue 12 item 3)
     if not ledger.renew(
         claim.source_id, claim.worker_id, cover_until_ms=reservation.deadline_ms, unpaused=True
@@ -365,6 +370,7 @@ def _attempt(
         max_tokens=model.reply_reservation(ledger.policy.reply_tokens),
         caller=_caller(ledger, model, clock),
         clock=clock,
+        effort=None if reservation.effort is None else Effort(reservation.effort),
     )
     result: HandlerResult | None = None
     classification: Classification | None = None

@@ -168,6 +168,7 @@ WRONG = st.one_of(
 # For each public method: its name and a call with one argument replaced by a wrong value.
 VALID: dict[str, dict[str, Any]] = {
     "model": {"key": "alpha/small"},
+    "target": {"key": "alpha/small"},
     "reserve": {"source": "s9", "model": "alpha/small", "input_bytes": 10, "text": None,
                 "request_id": None, "override": False, "role": AttemptRole.PRIMARY,
                 "fallback_from": None, "after": None},

@@ -332,7 +332,7 @@ def test_r_sel_10_to_json() -> None:
     assert data["routes"] == []
     assert data["retry_at"] == "2023-11-14T22:15:20.000Z"
     assert {"model": "offline/x", "reason": "unavailable"} in data["excluded"]  # type: ignore[operator]
-    assert set(data) == {"routes", "excluded", "excluded_by_reason", "retry_at"}
+    assert set(data) == {"routes", "excluded", "excluded_by_reason", "retry_at", "chain", "targets"}
 
 
 # --- scenario table ---------------------------------------------------------------------------

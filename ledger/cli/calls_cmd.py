@@ -230,10 +230,13 @@ def select_cmd(
     if as_json:
         emit_json(selection.to_json(led.catalog))
     else:
+        _echo_chain(selection)
         if selection.routes:
             click.echo("routes (in order):")
             for i, route in enumerate(selection.routes, 1):
-                click.echo(f"  {i}. {route}")
+                effort = getattr(route, "effort", None)
+                click.echo(f"  {i}. {route}" + (f"  (effort {effort})" if effort else ""))
+            _echo_pools(selection)
         else:
             click.echo("no eligible route")
             if not led.catalog.models:
@@ -244,6 +247,30 @@ def select_cmd(
             click.echo(f"earliest route frees at {iso(selection.retry_at_ms)}")
     if not selection.routes:
         raise SystemExit(Refused.exit_code)
+
+
+def _echo_chain(selection: Selection) -> None:
+    """Which chain the primary got and why (R-RT-1)."""
+    chain = selection.chain
+    if chain is None:
+        return
+    if chain.field == "chains":
+        click.echo(f"chain: chains[{chain.key}] ({chain.why})")
+    elif chain.field is not None:
+        click.echo(f"chain: {chain.field} ({chain.why})")
+    else:
+        click.echo(f"chain: none ({chain.why})")
+
+
+def _echo_pools(selection: Selection) -> None:
+    """Each pool route's candidates with their state (R-RT-5): the reserve picks among the
+    eligible ones in its own write transaction."""
+    for pool in selection.pools:
+        click.echo(f"pool {pool.name} ({pool.strategy}, sticky {pool.sticky}):")
+        for cand in pool.candidates:
+            tier = f"  tier {cand.tier}" if cand.tier else ""
+            until = f" until {iso(cand.until_ms)}" if cand.until_ms is not None else ""
+            click.echo(f"  {cand.key}{tier}  {cand.state}{until}")
 
 
 def _echo_excluded(

@@ -130,7 +130,8 @@ def show(app: AppContext, as_json: bool) -> None:
         click.echo(
             f"  {model.key}  window={_num(model.context_window)}"
             f"  max_output={_num(model.max_output_tokens)}  price={_prices(model)}"
-            f"  reasoning={_yes(model.reasoning)}" + _cache_prices(model)
+            f"  reasoning={_yes(model.reasoning) if model.reasoning is not None else '?'}"
+            + _cache_prices(model)
         )
 
 

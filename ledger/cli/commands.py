@@ -53,6 +53,10 @@ COMMANDS: dict[str, LazyCommand] = {
     "cooldown": LazyCommand(
         "ledger.cli.cooldown_cmd:cooldown_group", "Provider and model cooldowns."
     ),
+    "pool": LazyCommand(
+        "ledger.cli.pool_cmd:pool_group",
+        "Pools: candidates behind one virtual model, their cursor and sticky leases.",
+    ),
     "status": LazyCommand(
         "ledger.cli.status_cmd:status", "Routes, cooldowns, budgets, sources and recent outcomes."
     ),

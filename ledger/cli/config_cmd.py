@@ -8,8 +8,9 @@ import click
 
 from ledger.catalog import load_catalog
 from ledger.cli.main import AppContext, emit_json, pass_app
-from ledger.config import load_policy, policy_schema
+from ledger.config import POLICY_FILE, load_policy, policy_schema
 from ledger.inert import config_findings
+from ledger.routing.catalog_check import check_routing, effort_warnings
 
 
 @click.group("config")
@@ -24,8 +25,9 @@ def validate(app: AppContext, as_json: bool) -> None:
     """Check recovery.json and catalog.json; list inert entries as warnings."""
     policy = load_policy(app.state.path)
     catalog = load_catalog(app.state.path)
+    check_routing(policy, catalog, str(app.state.path / POLICY_FILE))  # R-RT-3: exit 2
     findings = config_findings(policy, catalog)
-    warnings = findings.warnings()
+    warnings = findings.warnings() + [w.message for w in effort_warnings(policy, catalog)]
     # Issue 13: a provider with no baseUrl (and none known) is never called, so never offered.
     no_base_url = sorted(catalog.providers_without_base_url())
     if as_json:

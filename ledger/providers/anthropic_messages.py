@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from ledger.providers.base import CallRequest, HttpAdapter, ProviderResponse, token_count
 from ledger.providers.bounded import JsonReply, post_and_parse
+from ledger.routing.effort import anthropic_fields
 
 DEFAULT_VERSION = "2023-06-01"
 
@@ -36,6 +37,7 @@ class AnthropicMessagesAdapter(HttpAdapter):
         }
         if system:
             payload["system"] = "\n\n".join(system)
+        payload.update(anthropic_fields(request.effort, request.max_tokens))  # R-RT-3
         url = f"{self.base_url()}/v1/messages"
         return post_and_parse(self.client, url, headers, payload, request, now_ms, parse_message)
 

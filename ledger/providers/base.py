@@ -18,6 +18,7 @@ import httpx
 from ledger.catalog import Provider
 from ledger.provider_urls import NoBaseUrlError
 from ledger.records import plausible_cost_usd, plausible_tokens
+from ledger.routing.targets import Effort
 
 INVALID_RESPONSE = "invalid_response"
 """`stop_reason` of a 2xx reply whose body is unparsable or oversized: the worker classifies it as
@@ -44,6 +45,8 @@ class CallRequest:
     deadline_ms: int
     reasoning: bool = False
     """The catalog's reasoning flag: such models take `max_completion_tokens` (OpenAI chat)."""
+    effort: Effort | None = None
+    """This route's reasoning effort (R-RT-2, R-RT-3); None: the provider's default."""
 
 
 _NO_HEADERS: Mapping[str, str] = MappingProxyType({})

@@ -18,6 +18,7 @@ from ledger.providers.base import (
     token_count,
 )
 from ledger.providers.bounded import JsonReply, post_and_parse
+from ledger.routing.effort import openai_fields
 
 OPENAI_HOST = "api.openai.com"
 
@@ -52,6 +53,7 @@ class OpenAIChatAdapter(HttpAdapter):
             "model": request.model_id,
             "messages": [{"role": m.role, "content": m.content} for m in request.messages],
             max_tokens_field(request, url): request.max_tokens,
+            **openai_fields(request.effort),  # R-RT-3
         }
         return post_and_parse(
             self.client, url, headers, payload, request, now_ms, parse_chat_completion

@@ -8,7 +8,7 @@ the CLI's `--json` cannot drift apart.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
@@ -212,6 +212,8 @@ class ReservationOut(Answer):
     status: str
     request_id: str | None
     replayed: bool
+    pool: str | None = None
+    effort: str | None = None
 
 
 class FallbackOut(Answer):
@@ -256,6 +258,9 @@ class SelectionOut(Answer):
     excluded: list[ExclusionOut]
     excluded_by_reason: dict[str, int]
     retry_at: str | None
+    chain: dict[str, Any] | None = None  # the chain the primary matched and why (R-RT-1)
+    targets: list[dict[str, Any]] = Field(default_factory=list)  # each route's effort, pool
+    pools: list[dict[str, Any]] = Field(default_factory=list)  # pool routes' candidates
 
 
 REQUEST_MODELS: tuple[type[BaseModel], ...] = (

@@ -8,8 +8,8 @@ so the rolling 24 h cost read from those totals stays exact (R-RES-2).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import (
@@ -41,10 +41,20 @@ from ledger.kinds import (
 )
 from ledger.policy_table import Decision, FailureContext, decide
 from ledger.records import Cancelled, Failed, Outcome, Reservation, SettleResult, Success
+from ledger.routing import pools
+from ledger.routing.chains import primary_key
 from ledger.store import dialects, health, probes, reads
 from ledger.store.cooldowns import upsert_cooldown
 from ledger.store.notices import record_notice, record_pause
-from ledger.store.schema import cost_hours, reservations, source_models, sources, transport_strikes
+from ledger.store.schema import (
+    cost_hours,
+    pool_cursors,
+    pool_sticky,
+    reservations,
+    source_models,
+    sources,
+    transport_strikes,
+)
 
 STRIKE_WINDOW_MS = 15 * 60_000
 FOLLOW_UP_GRACE_MS = 10_000
@@ -110,6 +120,24 @@ class ReserveRequest:
     # the source must exist already (`source evolve`: an override of a known source, never a
     # new source made by a mistyped id)
     existing: bool = False
+    effort: str | None = None  # the route's reasoning effort, recorded with the reservation
+    # through a pool (R-RT-4): the reserve picks the concrete candidate (`model` is then only
+    # the pool's first candidate, never used for the grant)
+    pool: PoolPlan | None = None
+    via_pool: str | None = None  # set on the concrete request a pool choice makes
+    sticky_scope: str | None = None
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """A reserve through `pool/NAME`: the pool's name, its route's effort (a candidate's own
+    wins) and the concrete candidates that can be called at all (available, with text, allowed by
+    the route rules, fitting the request), with their prompt-cache lifetimes (R-RT-6)."""
+
+    pool: str
+    models: Mapping[str, Model]
+    effort: str | None = None
+    cache_ttl_ms: Mapping[str, int] = field(default_factory=dict)
 
 
 def insert_source(
@@ -172,6 +200,8 @@ def _to_reservation(row: Row[Any], replayed: bool = False) -> Reservation:
         status=AttemptStatus(r["status"]),
         request_id=r["request_id"],
         replayed=replayed,
+        pool=r["pool"],
+        effort=r["effort"],
     )
 
 
@@ -294,8 +324,11 @@ def _primary(
 ) -> str:
     """The source's primary model: defaultModel, else the first model it used, else this one."""
     if policy.default_model is not None:
-        return policy.default_model
-    if not source.models or (policy.cross_provider_fallback and not policy.fallback_models):
+        return primary_key(policy.default_model) or policy.default_model
+    if request.via_pool is not None:  # the caller named the pool: its candidates are primaries
+        return f"pool/{request.via_pool}"
+    unconfined = not (policy.fallback_models or policy.default_chain or policy.chains)
+    if not source.models or (policy.cross_provider_fallback and unconfined):
         return request.model.key  # nothing confines the source: no need to look it up
     return reads.first_model(conn, request.source_id) or request.model.key
 
@@ -303,7 +336,17 @@ def _primary(
 def reserve(
     conn: Connection, now: int, policy: Policy, request: ReserveRequest, policy_fp: str
 ) -> Reservation | budgets.Refusal:
-    """All checks of R-RES-1..9 and the insert, inside the caller's write transaction."""
+    """All checks of R-RES-1..9 and the insert, inside the caller's write transaction; through a
+    pool, the pool's choice among the candidates eligible now (R-RT-5) in the same transaction."""
+    if request.pool is not None:
+        return _reserve_pool(conn, now, policy, request, request.pool, policy_fp)
+    return _reserve_model(conn, now, policy, request, policy_fp)
+
+
+def _reserve_model(
+    conn: Connection, now: int, policy: Policy, request: ReserveRequest, policy_fp: str
+) -> Reservation | budgets.Refusal:
+    """R-RES-1..9 and the insert for one concrete model."""
     model = request.model
     if request.request_id is not None:
         row = conn.execute(_BY_REQUEST_ID, {"request_id": request.request_id}).first()
@@ -379,6 +422,9 @@ def reserve(
             "status": AttemptStatus.OPEN.value,
             "cost_micro": verdict.estimate_micro,
             "policy_fp": policy_fp,
+            "pool": request.via_pool,
+            "effort": request.effort,
+            "sticky_scope": request.sticky_scope,
         },
     ).inserted_primary_key
     assert new_id is not None
@@ -402,6 +448,195 @@ def reserve(
         role=role,
         status=AttemptStatus.OPEN,
         request_id=request.request_id,
+        pool=request.via_pool,
+        effort=request.effort,
+    )
+
+
+# ------------------------------------------------------------------------ pools (R-RT-4..6)
+
+# Refusals that no other candidate of a pool escapes: the pool stops at the first of them.
+_POOL_WIDE = frozenset(
+    {
+        RefusalReason.SHARED_HOURLY_BUDGET,
+        RefusalReason.SOURCE_SETTLED,
+        RefusalReason.SOURCE_PAUSED,
+        RefusalReason.SOURCE_BACKOFF,
+        RefusalReason.SOURCE_CALLS,
+        RefusalReason.SOURCE_TIME,
+    }
+)
+_CURSOR = select(pool_cursors.c.position).where(pool_cursors.c.pool == bindparam("b_pool"))
+_MOVE_CURSOR = (
+    update(pool_cursors)
+    .where(pool_cursors.c.pool == bindparam("b_pool"))
+    .values(position=bindparam("b_position"), updated_ms=bindparam("b_now"))
+)
+_INSERT_CURSOR = insert(pool_cursors)
+_LEASE = select(pool_sticky).where(
+    pool_sticky.c.pool == bindparam("b_pool"), pool_sticky.c.scope == bindparam("b_scope")
+)
+_DROP_LEASE = delete(pool_sticky).where(
+    pool_sticky.c.pool == bindparam("b_pool"), pool_sticky.c.scope == bindparam("b_scope")
+)
+_KEEP_LEASE = (
+    update(pool_sticky)
+    .where(
+        pool_sticky.c.pool == bindparam("b_pool"),
+        pool_sticky.c.scope == bindparam("b_scope"),
+        pool_sticky.c.model_key == bindparam("b_model"),
+    )
+    .values(success_ms=bindparam("b_now"))
+)
+_INSERT_LEASE = insert(pool_sticky)
+
+
+def _hour_usage(conn: Connection, now: int, keys: list[str]) -> dict[str, int]:
+    """Reservations per model in the rolling hour (`least-used`)."""
+    rows = conn.execute(
+        select(reservations.c.model_key, func.count())
+        .where(
+            reservations.c.model_key.in_(keys),
+            reservations.c.created_ms > now - budgets.HOUR_MS,
+        )
+        .group_by(reservations.c.model_key)
+    ).all()
+    return {str(k): int(n) for k, n in rows}
+
+
+def _reserve_pool(
+    conn: Connection,
+    now: int,
+    policy: Policy,
+    request: ReserveRequest,
+    plan: PoolPlan,
+    policy_fp: str,
+) -> Reservation | budgets.Refusal:
+    """The pool's choice and the reservation, in the caller's write transaction (R-RT-5)."""
+    if request.request_id is not None:
+        row = conn.execute(_BY_REQUEST_ID, {"request_id": request.request_id}).first()
+        if row is not None:
+            if row.source_id != request.source_id or row.pool != plan.pool:
+                raise UsageError("this request id was already used for another source or model")
+            return _to_reservation(row, replayed=True)
+    spec = policy.pools[plan.pool]
+    scope = None
+    if spec.sticky != "off":
+        scope = request.source_id if spec.sticky_scope == "source" else ""
+    refusals: list[budgets.Refusal] = []
+    errors: list[UsageError] = []
+    base = replace(request, pool=None, via_pool=plan.pool, sticky_scope=scope)
+    chosen = _choose(
+        conn, now, policy, base, plan, plan.pool, plan.effort, policy_fp, refusals, errors
+    )
+    if chosen is not None:
+        return chosen
+    if refusals:
+        times = [r.retry_at_ms for r in refusals if r.retry_at_ms is not None]
+        return budgets.Refusal(refusals[0].reason, min(times) if times else None)
+    if errors:
+        raise errors[0]
+    return budgets.Refusal(RefusalReason.NO_POOL_CANDIDATE)
+
+
+def _choose(
+    conn: Connection,
+    now: int,
+    policy: Policy,
+    request: ReserveRequest,
+    plan: PoolPlan,
+    name: str,
+    effort: str | None,
+    policy_fp: str,
+    refusals: list[budgets.Refusal],
+    errors: list[UsageError],
+) -> Reservation | budgets.Refusal | None:
+    """Try one pool's candidates in its strategy's order; the first grant wins (a nested pool is
+    tried by its own strategy). A pool-wide refusal ends the search at once; None: no grant."""
+    spec = policy.pools[name]
+    cands = pools.candidates(policy, name)
+    cursor = None
+    if spec.strategy == "round-robin":
+        cursor = conn.execute(_CURSOR, {"b_pool": name}).scalar()
+    usage = None
+    if spec.strategy == "least-used":
+        usage = _hour_usage(conn, now, [c.key for c in cands if not c.is_pool])
+    seed = pools.random_seed(request.source_id, now, len(refusals))
+    order = pools.try_order(spec.strategy, cands, pools.PoolState(cursor, seed, usage))
+    lease = None
+    if name == plan.pool and request.sticky_scope is not None:
+        lease = conn.execute(_LEASE, {"b_pool": name, "b_scope": request.sticky_scope}).first()
+        ttl = plan.cache_ttl_ms.get(str(lease.model_key), 0) if lease is not None else 0
+        if lease is not None and pools.holds(
+            spec.sticky, int(lease.chosen_ms), lease.success_ms, ttl, now
+        ):
+            sticky_key = str(lease.model_key)
+            order.sort(key=lambda c: c.key != sticky_key)  # the sticky pick first
+        elif lease is not None:
+            lease = None  # expired: the next success writes a new one
+    for cand in order:
+        result: Reservation | budgets.Refusal | None
+        if cand.is_pool:
+            result = _choose(
+                conn, now, policy, request, plan, cand.key.removeprefix("pool/"),
+                cand.effort or effort, policy_fp, refusals, errors,
+            )
+        else:
+            model = plan.models.get(cand.key)
+            if model is None or cand.key == request.fallback_from:
+                continue  # not callable for this request, or the model that just failed
+            concrete = replace(request, model=model, effort=cand.effort or effort)
+            try:
+                result = _reserve_model(conn, now, policy, concrete, policy_fp)
+            except UsageError as exc:  # e.g. a follow-up this candidate cannot be
+                errors.append(exc)
+                continue
+            if isinstance(result, budgets.Refusal):
+                refusals.append(result)
+                if lease is not None and lease.model_key == cand.key:
+                    # a cooling or otherwise refused sticky pick releases its lease (R-RT-6)
+                    conn.execute(_DROP_LEASE, {"b_pool": name, "b_scope": request.sticky_scope})
+                    lease = None
+                if result.reason in _POOL_WIDE:
+                    return result
+                continue
+        if isinstance(result, Reservation):
+            if spec.strategy == "round-robin":
+                moved = {"b_pool": name, "b_position": cand.index, "b_now": now}
+                if conn.execute(_MOVE_CURSOR, moved).rowcount == 0:
+                    conn.execute(
+                        _INSERT_CURSOR, {"pool": name, "position": cand.index, "updated_ms": now}
+                    )
+            return result
+        if result is not None:  # a pool-wide refusal from a nested pool
+            return result
+    return None
+
+
+def _settle_lease(conn: Connection, now: int, row: Row[Any], success: bool) -> None:
+    """Keep the sticky lease of a pool reservation (R-RT-6): a success makes its candidate the
+    lease (keeping when it was first chosen when it already was), a failure releases it."""
+    r = row._mapping
+    if r["pool"] is None or r["sticky_scope"] is None:
+        return
+    key = {"b_pool": r["pool"], "b_scope": r["sticky_scope"]}
+    if not success:
+        lease = conn.execute(_LEASE, key).first()
+        if lease is not None and lease.model_key == r["model_key"]:
+            conn.execute(_DROP_LEASE, key)
+        return
+    if conn.execute(_KEEP_LEASE, {**key, "b_model": r["model_key"], "b_now": now}).rowcount:
+        return
+    conn.execute(_DROP_LEASE, key)
+    conn.execute(
+        _INSERT_LEASE,
+        {
+            "pool": r["pool"],
+            "scope": r["sticky_scope"],
+            "model_key": r["model_key"],
+            "chosen_ms": int(r["created_ms"]),
+            "success_ms": now,
+        },
     )
 
 
@@ -505,6 +740,8 @@ def _settle_success(
         },
     )
     _cost_changed(conn, row, cost)
+    if not late:
+        _settle_lease(conn, now, row, success=True)
     actions: list[str] = []
     if r["has_strikes"]:
         conn.execute(_CLEAR_STRIKES, {"model_key": r["model_key"]})
@@ -646,6 +883,7 @@ def _settle_failure(
         claimed_ms=int(r["created_ms"]),
     )
     health.record(conn, now, provider, str(r["model_key"]), decision.kind.value)
+    _settle_lease(conn, now, row, success=False)
     pause_reason = apply_to_source(conn, now, src, decision, str(r["model_key"]))
     if decision.transport_strike:
         conn.execute(insert(transport_strikes).values(model_key=r["model_key"], at_ms=now))

@@ -119,6 +119,11 @@ reservations = Table(
     # prompt-cache tokens, apart from input_tokens (which are the uncached ones; issue 20)
     Column("cache_write_tokens", BigInteger, nullable=True),
     Column("cache_read_tokens", BigInteger, nullable=True),
+    # routing (R-RT-2, R-RT-4, R-RT-6): the pool `model_key` was chosen from, the route's effort,
+    # and the sticky lease's scope settle keeps (a source id, '' for a pool-wide lease)
+    Column("pool", String(100), nullable=True),
+    Column("effort", String(16), nullable=True),
+    Column("sticky_scope", String(200), nullable=True),
     CheckConstraint(
         "status IN ('open', 'succeeded', 'failed', 'cancelled', 'expired')", name="status"
     ),
@@ -226,4 +231,27 @@ cost_hours = Table(
     Column("cost_micro", BigInteger, nullable=False),
     Column("attempts", Integer, nullable=False),
     CheckConstraint("hour_start_ms % 3600000 = 0", name="hour_aligned"),
+)
+
+# Pool cursors (R-RT-5): the index of the candidate a round-robin pool granted last, moved in the
+# reserve's write transaction, so every process and service continues one rotation.
+pool_cursors = Table(
+    "pool_cursors",
+    metadata,
+    Column("pool", String(100), primary_key=True),
+    Column("position", Integer, nullable=False),
+    Column("updated_ms", BigInteger, nullable=False),
+)
+
+# Sticky leases (R-RT-6): per pool and scope (a source id, or '' for stickyScope pool), the
+# candidate that last succeeded, when it was first chosen and its last success. Written by settle,
+# read (and dropped when its candidate is no longer eligible) by reserve.
+pool_sticky = Table(
+    "pool_sticky",
+    metadata,
+    Column("pool", String(100), primary_key=True),
+    Column("scope", String(200), primary_key=True),
+    Column("model_key", String(300), nullable=False),
+    Column("chosen_ms", BigInteger, nullable=False),
+    Column("success_ms", BigInteger, nullable=True),
 )

@@ -1,0 +1,90 @@
+"""Policy-only routing rules (R-RT-1, R-RT-2, R-RT-4): what makes `chains`, `defaultChain` and
+`pools` a config error before any catalog is read. Paths name fields, indices and `<key>` only."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from ledger.routing.targets import Target
+
+if TYPE_CHECKING:
+    from ledger.config import Policy
+
+KEY = "<key>"  # a user-chosen dictionary key is never printed (R-CFG-3)
+
+
+def target_of(entry: object) -> Target:
+    """The Target of one config entry (a key string, or a {model, effort} object)."""
+    from ledger.routing.targets import parse_target
+
+    if isinstance(entry, str):
+        return parse_target(entry)
+    model = getattr(entry, "model")  # noqa: B009 - TargetSpec or CandidateSpec
+    return parse_target(model, getattr(entry, "effort", None))
+
+
+def entries(policy: Policy) -> Iterator[tuple[str, object]]:
+    """Every target entry of the policy with its field path."""
+    entry: object
+    if policy.default_model is not None:
+        yield "defaultModel", policy.default_model
+    for i, entry in enumerate(policy.fallback_models):
+        yield f"fallbackModels[{i}]", entry
+    for i, entry in enumerate(policy.default_chain or ()):
+        yield f"defaultChain[{i}]", entry
+    for chain in policy.chains.values():
+        for i, entry in enumerate(chain):
+            yield f"chains.{KEY}[{i}]", entry
+    for pool in policy.pools.values():
+        for i, entry in enumerate(pool.candidates):
+            yield f"pools.{KEY}.candidates[{i}]", entry
+
+
+def routing_problem(policy: Policy) -> tuple[str, str] | None:
+    """The first routing rule the policy breaks, as (field path, rule), or None."""
+    if policy.fallback_models and policy.default_chain is not None:
+        return "defaultChain", "must not be set together with fallbackModels (they are one list)"
+    for path, entry in entries(policy):
+        try:
+            target = target_of(entry)
+        except ValueError as exc:
+            return path, str(exc).split("rule: ", 1)[-1]
+        name = target.pool_name
+        if name is not None and name not in policy.pools:
+            return path, "names a pool that is not in `pools`"
+    lists: list[tuple[str, list[object]]] = [("defaultChain", list(policy.default_chain or ()))]
+    lists += [(f"chains.{KEY}", list(c)) for c in policy.chains.values()]
+    lists += [(f"pools.{KEY}.candidates", list(p.candidates)) for p in policy.pools.values()]
+    for path, items in lists:
+        keys = [target_of(e).key for e in items]
+        if len(set(keys)) != len(keys):
+            return path, "must not contain duplicate entries"
+    cycle = _pool_cycle(policy)
+    if cycle:
+        return f"pools.{KEY}.candidates", "pools must not contain themselves (a cycle)"
+    return None
+
+
+def _pool_cycle(policy: Policy) -> bool:
+    """Whether pools nest in a cycle (R-RT-4)."""
+    children = {
+        name: [t.pool_name for t in map(target_of, spec.candidates) if t.is_pool]
+        for name, spec in policy.pools.items()
+    }
+    state: dict[str, int] = {}  # 1 visiting, 2 done
+
+    def visit(name: str) -> bool:
+        mark = state.get(name)
+        if mark == 1:
+            return True
+        if mark == 2:
+            return False
+        state[name] = 1
+        if any(child is not None and visit(child) for child in children.get(name, ())):
+            return True
+        state[name] = 2
+        return False
+
+    return any(visit(name) for name in children)
+
