@@ -165,8 +165,12 @@ def error_of(status: int, doc: Any) -> errors.LedgerError:
     code, message = str(detail.get("code", "")), str(detail.get("message", ""))
     if status == 409:
         inner = message.removeprefix(f"refused: {code}").strip()
+        scope = detail.get("scope")
         return errors.Refused(
-            code, inner[1:-1] if inner.startswith("(") else "", parse_iso_ms(detail.get("retry_at"))
+            code,
+            inner[1:-1] if inner.startswith("(") else "",
+            parse_iso_ms(detail.get("retry_at")),
+            scope=scope if isinstance(scope, str) else None,
         )
     named = getattr(errors, code, None)
     plain = named not in (errors.ConfigError, errors.Refused)  # their constructors differ
@@ -247,6 +251,7 @@ class LedgerClient:
         role: AttemptRole = AttemptRole.PRIMARY,
         fallback_from: str | None = None,
         after: int | None = None,
+        scopes: Iterable[str] = (),
     ) -> Reservation:
         """Permission for one call, or `Refused` with its reason code (as `Ledger.reserve`)."""
         body: dict[str, Any] = {"source": source, "model": model}
@@ -262,6 +267,8 @@ class LedgerClient:
             body["override"] = True
         if role is not AttemptRole.PRIMARY:
             body["role"] = AttemptRole(role).value
+        if scopes:
+            body["scopes"] = [scopes] if isinstance(scopes, str) else list(scopes)
         return reservation_of(self._call("POST", "/v1/reserve", body))
 
     def settle(

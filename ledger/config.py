@@ -36,6 +36,24 @@ class RouteRules(BaseModel):
     deny: list[Glob] = Field(default_factory=list, max_length=1000)
 
 
+SCOPE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
+"""A scope name (R-SC-1): short and plain, so a refusal can name it without echoing anything odd."""
+ScopeName = Annotated[str, Field(pattern=SCOPE_NAME)]
+MAX_SCOPES = 1000
+
+
+class ScopeLimits(BaseModel):
+    """One scope's budgets (R-SC-1): any of them, each checked like its global counterpart."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    calls_per_hour: PositiveInt | None = Field(None, alias="callsPerHour")
+    daily_estimated_usd: Annotated[float, Field(gt=0, le=10**9, allow_inf_nan=False)] | None = (
+        Field(None, alias="dailyEstimatedUsd")
+    )
+    in_flight: PositiveInt | None = Field(None, alias="inFlight")
+
+
 class Policy(BaseModel):
     """The whole recovery policy; every key optional, defaults as in SPEC section 4."""
 
@@ -62,6 +80,9 @@ class Policy(BaseModel):
     )
     lease_ms: Annotated[int, Field(ge=MIN_LEASE_MS, le=10**12)] = Field(360_000, alias="leaseMs")
     retention_days: PositiveInt = Field(30, alias="retentionDays")
+    scopes: Annotated[dict[ScopeName, ScopeLimits], Field(max_length=MAX_SCOPES)] = Field(
+        default_factory=dict
+    )
 
     @field_validator("fallback_models")
     @classmethod

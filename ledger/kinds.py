@@ -22,6 +22,10 @@ class RefusalReason(StrEnum):
     SOURCE_CALLS = "source_calls"
     SOURCE_MODELS = "source_models"
     SOURCE_TIME = "source_time"
+    # R-SC-1: a scope's own budgets, checked after every check above
+    SCOPE_HOURLY_BUDGET = "scope_hourly_budget"
+    SCOPE_DAILY_COST = "scope_daily_cost"
+    SCOPE_IN_FLIGHT = "scope_in_flight"
 
 
 class ExclusionReason(StrEnum):

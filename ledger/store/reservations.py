@@ -41,7 +41,7 @@ from ledger.kinds import (
 )
 from ledger.policy_table import Decision, FailureContext, decide
 from ledger.records import Cancelled, Failed, Outcome, Reservation, SettleResult, Success
-from ledger.store import dialects, health, probes, reads
+from ledger.store import dialects, health, probes, reads, scopes
 from ledger.store.cooldowns import upsert_cooldown
 from ledger.store.notices import record_notice, record_pause
 from ledger.store.schema import cost_hours, reservations, source_models, sources, transport_strikes
@@ -110,6 +110,8 @@ class ReserveRequest:
     # the source must exist already (`source evolve`: an override of a known source, never a
     # new source made by a mistyped id)
     existing: bool = False
+    # the scopes the caller puts this reservation under (R-SC-1; the source's own are added)
+    scopes: tuple[str, ...] = ()
 
 
 def insert_source(
@@ -356,6 +358,12 @@ def reserve(
             # R-POL-6: temporarily unroutable work moves behind other eligible work
             conn.execute(_TOUCH_SOURCE, {"b_id": request.source_id, "b_now": now})
         return verdict
+    # R-SC-1: every scope's limits, after every check above (one call; see ledger/store/scopes.py)
+    scoped = scopes.check(
+        conn, now, policy, request.source_id, request.scopes, verdict.estimate_micro
+    )
+    if isinstance(scoped, budgets.Refusal):
+        return scoped
     if new_source:
         insert_source(conn, request.source_id, now)
     if shared.overdue:
@@ -383,6 +391,7 @@ def reserve(
     ).inserted_primary_key
     assert new_id is not None
     add_hour_cost(conn, now, verdict.estimate_micro or 0, 1)
+    scopes.record(conn, int(new_id[0]), scoped, now)
     if gate.armed and not request.override:  # R-POL-9: the first reservation is the probe
         probes.claim(conn, gate.armed, int(new_id[0]), verdict.deadline_ms)
     if model.key not in source.models:
