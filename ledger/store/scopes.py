@@ -88,8 +88,11 @@ def names_for(conn: Connection, policy: Policy, source_id: str, asked: Sequence[
     return sorted({*asked, *(s for s in stored if s in policy.scopes)})
 
 
-def use_of(conn: Connection, now: int, name: str, limits: ScopeLimits) -> ScopeUse:
-    """One scope's use at `now`, as far as its limits need (when full, when it frees)."""
+def use_of(
+    conn: Connection, now: int, name: str, limits: ScopeLimits, *, everything: bool = False
+) -> ScopeUse:
+    """One scope's use at `now`, as far as its limits need (when full, when it frees); with
+    `everything` (status) its unlimited parts are read too."""
     hourly, daily, flight = limits.calls_per_hour, limits.daily_estimated_usd, limits.in_flight
     params = {
         "scope": name,
@@ -97,9 +100,12 @@ def use_of(conn: Connection, now: int, name: str, limits: ScopeLimits) -> ScopeU
         "day_since": now - DAY_MS,
         "now": now,
     }
-    count, cost, open_now = conn.execute(
-        _use_statement(hourly is not None, daily is not None, flight is not None), params
-    ).one()
+    statement = _use_statement(
+        everything or hourly is not None,
+        everything or daily is not None,
+        everything or flight is not None,
+    )
+    count, cost, open_now = conn.execute(statement, params).one()
     next_free = None
     if hourly is not None and count >= hourly:
         next_free = _hour_frees_at(conn, now, name, int(count), hourly)
@@ -114,6 +120,14 @@ def use_of(conn: Connection, now: int, name: str, limits: ScopeLimits) -> ScopeU
         int(open_now),
         None if flight_frees is None else int(flight_frees),
     )
+
+
+def status_uses(conn: Connection, now: int, policy: Policy) -> list[ScopeUse]:
+    """Every scope of the policy with all its use (R-SC-2), in name order, for status."""
+    return [
+        use_of(conn, now, name, policy.scopes[name], everything=True)
+        for name in sorted(policy.scopes)
+    ]
 
 
 def _hour_frees_at(conn: Connection, now: int, name: str, count: int, limit: int) -> int | None:
