@@ -21,6 +21,7 @@ from bench import (
     growth,
     handoff,
     report,
+    scopes,
     selection,
     service,
     simulate,
@@ -39,6 +40,7 @@ FIGURES: dict[str, Callable[[Path, Settings], list[Row]]] = {
     "fleet": fleet.run,
     "service": service.run,
     "simulate": simulate.run,
+    "scopes": scopes.run,
 }
 
 

@@ -30,6 +30,7 @@ def test_bench_quick_mode_runs_and_writes_a_table(tmp_path: Path) -> None:
         "service: CLI pair / curl pair",
         "service: 2 client processes, total cycles/s vs 1 in-process",
         "simulate: a day of",  # issue 23: the simulator's speed and memory figure
+        "scopes: reserve under 3 scopes / plain reserve",  # issue 32
     ):
         assert figure in text
     assert "SQLite" in text

@@ -239,3 +239,21 @@ def test_r_db_6_compaction_folds_scoped_reservations_too(
     clock.advance(3 * DAY)
     assert led.compact(100) == 1
     assert counts(home, None) == (0, 0, 1)
+
+
+def test_r_sc_1_config_validate_reports_a_scope_nothing_uses(home: Path) -> None:
+    write_policy(home, scopes={**SCOPES, "spare": {"inFlight": 2}, "bykey": {"inFlight": 2}})
+    before = invoke(home, "config", "validate", "--json")
+    assert before.exit_code == 0, before.output
+    assert not (home / "ledger.db").exists()  # validating creates nothing
+    unused = [w for w in json.loads(before.output)["warnings"] if w.startswith("scope ")]
+    assert len(unused) == 5
+    assert invoke(home, "source", "add", "job", "--scope", "narrow").exit_code == 0
+    assert invoke(home, "key", "create", "k", "--scope", "bykey").exit_code == 0
+    assert invoke(home, "reserve", "s1", "--model", "alpha/small", "--scope", "nightly",
+                  "--scope", "cheap").exit_code == 0
+    after = invoke(home, "config", "validate")
+    assert after.exit_code == 0
+    assert "warning: scope spare: no source, key or reservation" in after.output
+    for used in ("narrow", "bykey", "nightly", "cheap"):
+        assert f"scope {used}:" not in after.output

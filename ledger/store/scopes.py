@@ -4,7 +4,8 @@ Called from `reservations.reserve` only, inside its write transaction and after 
 section 7 granted: `check` reads what each scope limits and lets the pure core
 (`ledger.scope_budgets.check`) decide; on a grant `record` writes the reservation's scope rows in
 that same transaction. So a scope's budgets are exact across processes, services and hosts, as
-the global ones are (R-DB-2). No writes here but `record` and `add_source_scopes`.
+the global ones are (R-DB-2). No writes here but `record` and `add_source_scopes`;
+`scopes_in_use` is the one read transaction of its own (for `config validate`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from ledger.budgets import DAY_MS, HOUR_MS, DailyWindow
 from ledger.config import Policy, ScopeLimits
 from ledger.kinds import AttemptStatus, RefusalReason
 from ledger.scope_budgets import ScopeRefusal, ScopeUse
-from ledger.store.schema import reservation_scopes, reservations, source_scopes
+from ledger.store.engine import Database
+from ledger.store.schema import gateway_keys, reservation_scopes, reservations, source_scopes
 
 _RS = reservation_scopes.c
 _R = reservations.c
@@ -196,3 +198,21 @@ def add_source_scopes(conn: Connection, source_id: str, names: Iterable[str]) ->
     rows = [{"source_id": source_id, "scope": n} for n in sorted(set(names) - have)]
     if rows:
         conn.execute(_INSERT_SOURCE_SCOPE, rows)
+
+
+def scopes_in_use(db: Database) -> set[str]:
+    """Scope names something uses (`config validate`, R-SC-1): a source's, a key's that is not
+    revoked, or a reservation's in the last 24 h (one read transaction)."""
+    with db.read() as conn:
+        now = db.read_now(conn)
+        used = set(conn.execute(select(source_scopes.c.scope).distinct()).scalars())
+        for text in conn.execute(
+            select(gateway_keys.c.scopes).where(gateway_keys.c.revoked_ms.is_(None))
+        ).scalars():
+            used.update(str(text).split())
+        used.update(
+            conn.execute(
+                select(_RS.scope).where(_RS.created_ms > now - DAY_MS).distinct()
+            ).scalars()
+        )
+    return used
