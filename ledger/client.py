@@ -309,11 +309,20 @@ class LedgerClient:
             body["tried"] = sorted(tried)
         return selection_of(self._call("POST", "/v1/select", body))
 
-    def add_source(self, source: str, payload_ref: str | None = None, enqueue: bool = True) -> bool:
+    def add_source(
+        self,
+        source: str,
+        payload_ref: str | None = None,
+        enqueue: bool = True,
+        *,
+        scopes: Iterable[str] = (),
+    ) -> bool:
         """Create or enqueue a source for workers (as `Ledger.add_source`)."""
         body: dict[str, Any] = {"source": source, "enqueue": enqueue}
         if payload_ref is not None:
             body["payload_ref"] = payload_ref
+        if scopes:
+            body["scopes"] = [scopes] if isinstance(scopes, str) else list(scopes)
         return bool(self._call("POST", "/v1/sources", body)["created"])
 
     def set_source_state(self, source: str, action: str) -> str:

@@ -108,6 +108,7 @@ def _check_burst_then_settle(homes: list[Path], url: str, db: str | None) -> Non
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # 1,000 reservations from 16 processes on a shared 2-core machine
 def test_r_sc_1_burst_of_16_processes_never_overspends_a_scope_sqlite(tmp_path: Path) -> None:
     home = tmp_path / "state"
     write_home(home, TEST_CATALOG, **POLICY)
@@ -116,6 +117,7 @@ def test_r_sc_1_burst_of_16_processes_never_overspends_a_scope_sqlite(tmp_path: 
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_r_sc_1_burst_across_two_services_on_one_postgresql_never_overspends(
     tmp_path: Path,
 ) -> None:
@@ -157,6 +159,7 @@ def _most_open_at_once(url: str) -> tuple[int, int]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_r_sc_1_in_flight_is_exact_across_processes_and_services(
     tmp_path: Path, backend: str

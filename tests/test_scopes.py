@@ -257,3 +257,64 @@ def test_r_sc_1_config_validate_reports_a_scope_nothing_uses(home: Path) -> None
     assert "warning: scope spare: no source, key or reservation" in after.output
     for used in ("narrow", "bykey", "nightly", "cheap"):
         assert f"scope {used}:" not in after.output
+
+
+@pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
+def test_r_sc_1_scope_hour_totals_keep_the_24h_cost_exact_across_hours_and_settles(
+    make_ledger: LedgerFactory, clock: Clock, home: Path, ledger_db: str | None
+) -> None:
+    from ledger.classify import classify_kind
+    from ledger.records import Cancelled, Failed
+    from ledger.status import build_status
+
+    led = make_ledger(callsPerHour=10_000, sourceCalls=10_000, timeoutMs=60_000,
+                      scopes={"a": {"dailyEstimatedUsd": 1000}, "b": {"callsPerHour": 10_000}})
+    url = db_url(home, ledger_db)
+    open_ids: list[int] = []
+    for step in range(90):  # 30 hours in 20-minute steps: the window's edge cuts through hours
+        clock.advance(20 * 60_000)
+        scopes = [["a"], ["b"], ["a", "b"]][step % 3]
+        res = led.reserve(f"s{step}", "alpha/small", input_bytes=step, scopes=scopes)
+        open_ids.append(res.id)
+        if step % 4 == 0:
+            led.settle(open_ids.pop(0), Success(input_tokens=step, output_tokens=step * 3))
+        elif step % 4 == 1:
+            led.settle(open_ids.pop(0), Failed(classify_kind("transport"), input_tokens=5,
+                                               output_tokens=0))
+        elif step % 4 == 2:
+            led.settle(open_ids.pop(0), Cancelled())
+        since = clock.ms - DAY
+        for scope in ("a", "b"):
+            (expected,), = rows(
+                url,
+                "SELECT COALESCE(SUM(r.cost_micro), 0) FROM reservation_scopes s JOIN"
+                " reservations r ON r.id = s.reservation_id WHERE s.scope = :s"
+                " AND s.created_ms > :since",
+                s=scope, since=since,
+            )
+            shown = {x["name"]: x for x in build_status(led)["scopes"]}[scope]
+            assert round(shown["daily"]["spent_usd"] * 1_000_000) == int(expected), (step, scope)
+
+
+def test_r_sc_1_client_and_v1_reserve_carry_scopes_and_the_refusal_names_it(home: Path) -> None:
+    from ledger.client import LedgerClient
+    from tests.serving import running
+
+    write_policy(home, callsPerHour=100, scopes=SCOPES)
+    with running(home) as served, LedgerClient(served.socket, home=home) as client:
+        assert client.add_source("job", scopes=["narrow"]) is True
+        client.reserve("job", "alpha/small")
+        error = refused(lambda: client.reserve("other", "alpha/small", scopes=["narrow"]))
+        assert (error.reason, error.scope) == ("scope_in_flight", "narrow")
+        assert error.retry_at_ms is not None
+        with served.client() as http:
+            answer = http.post("/v1/reserve", json={"source": "x", "model": "alpha/small",
+                                                    "scopes": ["narrow"]})
+            assert answer.status_code == 409
+            assert answer.json()["error"]["scope"] == "narrow"
+            bad = http.post("/v1/reserve", json={"source": "x", "model": "alpha/small",
+                                                 "scopes": ["nope"]})
+            assert bad.status_code == 400
+            assert "unknown scope nope" in bad.json()["error"]["message"]
+    url = db_url(home, None)
+    assert rows(url, "SELECT source_id, scope FROM source_scopes") == [("job", "narrow")]

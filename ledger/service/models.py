@@ -128,6 +128,7 @@ class SourceBody(Body):
     source: Key
     payload_ref: Text | None = None
     enqueue: StrictBool = True
+    scopes: Annotated[list[Key], Field(max_length=100)] = []
 
 
 class SourceStateBody(Body):

@@ -159,6 +159,7 @@ def _cost_changed(conn: Connection, row: Row[Any], cost: int | None) -> None:
     delta = (cost or 0) - (row.cost_micro or 0)
     if delta:
         add_hour_cost(conn, int(row.created_ms), delta, 0)
+        scopes.cost_changed(conn, int(row.id), int(row.created_ms), delta)  # R-SC-1
 
 
 def _to_reservation(row: Row[Any], replayed: bool = False) -> Reservation:
@@ -391,7 +392,7 @@ def reserve(
     ).inserted_primary_key
     assert new_id is not None
     add_hour_cost(conn, now, verdict.estimate_micro or 0, 1)
-    scopes.record(conn, int(new_id[0]), scoped, now)
+    scopes.record(conn, int(new_id[0]), scoped, now, verdict.estimate_micro)
     if gate.armed and not request.override:  # R-POL-9: the first reservation is the probe
         probes.claim(conn, gate.armed, int(new_id[0]), verdict.deadline_ms)
     if model.key not in source.models:

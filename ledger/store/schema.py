@@ -240,6 +240,20 @@ reservation_scopes = Table(
     Index("ix_reservation_scopes_window", "scope", "created_ms"),
 )
 
+# Per-scope, per-hour cost totals (R-SC-1), kept like cost_hours: a grant adds its estimate to the
+# hour it was created in for each of its scopes, a settle adds (new cost - old cost) to the same
+# rows, both in their write transaction. So for every scope and hour: cost_micro = SUM(cost_micro)
+# of the reservations of that scope created in it, and a scope's rolling 24 h cost reads at most
+# one partial hour of its rows plus these totals, however busy the scope.
+scope_cost_hours = Table(
+    "scope_cost_hours",
+    metadata,
+    Column("scope", String(64), primary_key=True),
+    Column("hour_start_ms", BigInteger, primary_key=True, autoincrement=False),
+    Column("cost_micro", BigInteger, nullable=False),
+    CheckConstraint("hour_start_ms % 3600000 = 0", name="hour_aligned"),
+)
+
 # The scopes a source was added under (`ledger source add --scope`): every reservation of the
 # source carries them, besides the ones its caller names.
 source_scopes = Table(

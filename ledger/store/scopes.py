@@ -4,7 +4,8 @@ Called from `reservations.reserve` only, inside its write transaction and after 
 section 7 granted: `check` reads what each scope limits and lets the pure core
 (`ledger.scope_budgets.check`) decide; on a grant `record` writes the reservation's scope rows in
 that same transaction. So a scope's budgets are exact across processes, services and hosts, as
-the global ones are (R-DB-2). No writes here but `record` and `add_source_scopes`;
+the global ones are (R-DB-2). No writes here but `record`, `cost_changed` (called by settle)
+and `add_source_scopes`;
 `scopes_in_use` is the one read transaction of its own (for `config validate`).
 """
 
@@ -14,15 +15,22 @@ from collections.abc import Iterable, Sequence
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Connection, Select, bindparam, func, insert, literal, select
+from sqlalchemy import Connection, Select, bindparam, func, insert, literal, select, update
 
 from ledger import budgets, scope_budgets
 from ledger.budgets import DAY_MS, HOUR_MS, DailyWindow
 from ledger.config import Policy, ScopeLimits
 from ledger.kinds import AttemptStatus, RefusalReason
 from ledger.scope_budgets import ScopeRefusal, ScopeUse
+from ledger.store import reads
 from ledger.store.engine import Database
-from ledger.store.schema import gateway_keys, reservation_scopes, reservations, source_scopes
+from ledger.store.schema import (
+    gateway_keys,
+    reservation_scopes,
+    reservations,
+    scope_cost_hours,
+    source_scopes,
+)
 
 _RS = reservation_scopes.c
 _R = reservations.c
@@ -39,11 +47,41 @@ _HOURLY = (
     .where(_RS.scope == bindparam("scope"), _RS.created_ms > bindparam("hour_since"))
     .scalar_subquery()
 )
+# The scope's rolling 24 h cost, exact, as reads._DAILY_COST: the partial first hour of the window
+# summed row by row, every hour from the boundary on from the scope's cost_hours totals.
 _DAILY = (
     select(func.coalesce(func.sum(_R.cost_micro), 0))
     .select_from(reservation_scopes.join(reservations, _R.id == _RS.reservation_id))
-    .where(_RS.scope == bindparam("scope"), _RS.created_ms > bindparam("day_since"))
+    .where(
+        _RS.scope == bindparam("scope"),
+        _RS.created_ms > bindparam("day_since"),
+        _RS.created_ms < bindparam("boundary"),
+    )
     .scalar_subquery()
+    + select(func.coalesce(func.sum(scope_cost_hours.c.cost_micro), 0))
+    .where(
+        scope_cost_hours.c.scope == bindparam("scope"),
+        scope_cost_hours.c.hour_start_ms >= bindparam("boundary"),
+    )
+    .scalar_subquery()
+)
+_SCH = scope_cost_hours.c
+_ADD_SCOPE_COST = (
+    update(scope_cost_hours)
+    .where(_SCH.scope == bindparam("b_scope"), _SCH.hour_start_ms == bindparam("b_hour"))
+    .values(cost_micro=_SCH.cost_micro + bindparam("b_cost"))
+)
+_INSERT_SCOPE_COST = insert(scope_cost_hours)
+# a settle moves the hour totals of every scope its reservation is under
+_SETTLED_COST = (
+    update(scope_cost_hours)
+    .where(
+        _SCH.hour_start_ms == bindparam("b_hour"),
+        _SCH.scope.in_(
+            select(_RS.scope).where(_RS.reservation_id == bindparam("b_id")).scalar_subquery()
+        ),
+    )
+    .values(cost_micro=_SCH.cost_micro + bindparam("b_cost"))
 )
 # open and before its deadline: a settled or expired reservation frees its slot at once
 _OPEN = (
@@ -100,6 +138,7 @@ def use_of(
         "scope": name,
         "hour_since": now - HOUR_MS,
         "day_since": now - DAY_MS,
+        "boundary": reads.hour_start(now - DAY_MS) + HOUR_MS,
         "now": now,
     }
     statement = _use_statement(
@@ -185,11 +224,30 @@ def _refusal(
     return budgets.Refusal(refused.reason, retry, scope=refused.scope)
 
 
-def record(conn: Connection, reservation_id: int, names: Iterable[str], now: int) -> None:
-    """The granted reservation's scope rows, in the reserving transaction."""
+def record(
+    conn: Connection, reservation_id: int, names: Iterable[str], now: int, cost: int | None
+) -> None:
+    """The granted reservation's scope rows and its cost in each scope's hour total, in the
+    reserving transaction."""
     rows = [{"reservation_id": reservation_id, "scope": n, "created_ms": now} for n in names]
-    if rows:
-        conn.execute(_INSERT_SCOPE_ROW, rows)
+    if not rows:
+        return
+    conn.execute(_INSERT_SCOPE_ROW, rows)
+    hour = reads.hour_start(now)
+    for row in rows:
+        params = {"b_scope": row["scope"], "b_hour": hour, "b_cost": cost or 0}
+        if conn.execute(_ADD_SCOPE_COST, params).rowcount == 0:  # the scope's first this hour
+            conn.execute(
+                _INSERT_SCOPE_COST,
+                {"scope": row["scope"], "hour_start_ms": hour, "cost_micro": cost or 0},
+            )
+
+
+def cost_changed(conn: Connection, reservation_id: int, created_ms: int, delta: int) -> None:
+    """A settle replaced a reservation's cost: move its scopes' hour totals by `delta` (the
+    caller's write transaction; a reservation under no scope changes no row)."""
+    params = {"b_hour": reads.hour_start(created_ms), "b_id": reservation_id, "b_cost": delta}
+    conn.execute(_SETTLED_COST, params)
 
 
 def add_source_scopes(conn: Connection, source_id: str, names: Iterable[str]) -> None:

@@ -1,10 +1,11 @@
 """scopes and gateway keys (issue 32, R-SC-1, R-SC-3)
 
 Adds `reservation_scopes` (the scopes each reservation was granted under, with its creation time
-for the scope's rolling windows), `source_scopes` (the scopes `source add --scope` put a source
+for the scope's rolling windows), `scope_cost_hours` (each scope's cost per hour, as cost_hours),
+`source_scopes` (the scopes `source add --scope` put a source
 under) and `gateway_keys` (a salted hash of each key, never the key, with its name, scopes and
 times). Existing reservations were granted under no scope: nothing to fill in. Downgrade drops
-the three tables (scope limits and keys then no longer exist for the older code).
+the four tables (scope limits and keys then no longer exist for the older code).
 
 Revision ID: 0007
 Revises: 0005
@@ -46,6 +47,16 @@ def upgrade() -> None:
         unique=False,
     )
     op.create_table(
+        "scope_cost_hours",
+        sa.Column("scope", sa.String(length=64), nullable=False),
+        sa.Column("hour_start_ms", sa.BigInteger(), autoincrement=False, nullable=False),
+        sa.Column("cost_micro", sa.BigInteger(), nullable=False),
+        sa.CheckConstraint(
+            "hour_start_ms % 3600000 = 0", name=op.f("ck_scope_cost_hours_hour_aligned")
+        ),
+        sa.PrimaryKeyConstraint("scope", "hour_start_ms", name=op.f("pk_scope_cost_hours")),
+    )
+    op.create_table(
         "source_scopes",
         sa.Column("source_id", sa.String(length=200), nullable=False),
         sa.Column("scope", sa.String(length=64), nullable=False),
@@ -74,5 +85,6 @@ def downgrade() -> None:
     """Revert this revision."""
     op.drop_table("gateway_keys")
     op.drop_table("source_scopes")
+    op.drop_table("scope_cost_hours")
     op.drop_index("ix_reservation_scopes_window", table_name="reservation_scopes")
     op.drop_table("reservation_scopes")
