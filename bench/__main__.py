@@ -22,6 +22,7 @@ from bench import (
     handoff,
     report,
     routing,
+    scopes,
     selection,
     service,
     simulate,
@@ -43,6 +44,7 @@ FIGURES: dict[str, Callable[[Path, Settings], list[Row]]] = {
     "simulate": simulate.run,
     "simulate-memory": simulate_memory.run,
     "routing": routing.run,
+    "scopes": scopes.run,
 }
 
 

@@ -43,6 +43,7 @@ from ledger.records import (
 )
 from ledger.routing.catalog_check import check_routing
 from ledger.routing.targets import Target, parse_target
+from ledger.scope_budgets import check_names as check_scope_names
 from ledger.store import Database, Store
 from ledger.store import queue as store_queue
 from ledger.store.batch import Answered, Step
@@ -152,6 +153,7 @@ class Ledger:
         role: AttemptRole = AttemptRole.PRIMARY,
         fallback_from: str | None = None,
         after: int | None = None,
+        scopes: Iterable[str] = (),
     ) -> Reservation:
         """Permission for one call, or `Refused` with its reason code (SPEC section 7).
 
@@ -162,9 +164,12 @@ class Ledger:
         failure set does not block it (every other check still applies). `role` and
         `fallback_from` are checked against the ledger, never trusted; the privacy boundary
         (route rules, crossProviderFallback, fallbackModels) applies to every reserve.
+        `scopes` puts it under scopes of recovery.json besides its source's own (R-SC-1): each
+        scope's limits are checked in the same transaction (an unknown name is a usage error).
         """
         request = self._reserve_request(
-            source, model, input_bytes, text, request_id, override, role, fallback_from, after
+            source, model, input_bytes, text, request_id, override, role, fallback_from, after,
+            scopes,
         )
         return self.store.reserve(self.policy, request, self.fingerprint)
 
@@ -180,10 +185,12 @@ class Ledger:
         role: AttemptRole = AttemptRole.PRIMARY,
         fallback_from: str | None = None,
         after: int | None = None,
+        scopes: Iterable[str] = (),
     ) -> Step[Reservation]:
         """`reserve`, its arguments checked now, as a step for `write_steps` (group commit)."""
         request = self._reserve_request(
-            source, model, input_bytes, text, request_id, override, role, fallback_from, after
+            source, model, input_bytes, text, request_id, override, role, fallback_from, after,
+            scopes,
         )
         return self.store.reserve_step(self.policy, request, self.fingerprint)
 
@@ -198,6 +205,7 @@ class Ledger:
         role: AttemptRole,
         fallback_from: str | None,
         after: int | None,
+        scopes: Iterable[str] = (),
     ) -> ReserveRequest:
         """The checked request of a reserve (bad input raises before any transaction).
 
@@ -225,6 +233,7 @@ class Ledger:
             immediate_after=None if after is None else _after_id(after),
             effort=None if effort is None else str(effort),
             pool=plan,
+            scopes=check_scope_names(scopes, self.policy),
         )
 
     def _any_member(self, key: str) -> Model:
@@ -376,11 +385,20 @@ class Ledger:
         )
         return select(self.catalog, self.policy, snapshot, request)
 
-    def add_source(self, source: str, payload_ref: str | None = None, enqueue: bool = True) -> bool:
-        """Create or enqueue a source for workers (R-Q-1)."""
+    def add_source(
+        self,
+        source: str,
+        payload_ref: str | None = None,
+        enqueue: bool = True,
+        *,
+        scopes: Iterable[str] = (),
+    ) -> bool:
+        """Create or enqueue a source for workers (R-Q-1); `scopes` puts it (and so every
+        reservation of it) under those scopes too, besides any it is under already (R-SC-1)."""
         source = check_source_id(source)
         payload_ref = check_payload_ref(payload_ref)
-        return self.store.add_source(source, payload_ref, check_flag(enqueue, "enqueue"))
+        names = check_scope_names(scopes, self.policy)
+        return self.store.add_source(source, payload_ref, check_flag(enqueue, "enqueue"), names)
 
     def set_source_state(self, source: str, action: str) -> SourceStateChange:
         """pause / resume / done; a pause of a paused source keeps its reason (`already`)."""

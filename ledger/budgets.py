@@ -58,6 +58,7 @@ class Refusal:
 
     reason: RefusalReason
     retry_at_ms: int | None = None
+    scope: str | None = None  # the scope that refused (R-SC-1), None for every other check
 
 
 @dataclass(frozen=True)

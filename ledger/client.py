@@ -231,8 +231,12 @@ def error_of(status: int, doc: Any) -> errors.LedgerError:
     code, message = str(detail.get("code", "")), str(detail.get("message", ""))
     if status == 409:
         inner = message.removeprefix(f"refused: {code}").strip()
+        scope = detail.get("scope")
         return errors.Refused(
-            code, inner[1:-1] if inner.startswith("(") else "", parse_iso_ms(detail.get("retry_at"))
+            code,
+            inner[1:-1] if inner.startswith("(") else "",
+            parse_iso_ms(detail.get("retry_at")),
+            scope=scope if isinstance(scope, str) else None,
         )
     named = getattr(errors, code, None)
     plain = named not in (errors.ConfigError, errors.Refused)  # their constructors differ
@@ -369,6 +373,7 @@ class LedgerClient:
         role: AttemptRole = AttemptRole.PRIMARY,
         fallback_from: str | None = None,
         after: int | None = None,
+        scopes: Iterable[str] = (),
     ) -> Reservation:
         """Permission for one call, or `Refused` with its reason code (as `Ledger.reserve`)."""
         effort = getattr(model, "effort", None)  # a Route from select keeps its effort (R-RT-2)
@@ -386,6 +391,8 @@ class LedgerClient:
             body["override"] = True
         if role is not AttemptRole.PRIMARY:
             body["role"] = AttemptRole(role).value
+        if scopes:
+            body["scopes"] = [scopes] if isinstance(scopes, str) else list(scopes)
         return reservation_of(self._call("POST", "/v1/reserve", body))
 
     def settle(
@@ -430,11 +437,20 @@ class LedgerClient:
             body["tried"] = sorted(tried)
         return selection_of(self._call("POST", "/v1/select", body))
 
-    def add_source(self, source: str, payload_ref: str | None = None, enqueue: bool = True) -> bool:
+    def add_source(
+        self,
+        source: str,
+        payload_ref: str | None = None,
+        enqueue: bool = True,
+        *,
+        scopes: Iterable[str] = (),
+    ) -> bool:
         """Create or enqueue a source for workers (as `Ledger.add_source`)."""
         body: dict[str, Any] = {"source": source, "enqueue": enqueue}
         if payload_ref is not None:
             body["payload_ref"] = payload_ref
+        if scopes:
+            body["scopes"] = [scopes] if isinstance(scopes, str) else list(scopes)
         return bool(self._call("POST", "/v1/sources", body)["created"])
 
     def set_source_state(self, source: str, action: str) -> SourceStateChange:

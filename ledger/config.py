@@ -130,6 +130,22 @@ class PoolSpec(BaseModel):
     ] = "off"
     sticky_scope: Literal["source", "pool"] = Field("source", alias="stickyScope")
 
+SCOPE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
+"""A scope name (R-SC-1): short and plain, so a refusal can name it without echoing anything odd."""
+ScopeName = Annotated[str, Field(pattern=SCOPE_NAME)]
+MAX_SCOPES = 1000
+
+
+class ScopeLimits(BaseModel):
+    """One scope's budgets (R-SC-1): any of them, each checked like its global counterpart."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    calls_per_hour: PositiveInt | None = Field(None, alias="callsPerHour")
+    daily_estimated_usd: Annotated[float, Field(gt=0, le=10**9, allow_inf_nan=False)] | None = (
+        Field(None, alias="dailyEstimatedUsd")
+    )
+    in_flight: PositiveInt | None = Field(None, alias="inFlight")
 
 
 class Policy(BaseModel):
@@ -164,6 +180,9 @@ class Policy(BaseModel):
     pools: dict[PoolName, PoolSpec] = Field(default_factory=dict, max_length=10_000)
     # values derived from this (frozen) policy by ledger.routing, made on first use
     _memo: dict[object, object] = PrivateAttr(default_factory=dict)
+    scopes: Annotated[dict[ScopeName, ScopeLimits], Field(max_length=MAX_SCOPES)] = Field(
+        default_factory=dict
+    )
 
     @field_validator("fallback_models")
     @classmethod

@@ -51,11 +51,13 @@ class Refused(LedgerError):
         detail: str = "",
         retry_at_ms: int | None = None,
         now_ms: int | None = None,
+        scope: str | None = None,
     ) -> None:
         self.reason = reason
         self.detail = detail
         self.retry_at_ms = retry_at_ms
         self.now_ms = now_ms  # the ledger time of the refusal, when known
+        self.scope = scope  # the scope that refused (R-SC-1); its name is in `detail` too
         super().__init__(f"refused: {reason}" + (f" ({detail})" if detail else ""))
 
 

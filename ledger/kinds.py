@@ -25,6 +25,10 @@ class RefusalReason(StrEnum):
     # a pool (R-RT-5) none of whose candidates can be called at all (unavailable, no text, denied,
     # too small for the request): no amount of waiting helps
     NO_POOL_CANDIDATE = "no_pool_candidate"
+    # R-SC-1: a scope's own budgets, checked after every check above
+    SCOPE_HOURLY_BUDGET = "scope_hourly_budget"
+    SCOPE_DAILY_COST = "scope_daily_cost"
+    SCOPE_IN_FLIGHT = "scope_in_flight"
 
 
 class ExclusionReason(StrEnum):

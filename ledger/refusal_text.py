@@ -20,13 +20,27 @@ UNTIMED_HINTS: dict[str, str] = {
     R.SOURCE_CALLS: "the source used its sourceCalls; `ledger source evolve` makes one override",
     R.SOURCE_MODELS: "the source used its sourceModels; `ledger source evolve` makes one override",
     R.SOURCE_TIME: "the source used its sourceTimeMs; `ledger source evolve` makes one override",
+    R.SCOPE_DAILY_COST: "this estimate alone exceeds the scope's dailyEstimatedUsd",
+}
+
+# What a scope's refusal (R-SC-1) tells besides its retry time: nothing overrides a scope.
+SCOPE_HINTS: dict[str, str] = {
+    R.SCOPE_HOURLY_BUDGET: "the scope used its callsPerHour; a slot frees as the hour rolls on",
+    R.SCOPE_DAILY_COST: "the scope's 24 h cost is at its dailyEstimatedUsd",
+    R.SCOPE_IN_FLIGHT: (
+        "the scope has inFlight reservations open; settling one frees a slot at once"
+    ),
 }
 
 
 def retry_text(reason: str, retry_at_ms: int | None, now_ms: int | None) -> str:
-    """`retry at <ISO> (in 1h59m)`, or what clears a refusal that waiting does not."""
+    """`retry at <ISO> (in 1h59m)`, or what clears a refusal that waiting does not; a scope's
+    refusal says what its limit is too."""
+    scope_hint = SCOPE_HINTS.get(reason)
     if retry_at_ms is not None:
         left = "" if now_ms is None else f" (in {human_duration_ms(max(0, retry_at_ms - now_ms))})"
-        return f"retry at {iso(retry_at_ms)}{left}"
+        return f"retry at {iso(retry_at_ms)}{left}" + (f": {scope_hint}" if scope_hint else "")
+    if scope_hint and reason != R.SCOPE_DAILY_COST:
+        return f"{scope_hint}; the ledger does not know when"
     hint = UNTIMED_HINTS.get(reason)
     return "waiting does not help" + (f": {hint}" if hint else "")

@@ -19,6 +19,7 @@ from ledger.clock import iso
 from ledger.config import Policy
 from ledger.inert import ConfigFindings, config_findings
 from ledger.records import micro_to_usd
+from ledger.scope_budgets import ScopeUse
 from ledger.status_text import render_text
 from ledger.store.engine import network_filesystem
 from ledger.store.pending import no_database_yet
@@ -48,7 +49,7 @@ class RouteView:
 
 def build_status(ledger: Ledger) -> dict[str, Any]:
     """Read the ledger once (one read transaction) and build the whole status document."""
-    data = status_data(ledger.db, ledger.policy.calls_per_hour)
+    data = status_data(ledger.db, ledger.policy.calls_per_hour, ledger.policy)
     path = ledger.state.db_path
     fs = network_filesystem(path) if path is not None else None
     config = config_findings(ledger.policy, ledger.catalog, ledger.env)
@@ -279,9 +280,38 @@ def status_document(
             "network_filesystem": fs_warning,
         },
         "policy": {"fingerprint": fingerprint, "writers": writers, "warning": policy_warning},
+        "scopes": scopes_json(data.scopes, policy),
         "inert": [entry.to_json() for entry in config.inert],
         "warnings": [w for w in (policy_warning, fs_warning) if w] + config.warnings(),
     }
+
+
+def scopes_json(uses: Iterable[ScopeUse], policy: Policy) -> list[dict[str, Any]]:
+    """Each scope's use against its limits (R-SC-2); a limit the scope does not set is null, and
+    `next_free_at` is set when that part is full (the earliest time a slot frees)."""
+    out = []
+    for use in uses:
+        limits = policy.scopes.get(use.name)
+        if limits is None:
+            continue
+        out.append(
+            {
+                "name": use.name,
+                "hourly": {
+                    "used": use.hourly_count,
+                    "limit": limits.calls_per_hour,
+                    "next_free_at": iso(use.hourly_next_free_ms),
+                },
+                "daily": {"spent_usd": _usd(use.daily_cost_micro),
+                          "ceiling_usd": limits.daily_estimated_usd},
+                "in_flight": {
+                    "open": use.in_flight,
+                    "limit": limits.in_flight,
+                    "next_free_at": iso(use.in_flight_next_free_ms),
+                },
+            }
+        )
+    return out
 
 
 # --------------------------------------------------------------------------- Prometheus
@@ -388,6 +418,28 @@ def _health_families(out: _Exposition, rows: list[dict[str, Any]]) -> None:
     )
 
 
+def _scope_families(out: _Exposition, scopes: list[dict[str, Any]]) -> None:
+    """R-SC-2: each scope's use and limits, labelled `scope` (names come from the policy)."""
+
+    def each(part: str, key: str) -> list[tuple[dict[str, object], float]]:
+        return [
+            ({"scope": s["name"]}, s[part][key]) for s in scopes if s[part][key] is not None
+        ]
+
+    out.family("ledger_scope_hourly_calls_used", "A scope's reservations in the last hour.",
+               each("hourly", "used"))
+    out.family("ledger_scope_hourly_calls_limit", "A scope's callsPerHour (absent when unset).",
+               each("hourly", "limit"))
+    out.family("ledger_scope_daily_estimated_spend_usd",
+               "A scope's estimated cost over the rolling 24 h.", each("daily", "spent_usd"))
+    out.family("ledger_scope_daily_ceiling_usd",
+               "A scope's dailyEstimatedUsd (absent when unset).", each("daily", "ceiling_usd"))
+    out.family("ledger_scope_in_flight", "A scope's reservations open now.",
+               each("in_flight", "open"))
+    out.family("ledger_scope_in_flight_limit", "A scope's inFlight (absent when unset).",
+               each("in_flight", "limit"))
+
+
 def _epoch_seconds(value: str) -> float:
     """An ISO 8601 UTC time from the document as Unix seconds."""
     from datetime import datetime
@@ -491,6 +543,7 @@ def render_prometheus(doc: dict[str, Any]) -> str:
     )
     _health_families(out, doc["health"])
     _pool_families(out, doc.get("pools") or [])
+    _scope_families(out, doc.get("scopes") or [])
     out.family(
         "ledger_sources",
         "Sources by queue state.",

@@ -200,6 +200,29 @@ def credential_hint(names: Iterable[str | None], shown: int = 3) -> str:
     return "set " + ", ".join(ranked[:shown]) + (f" (+{more} more variables)" if more > 0 else "")
 
 
+def _scope_lines(scopes: list[dict[str, Any]]) -> list[str]:
+    """One line per scope (R-SC-2): each limit it sets, its use, and when a full one frees."""
+    lines = []
+    for s in scopes:
+        h, d, f = s["hourly"], s["daily"], s["in_flight"]
+        parts = []
+        if h["limit"] is not None:
+            parts.append(f"calls {h['used']} / {h['limit']} this hour"
+                         + (f" (next slot {h['next_free_at']})" if h["next_free_at"] else ""))
+        else:
+            parts.append(f"calls {h['used']} this hour")
+        cost = _money(d["spent_usd"])
+        parts.append(f"cost {cost} / {_money(d['ceiling_usd'])} in 24 h"
+                     if d["ceiling_usd"] is not None else f"cost {cost} in 24 h")
+        if f["limit"] is not None:
+            parts.append(f"open {f['open']} / {f['limit']}"
+                         + (f" (a slot frees by {f['next_free_at']})" if f["next_free_at"] else ""))
+        else:
+            parts.append(f"open {f['open']}")
+        lines.append(f"  scope {s['name']}: " + "; ".join(parts))
+    return lines
+
+
 def _budget_lines(doc: dict[str, Any], width: int) -> list[str]:
     h, d = doc["hourly"], doc["daily"]
     nxt = "a slot is free now" if h["next_free_at"] is None else f"next slot {h['next_free_at']}"
@@ -213,6 +236,7 @@ def _budget_lines(doc: dict[str, Any], width: int) -> list[str]:
         f"  tokens (24 h)  in {d['input_tokens']:,}  out {d['output_tokens']:,}  "
         f"cache write {d['cache_write_tokens']:,}  cache read {d['cache_read_tokens']:,}  "
         f"over {d['attempts']} attempt(s)",
+        *_scope_lines(doc.get("scopes") or []),
     ):
         lines += _wrap(text, width)
     if doc["history"]:

@@ -171,19 +171,19 @@ VALID: dict[str, dict[str, Any]] = {
     "target": {"key": "alpha/small"},
     "reserve": {"source": "s9", "model": "alpha/small", "input_bytes": 10, "text": None,
                 "request_id": None, "override": False, "role": AttemptRole.PRIMARY,
-                "fallback_from": None, "after": None},
+                "fallback_from": None, "after": None, "scopes": ()},
     "settle": {"reservation_id": None, "outcome": Cancelled(), "overran": False},
     # group commit (the service): the same checks, then the steps in one transaction
     "reserve_step": {"source": "s9", "model": "alpha/small", "input_bytes": 10, "text": None,
                      "request_id": None, "override": False, "role": AttemptRole.PRIMARY,
-                     "fallback_from": None, "after": None},
+                     "fallback_from": None, "after": None, "scopes": ()},
     "settle_step": {"reservation_id": None, "outcome": Cancelled(), "overran": False},
     "write_steps": {"steps": []},
     "evolve": {"source": "s9", "model": "alpha/small", "input_bytes": 0},
     "evolve_step": {"source": "s9", "model": "alpha/small", "input_bytes": 0},
     "select": {"source": "s9", "model": None, "input_bytes": None, "text": None,
                "after_failure": None, "failed_model": None, "tried": frozenset()},
-    "add_source": {"source": "s9", "payload_ref": None, "enqueue": True},
+    "add_source": {"source": "s9", "payload_ref": None, "enqueue": True, "scopes": ()},
     "set_source_state": {"source": "s1", "action": "pause"},
     "cooldown_target": {"target": "alpha"},
     "close": {},
@@ -213,6 +213,7 @@ TYPES: dict[str, tuple[type, ...]] = {
     "outcome": (Success, Failed, Cancelled), "tried": (frozenset, set, list, tuple),
     "worker_id": (str,), "checked_before": (int,), "cover_until_ms": (int,),
     "unpaused": (bool,), "batch": (int,), "steps": (list, tuple),
+    "scopes": (list, tuple, set, frozenset),
 }
 
 

@@ -49,6 +49,13 @@ def _finite_usd(_ctx: click.Context, _param: click.Parameter, value: float | Non
     metavar="ID",
     help="The failed reservation whose permitted fallback or correction this is (R-POL-4).",
 )
+@click.option(
+    "--scope",
+    "scopes",
+    multiple=True,
+    metavar="NAME",
+    help="Put the reservation under this scope of recovery.json too (repeatable; R-SC-1).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_app
 def reserve(
@@ -59,6 +66,7 @@ def reserve(
     request_id: str | None,
     override: bool,
     after: int | None,
+    scopes: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Reserve one provider call, or refuse with a reason code (exit 3)."""
@@ -73,6 +81,7 @@ def reserve(
             request_id=request_id,
             override=override,
             after=after,
+            scopes=scopes,
         ),
     )
     if as_json:

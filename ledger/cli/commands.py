@@ -77,6 +77,10 @@ COMMANDS: dict[str, LazyCommand] = {
     "trace": LazyCommand(
         "ledger.cli.trace_cmd:trace_group", "Traces of provider behaviour for `ledger simulate`."
     ),
+    "key": LazyCommand(
+        "ledger.cli.key_cmd:key_group",
+        "Gateway keys: each opens the gateway endpoints only, under its scopes.",
+    ),
     "simulate": LazyCommand(
         "ledger.cli.simulate_cmd:simulate",
         "Replay a trace or scenario through the real code in virtual time; compare two policies.",

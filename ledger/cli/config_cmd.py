@@ -8,9 +8,11 @@ import click
 
 from ledger.catalog import load_catalog
 from ledger.cli.main import AppContext, emit_json, pass_app
-from ledger.config import POLICY_FILE, load_policy, policy_schema
+from ledger.config import POLICY_FILE, Policy, load_policy, policy_schema
+from ledger.errors import LedgerError
 from ledger.inert import config_findings
 from ledger.routing.catalog_check import check_routing, effort_warnings
+from ledger.store.scopes import scopes_in_use
 
 
 @click.group("config")
@@ -27,7 +29,11 @@ def validate(app: AppContext, as_json: bool) -> None:
     catalog = load_catalog(app.state.path)
     check_routing(policy, catalog, str(app.state.path / POLICY_FILE))  # R-RT-3: exit 2
     findings = config_findings(policy, catalog)
-    warnings = findings.warnings() + [w.message for w in effort_warnings(policy, catalog)]
+    warnings = (
+        findings.warnings()
+        + [w.message for w in effort_warnings(policy, catalog)]
+        + unused_scope_warnings(app, policy)
+    )
     # Issue 13: a provider with no baseUrl (and none known) is never called, so never offered.
     no_base_url = sorted(catalog.providers_without_base_url())
     if as_json:
@@ -54,6 +60,22 @@ def validate(app: AppContext, as_json: bool) -> None:
             f"warning: {len(no_base_url)} providers have no baseUrl and none is known; "
             f"their models are not offered (no_base_url): {', '.join(no_base_url)}"
         )
+
+
+def unused_scope_warnings(app: AppContext, policy: Policy) -> list[str]:
+    """A scope that no source, live key or reservation of the last 24 h uses limits nothing:
+    likely a typo or a leftover (R-SC-1). Read from the ledger when it exists."""
+    if not policy.scopes:
+        return []
+    try:
+        used = scopes_in_use(app.ledger(create=False).db)
+    except LedgerError as error:
+        return [f"scopes were not checked against the ledger: {error.message}"]
+    return [
+        f"scope {name}: no source, key or reservation in the last 24 h uses it (it limits "
+        "nothing until one does)"
+        for name in sorted(set(policy.scopes) - used)
+    ]
 
 
 @config_group.command("schema")

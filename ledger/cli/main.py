@@ -97,6 +97,9 @@ def fail(error: LedgerError, as_json: bool = False) -> NoReturn:
         if isinstance(error, Refused):
             body["retry_at"] = iso(error.retry_at_ms)
             body["hint"] = None if error.retry_at_ms is not None else _retry(error)
+            if error.scope is not None:  # R-SC-1: the scope that refused, and what frees it
+                body["scope"] = error.scope
+                body["hint"] = _retry(error)
         emit_json({"error": body})
     elif isinstance(error, Refused):
         click.echo(f"ledger: {error.message}; {_retry(error)}", err=True)

@@ -23,13 +23,28 @@ def source_group() -> None:
 @click.argument("source_id")
 @click.option("--payload", "payload_ref", metavar="REF", help="Opaque payload reference.")
 @click.option("--no-queue", is_flag=True, help="Create without queueing it for workers.")
+@click.option(
+    "--scope",
+    "scopes",
+    multiple=True,
+    metavar="NAME",
+    help="Put the source under this scope of recovery.json (repeatable; R-SC-1).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_app
 def add(
-    app: AppContext, source_id: str, payload_ref: str | None, no_queue: bool, as_json: bool
+    app: AppContext,
+    source_id: str,
+    payload_ref: str | None,
+    no_queue: bool,
+    scopes: tuple[str, ...],
+    as_json: bool,
 ) -> None:
     """Create a source and queue it for workers."""
-    created = run(as_json, lambda: app.ledger().add_source(source_id, payload_ref, not no_queue))
+    created = run(
+        as_json,
+        lambda: app.ledger().add_source(source_id, payload_ref, not no_queue, scopes=scopes),
+    )
     if as_json:
         emit_json({"source": source_id, "created": created, "queued": not no_queue})
     else:

@@ -55,7 +55,7 @@ def list_sources(ledger: LedgerDep) -> JSONResponse:
 @router.post("/sources")
 def add_source(body: SourceBody, ledger: LedgerDep) -> JSONResponse:
     """Create a source and (by default) queue it for workers."""
-    created = ledger.add_source(body.source, body.payload_ref, body.enqueue)
+    created = ledger.add_source(body.source, body.payload_ref, body.enqueue, scopes=body.scopes)
     return JSONResponse({"source": body.source, "created": created, "queued": body.enqueue})
 
 

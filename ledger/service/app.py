@@ -17,6 +17,7 @@ import asyncio
 import hmac
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -30,6 +31,7 @@ from ledger.service.db_watch import DatabaseWatch
 from ledger.service.errors import error_response, install
 from ledger.service.group_commit import GroupCommit
 from ledger.service.sessions import SESSION_COOKIE, PageSessions, sign_in_page
+from ledger.store.keys import verify_key
 
 MAX_BODY_BYTES = 64 * 1024
 BODY_TIMEOUT_S = 10.0
@@ -65,6 +67,8 @@ def create_app(
         redoc_url=None,
     )
     app.state.ledger = ledger
+    # R-SC-3: the gateway's key check (a key never opens /v1 or the page; the Gate knows none)
+    app.state.key_verifier = partial(verify_key, ledger.db)
     app.state.metrics = ops.RequestMetrics()
     app.state.group = GroupCommit(ledger.write_steps, observe=app.state.metrics.batch.observe)
     app.state.metrics.waiting.set_function(app.state.group.pending)

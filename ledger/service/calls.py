@@ -105,6 +105,7 @@ async def reserve(body: ReserveBody, ledger: LedgerDep, group: GroupDep) -> JSON
         role=body.role,
         fallback_from=body.fallback_from,
         after=body.after,
+        scopes=body.scopes,
     )
     return JSONResponse((await group.submit(step)).to_json())
 

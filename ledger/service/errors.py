@@ -93,6 +93,8 @@ def ledger_error_response(error: LedgerError) -> JSONResponse:
         code = error.reason
         if error.retry_at_ms is not None:
             extra["retry_at"] = iso(error.retry_at_ms)
+        if error.scope is not None:  # R-SC-1: the scope that refused
+            extra["scope"] = error.scope
     return JSONResponse(error_body(code, error.message, **extra), status_code=status_for(error))
 
 

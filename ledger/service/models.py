@@ -41,6 +41,7 @@ class ReserveBody(Body):
     role: AttemptRole = AttemptRole.PRIMARY
     fallback_from: Key | None = None
     after: Id | None = None
+    scopes: Annotated[list[Key], Field(max_length=100)] = []
 
 
 class EvolveBody(Body):
@@ -135,6 +136,7 @@ class SourceBody(Body):
     source: Key
     payload_ref: Text | None = None
     enqueue: StrictBool = True
+    scopes: Annotated[list[Key], Field(max_length=100)] = []
 
 
 class SourceStateBody(Body):
@@ -191,6 +193,7 @@ class ErrorDetail(Answer):
     code: str
     message: str
     retry_at: str | None = None
+    scope: str | None = None  # the scope that refused (R-SC-1)
 
 
 class ErrorOut(Answer):

@@ -84,7 +84,10 @@ class _Feeder:
     def add_due(self, ledger: Ledger, now: int) -> None:
         arrivals = self._arrivals
         while self._next < len(arrivals) and arrivals[self._next].at_ms <= now:
-            ledger.add_source(arrivals[self._next].source, arrivals[self._next].source)
+            arrival = arrivals[self._next]
+            # a scope this run's policy does not define does not limit it (R-SC-1)
+            scopes = [s for s in arrival.scopes if s in ledger.policy.scopes]
+            ledger.add_source(arrival.source, arrival.source, scopes=scopes)
             self._next += 1
 
     def add_until(self, ledger: Ledger, clock: VirtualClock, until_ms: int) -> None:

@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ledger.classify import KNOWN_ERROR_CODES
+from ledger.config import ScopeName
 from ledger.durations import parse_duration_ms
 from ledger.errors import UsageError
 from ledger.kinds import FailureKind
@@ -188,6 +189,9 @@ class Stream(_Strict):
     per_hour: Annotated[float, Field(gt=0, le=1_000_000)] | None = Field(None, alias="perHour")
     poisson: bool = False
     input_bytes: Annotated[int, Field(ge=0, le=10**9)] | None = Field(None, alias="inputBytes")
+    # R-SC-1: the scopes of recovery.json these sources are added under (a policy that does not
+    # define one is not limited by it)
+    scopes: Annotated[list[ScopeName], Field(max_length=16)] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _shape(self) -> Stream:
@@ -310,15 +314,17 @@ def scenario_workload(scenario: Scenario, seed: int) -> Workload:
     base = scenario.midnight_ms()
     start = scenario.start_ms()
     rng = random.Random(seed)
-    timed: list[tuple[int, int]] = []
+    timed: list[tuple[int, int, tuple[str, ...]]] = []
     for stream in scenario.arrivals:
         size = scenario.input_bytes if stream.input_bytes is None else stream.input_bytes
-        timed.extend((base + t, size) for t in stream.times(rng))
+        scopes = tuple(stream.scopes)
+        timed.extend((base + t, size, scopes) for t in stream.times(rng))
         if len(timed) > MAX_ARRIVALS:
             raise UsageError(f"a scenario may describe at most {MAX_ARRIVALS} arrivals")
-    timed.sort(key=lambda pair: pair[0])
+    timed.sort(key=lambda item: item[0])
     arrivals = tuple(
-        Arrival(max(start, at), f"s{n:06d}", size) for n, (at, size) in enumerate(timed, 1)
+        Arrival(max(start, at), f"s{n:06d}", size, scopes)
+        for n, (at, size, scopes) in enumerate(timed, 1)
     )
     end = start + round(scenario.hours * 3_600_000)
     return Workload(

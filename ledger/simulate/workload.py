@@ -44,6 +44,7 @@ class Arrival:
     at_ms: int
     source: str
     input_bytes: int
+    scopes: tuple[str, ...] = ()  # the scopes its source is added under (R-SC-1)
 
 
 class Behaviour(Protocol):

@@ -20,6 +20,7 @@ from ledger.kinds import CooldownOrigin, CooldownScope, SourceState
 from ledger.records import Outcome, Reservation, SettleResult, SourceStateChange
 from ledger.store import probes
 from ledger.store import reservations as res_ops
+from ledger.store import scopes as scope_ops
 from ledger.store.batch import Answered, Step, write_steps
 from ledger.store.cooldowns import clear_cooldowns, upsert_cooldown
 from ledger.store.engine import Database
@@ -82,15 +83,23 @@ class Store:
     # --- sources -------------------------------------------------------------------------
 
     @rehearsed
-    def add_source(self, source_id: str, payload_ref: str | None, enqueue: bool = True) -> bool:
-        """Create (or enqueue) a source; returns True when it was new."""
+    def add_source(
+        self,
+        source_id: str,
+        payload_ref: str | None,
+        enqueue: bool = True,
+        scopes: Sequence[str] = (),
+    ) -> bool:
+        """Create (or enqueue) a source, under `scopes` too; returns True when it was new."""
         with self.db.write() as txn:
             row = txn.conn.execute(_SOURCE_STATE, {"b_id": source_id}).first()
             if row is None:
                 res_ops.insert_source(
                     txn.conn, source_id, txn.now, in_queue=enqueue, payload_ref=payload_ref
                 )
+                scope_ops.add_source_scopes(txn.conn, source_id, scopes)
                 return True
+            scope_ops.add_source_scopes(txn.conn, source_id, scopes)
             values: dict[str, Any] = {"in_queue": enqueue or None}
             if payload_ref is not None:
                 values["payload_ref"] = payload_ref
@@ -170,7 +179,14 @@ class Store:
 def _granted(verdict: Reservation | budgets.Refusal, now: int) -> Reservation:
     """A reservation, or its refusal raised with the reason code (after the commit)."""
     if isinstance(verdict, budgets.Refusal):
-        raise Refused(verdict.reason.value, retry_at_ms=verdict.retry_at_ms, now_ms=now)
+        scope = verdict.scope
+        raise Refused(
+            verdict.reason.value,
+            "" if scope is None else f"scope {scope}",
+            retry_at_ms=verdict.retry_at_ms,
+            now_ms=now,
+            scope=scope,
+        )
     return verdict
 
 

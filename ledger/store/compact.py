@@ -27,7 +27,7 @@ from ledger.store.engine import Database
 from ledger.store.pending import rehearsed
 from ledger.store.reads import OPEN_LIKE
 from ledger.store.reservations import expire_open
-from ledger.store.schema import daily_totals, reservations, sources
+from ledger.store.schema import daily_totals, reservation_scopes, reservations, sources
 
 LIVE_WINDOW_MS = DAY_MS
 """The longest window a budget still reads (the rolling 24 h cost ceiling)."""
@@ -163,7 +163,11 @@ def fold_batch(conn: Connection, now: int, older_than_ms: int, batch: int) -> tu
             conn.execute(insert(daily_totals).values(day=day, model_key=key, **t))
     ids = [int(r.id) for r in rows]
     for start in range(0, len(ids), 500):  # bounded IN lists
-        conn.execute(delete(reservations).where(reservations.c.id.in_(ids[start : start + 500])))
+        chunk = ids[start : start + 500]
+        # scope rows go with their reservations (a compacted row is far outside any scope window)
+        owned = reservation_scopes.c.reservation_id.in_(chunk)
+        conn.execute(delete(reservation_scopes).where(owned))
+        conn.execute(delete(reservations).where(reservations.c.id.in_(chunk)))
     return len(rows), cutoff
 
 

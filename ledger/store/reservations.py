@@ -43,7 +43,7 @@ from ledger.policy_table import Decision, FailureContext, decide
 from ledger.records import Cancelled, Failed, Outcome, Reservation, SettleResult, Success
 from ledger.routing import pools
 from ledger.routing.chains import primary_key
-from ledger.store import dialects, health, probes, reads
+from ledger.store import dialects, health, probes, reads, scopes
 from ledger.store.cooldowns import upsert_cooldown
 from ledger.store.notices import record_notice, record_pause
 from ledger.store.schema import (
@@ -126,6 +126,8 @@ class ReserveRequest:
     pool: PoolPlan | None = None
     via_pool: str | None = None  # set on the concrete request a pool choice makes
     sticky_scope: str | None = None
+    # the scopes the caller puts this reservation under (R-SC-1; the source's own are added)
+    scopes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -185,6 +187,7 @@ def _cost_changed(conn: Connection, row: Row[Any], cost: int | None) -> None:
     delta = (cost or 0) - (row.cost_micro or 0)
     if delta:
         add_hour_cost(conn, int(row.created_ms), delta, 0)
+        scopes.cost_changed(conn, int(row.id), int(row.created_ms), delta)  # R-SC-1
 
 
 def _to_reservation(row: Row[Any], replayed: bool = False) -> Reservation:
@@ -399,6 +402,12 @@ def _reserve_model(
             # R-POL-6: temporarily unroutable work moves behind other eligible work
             conn.execute(_TOUCH_SOURCE, {"b_id": request.source_id, "b_now": now})
         return verdict
+    # R-SC-1: every scope's limits, after every check above (one call; see ledger/store/scopes.py)
+    scoped = scopes.check(
+        conn, now, policy, request.source_id, request.scopes, verdict.estimate_micro
+    )
+    if isinstance(scoped, budgets.Refusal):
+        return scoped
     if new_source:
         insert_source(conn, request.source_id, now)
     if shared.overdue:
@@ -429,6 +438,7 @@ def _reserve_model(
     ).inserted_primary_key
     assert new_id is not None
     add_hour_cost(conn, now, verdict.estimate_micro or 0, 1)
+    scopes.record(conn, int(new_id[0]), scoped, now, verdict.estimate_micro)
     if gate.armed and not request.override:  # R-POL-9: the first reservation is the probe
         probes.claim(conn, gate.armed, int(new_id[0]), verdict.deadline_ms)
     if model.key not in source.models:

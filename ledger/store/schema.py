@@ -255,3 +255,55 @@ pool_sticky = Table(
     Column("chosen_ms", BigInteger, nullable=False),
     Column("success_ms", BigInteger, nullable=True),
 )
+
+# Scopes (R-SC-1): the scopes a reservation was granted under, one row each, with its creation
+# time copied so a scope's rolling hour and 24 h window are read from its own index; its cost and
+# status are read from the reservation itself (settle writes them there only).
+reservation_scopes = Table(
+    "reservation_scopes",
+    metadata,
+    Column("reservation_id", Integer, ForeignKey("reservations.id"), primary_key=True),
+    Column("scope", String(64), primary_key=True),
+    Column("created_ms", BigInteger, nullable=False),
+    Index("ix_reservation_scopes_window", "scope", "created_ms"),
+)
+
+# Per-scope, per-hour cost totals (R-SC-1), kept like cost_hours: a grant adds its estimate to the
+# hour it was created in for each of its scopes, a settle adds (new cost - old cost) to the same
+# rows, both in their write transaction. So for every scope and hour: cost_micro = SUM(cost_micro)
+# of the reservations of that scope created in it, and a scope's rolling 24 h cost reads at most
+# one partial hour of its rows plus these totals, however busy the scope.
+scope_cost_hours = Table(
+    "scope_cost_hours",
+    metadata,
+    Column("scope", String(64), primary_key=True),
+    Column("hour_start_ms", BigInteger, primary_key=True, autoincrement=False),
+    Column("cost_micro", BigInteger, nullable=False),
+    CheckConstraint("hour_start_ms % 3600000 = 0", name="hour_aligned"),
+)
+
+# The scopes a source was added under (`ledger source add --scope`): every reservation of the
+# source carries them, besides the ones its caller names.
+source_scopes = Table(
+    "source_scopes",
+    metadata,
+    Column("source_id", String(200), ForeignKey("sources.id"), primary_key=True),
+    Column("scope", String(64), primary_key=True),
+)
+
+# Gateway keys (R-SC-3): never the key itself. `key_id` is the public part of a key (it finds the
+# row in one read); `digest` is HMAC-SHA256 over the whole key under the row's random `salt`.
+gateway_keys = Table(
+    "gateway_keys",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("key_id", String(32), nullable=False, unique=True),
+    Column("salt", String(64), nullable=False),
+    Column("digest", String(64), nullable=False),
+    # space-separated scope names (a scope name has no space)
+    Column("scopes", String(4000), nullable=False),
+    Column("created_ms", BigInteger, nullable=False),
+    Column("expires_ms", BigInteger, nullable=True),
+    Column("revoked_ms", BigInteger, nullable=True),
+    Column("last_used_ms", BigInteger, nullable=True),
+)

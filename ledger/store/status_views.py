@@ -9,15 +9,17 @@ reservations are only read through an index, either inside the rolling 24 h wind
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, case, func, select
 
 from ledger.budgets import DAY_MS, HOUR_MS
+from ledger.config import Policy
 from ledger.health import Health, HealthCounters, HourCount, ProbeState, health_view
 from ledger.kinds import AttemptRole, CooldownScope, SourceState
-from ledger.store import reads
+from ledger.scope_budgets import ScopeUse
+from ledger.store import reads, scopes
 from ledger.store.engine import Database
 from ledger.store.migrate import read_revision
 from ledger.store.schema import (
@@ -185,10 +187,12 @@ class StatusData:
     journal_mode: str | None
     journal_mode_chosen: str | None
     revision: str | None
+    scopes: list[ScopeUse] = field(default_factory=list)  # R-SC-2: each scope's use
 
 
-def status_data(db: Database, calls_per_hour: int) -> StatusData:
-    """Read the whole status picture in one short deferred read transaction."""
+def status_data(db: Database, calls_per_hour: int, policy: Policy | None = None) -> StatusData:
+    """Read the whole status picture in one short deferred read transaction (the policy's
+    scopes' use too, when it is given)."""
     with db.read() as conn:
         now = db.read_now(conn)
         used, next_free = reads.hourly_usage(conn, now, calls_per_hour)
@@ -222,6 +226,7 @@ def status_data(db: Database, calls_per_hour: int) -> StatusData:
             # database was created may predate the durable rollback journal
             journal_mode_chosen=db.journal_mode if db.is_sqlite else None,
             revision=read_revision(conn),  # a plain read: status never loads alembic
+            scopes=[] if policy is None else scopes.status_uses(conn, now, policy),
         )
 
 

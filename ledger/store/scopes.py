@@ -1,0 +1,276 @@
+"""Scope budgets in the reserving transaction (R-SC-1): read each scope's use, record its rows.
+
+Called from `reservations.reserve` only, inside its write transaction and after every check of
+section 7 granted: `check` reads what each scope limits and lets the pure core
+(`ledger.scope_budgets.check`) decide; on a grant `record` writes the reservation's scope rows in
+that same transaction. So a scope's budgets are exact across processes, services and hosts, as
+the global ones are (R-DB-2). No writes here but `record`, `cost_changed` (called by settle)
+and `add_source_scopes`;
+`scopes_in_use` is the one read transaction of its own (for `config validate`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from functools import cache
+from typing import Any
+
+from sqlalchemy import Connection, Select, bindparam, func, insert, literal, select, update
+
+from ledger import budgets, scope_budgets
+from ledger.budgets import DAY_MS, HOUR_MS, DailyWindow
+from ledger.config import Policy, ScopeLimits
+from ledger.kinds import AttemptStatus, RefusalReason
+from ledger.scope_budgets import ScopeRefusal, ScopeUse
+from ledger.store import reads
+from ledger.store.engine import Database
+from ledger.store.schema import (
+    gateway_keys,
+    reservation_scopes,
+    reservations,
+    scope_cost_hours,
+    source_scopes,
+)
+
+_RS = reservation_scopes.c
+_R = reservations.c
+
+_SOURCE_SCOPES = select(source_scopes.c.scope).where(
+    source_scopes.c.source_id == bindparam("source_id")
+)
+_INSERT_SCOPE_ROW = insert(reservation_scopes)
+_INSERT_SOURCE_SCOPE = insert(source_scopes)
+
+_HOURLY = (
+    select(func.count())
+    .select_from(reservation_scopes)
+    .where(_RS.scope == bindparam("scope"), _RS.created_ms > bindparam("hour_since"))
+    .scalar_subquery()
+)
+# The scope's rolling 24 h cost, exact, as reads._DAILY_COST: the partial first hour of the window
+# summed row by row, every hour from the boundary on from the scope's cost_hours totals.
+_DAILY = (
+    select(func.coalesce(func.sum(_R.cost_micro), 0))
+    .select_from(reservation_scopes.join(reservations, _R.id == _RS.reservation_id))
+    .where(
+        _RS.scope == bindparam("scope"),
+        _RS.created_ms > bindparam("day_since"),
+        _RS.created_ms < bindparam("boundary"),
+    )
+    .scalar_subquery()
+    + select(func.coalesce(func.sum(scope_cost_hours.c.cost_micro), 0))
+    .where(
+        scope_cost_hours.c.scope == bindparam("scope"),
+        scope_cost_hours.c.hour_start_ms >= bindparam("boundary"),
+    )
+    .scalar_subquery()
+)
+_SCH = scope_cost_hours.c
+_ADD_SCOPE_COST = (
+    update(scope_cost_hours)
+    .where(_SCH.scope == bindparam("b_scope"), _SCH.hour_start_ms == bindparam("b_hour"))
+    .values(cost_micro=_SCH.cost_micro + bindparam("b_cost"))
+)
+_INSERT_SCOPE_COST = insert(scope_cost_hours)
+# a settle moves the hour totals of every scope its reservation is under
+_SETTLED_COST = (
+    update(scope_cost_hours)
+    .where(
+        _SCH.hour_start_ms == bindparam("b_hour"),
+        _SCH.scope.in_(
+            select(_RS.scope).where(_RS.reservation_id == bindparam("b_id")).scalar_subquery()
+        ),
+    )
+    .values(cost_micro=_SCH.cost_micro + bindparam("b_cost"))
+)
+# open and before its deadline: a settled or expired reservation frees its slot at once
+_OPEN = (
+    reservation_scopes.join(reservations, _R.id == _RS.reservation_id),
+    (
+        _RS.scope == bindparam("scope"),
+        _R.status == AttemptStatus.OPEN.value,
+        _R.deadline_ms > bindparam("now"),
+    ),
+)
+_IN_FLIGHT = select(func.count()).select_from(_OPEN[0]).where(*_OPEN[1]).scalar_subquery()
+_IN_FLIGHT_FREES = select(func.min(_R.deadline_ms)).select_from(_OPEN[0]).where(*_OPEN[1])
+_WINDOW_ROWS = (
+    select(_RS.created_ms, _R.cost_micro)
+    .select_from(reservation_scopes.join(reservations, _R.id == _RS.reservation_id))
+    .where(
+        _RS.scope == bindparam("scope"),
+        _RS.created_ms > bindparam("day_since"),
+        _R.cost_micro > 0,
+    )
+    .order_by(_RS.created_ms, _RS.reservation_id)
+)
+
+
+@cache
+def _use_statement(hourly: bool, daily: bool, in_flight: bool) -> Select[Any]:
+    """One round trip reading only what a scope limits (an unlimited part is read as 0)."""
+    zero: Any = literal(0)
+    parts: list[Any] = [
+        _HOURLY if hourly else zero,
+        _DAILY if daily else zero,
+        _IN_FLIGHT if in_flight else zero,
+    ]
+    return select(*parts)
+
+
+def names_for(conn: Connection, policy: Policy, source_id: str, asked: Sequence[str]) -> list[str]:
+    """The scopes a reservation is under: the caller's (checked before the transaction) and the
+    source's own, sorted. A source scope the policy no longer defines is ignored: its limit was
+    removed. With no scopes in the policy nothing is read."""
+    if not policy.scopes:
+        return []
+    stored = conn.execute(_SOURCE_SCOPES, {"source_id": source_id}).scalars()
+    return sorted({*asked, *(s for s in stored if s in policy.scopes)})
+
+
+def use_of(
+    conn: Connection, now: int, name: str, limits: ScopeLimits, *, everything: bool = False
+) -> ScopeUse:
+    """One scope's use at `now`, as far as its limits need (when full, when it frees); with
+    `everything` (status) its unlimited parts are read too."""
+    hourly, daily, flight = limits.calls_per_hour, limits.daily_estimated_usd, limits.in_flight
+    params = {
+        "scope": name,
+        "hour_since": now - HOUR_MS,
+        "day_since": now - DAY_MS,
+        "boundary": reads.hour_start(now - DAY_MS) + HOUR_MS,
+        "now": now,
+    }
+    statement = _use_statement(
+        everything or hourly is not None,
+        everything or daily is not None,
+        everything or flight is not None,
+    )
+    count, cost, open_now = conn.execute(statement, params).one()
+    next_free = None
+    if hourly is not None and count >= hourly:
+        next_free = _hour_frees_at(conn, now, name, int(count), hourly)
+    flight_frees = None
+    if flight is not None and open_now >= flight:
+        flight_frees = conn.execute(_IN_FLIGHT_FREES, params).scalar()
+    return ScopeUse(
+        name,
+        int(count),
+        next_free,
+        int(cost),
+        int(open_now),
+        None if flight_frees is None else int(flight_frees),
+    )
+
+
+def status_uses(conn: Connection, now: int, policy: Policy) -> list[ScopeUse]:
+    """Every scope of the policy with all its use (R-SC-2), in name order, for status."""
+    return [
+        use_of(conn, now, name, policy.scopes[name], everything=True)
+        for name in sorted(policy.scopes)
+    ]
+
+
+def _hour_frees_at(conn: Connection, now: int, name: str, count: int, limit: int) -> int | None:
+    """When the next slot of the scope's full rolling hour frees (its oldest counted row leaves)."""
+    oldest = conn.execute(
+        select(_RS.created_ms)
+        .where(_RS.scope == name, _RS.created_ms > now - HOUR_MS)
+        .order_by(_RS.created_ms)
+        .limit(1)
+        .offset(count - limit)
+    ).scalar()
+    return None if oldest is None else int(oldest) + HOUR_MS
+
+
+def window_of(conn: Connection, now: int, name: str, ceiling: int) -> DailyWindow:
+    """The scope's rolling 24 h cost and when each part of it leaves (a refusal's retry time)."""
+    rows = conn.execute(_WINDOW_ROWS, {"scope": name, "day_since": now - DAY_MS})
+    leaving = tuple((int(created) + DAY_MS, int(cost)) for created, cost in rows)
+    return DailyWindow(sum(cost for _, cost in leaving), ceiling, leaving)
+
+
+def check(
+    conn: Connection,
+    now: int,
+    policy: Policy,
+    source_id: str,
+    asked: Sequence[str],
+    estimate: int | None,
+) -> list[str] | budgets.Refusal:
+    """Every scope's limits for a reservation section 7 granted: the scope names to record with
+    it, or the first scope's refusal (nothing is written for it)."""
+    names = names_for(conn, policy, source_id, asked)
+    if not names:
+        return names
+    uses = [use_of(conn, now, name, policy.scopes[name]) for name in names]
+    refused = scope_budgets.check(uses, policy.scopes, estimate)
+    if refused is None:
+        return names
+    return _refusal(conn, now, policy, refused, estimate)
+
+
+def _refusal(
+    conn: Connection, now: int, policy: Policy, refused: ScopeRefusal, estimate: int | None
+) -> budgets.Refusal:
+    """The refusal with its retry time: a full daily window reads its rows only now."""
+    retry = refused.retry_at_ms
+    if refused.reason is RefusalReason.SCOPE_DAILY_COST:
+        ceiling = scope_budgets.ceiling_micro(policy.scopes[refused.scope])
+        assert ceiling is not None
+        assert estimate is not None
+        window = window_of(conn, now, refused.scope, ceiling)
+        retry = budgets.ceiling_frees_at(now, window, estimate)
+    return budgets.Refusal(refused.reason, retry, scope=refused.scope)
+
+
+def record(
+    conn: Connection, reservation_id: int, names: Iterable[str], now: int, cost: int | None
+) -> None:
+    """The granted reservation's scope rows and its cost in each scope's hour total, in the
+    reserving transaction."""
+    rows = [{"reservation_id": reservation_id, "scope": n, "created_ms": now} for n in names]
+    if not rows:
+        return
+    conn.execute(_INSERT_SCOPE_ROW, rows)
+    hour = reads.hour_start(now)
+    for row in rows:
+        params = {"b_scope": row["scope"], "b_hour": hour, "b_cost": cost or 0}
+        if conn.execute(_ADD_SCOPE_COST, params).rowcount == 0:  # the scope's first this hour
+            conn.execute(
+                _INSERT_SCOPE_COST,
+                {"scope": row["scope"], "hour_start_ms": hour, "cost_micro": cost or 0},
+            )
+
+
+def cost_changed(conn: Connection, reservation_id: int, created_ms: int, delta: int) -> None:
+    """A settle replaced a reservation's cost: move its scopes' hour totals by `delta` (the
+    caller's write transaction; a reservation under no scope changes no row)."""
+    params = {"b_hour": reads.hour_start(created_ms), "b_id": reservation_id, "b_cost": delta}
+    conn.execute(_SETTLED_COST, params)
+
+
+def add_source_scopes(conn: Connection, source_id: str, names: Iterable[str]) -> None:
+    """Put a source under more scopes (the ones it has stay), in the caller's transaction."""
+    have = set(conn.execute(_SOURCE_SCOPES, {"source_id": source_id}).scalars())
+    rows = [{"source_id": source_id, "scope": n} for n in sorted(set(names) - have)]
+    if rows:
+        conn.execute(_INSERT_SOURCE_SCOPE, rows)
+
+
+def scopes_in_use(db: Database) -> set[str]:
+    """Scope names something uses (`config validate`, R-SC-1): a source's, a key's that is not
+    revoked, or a reservation's in the last 24 h (one read transaction)."""
+    with db.read() as conn:
+        now = db.read_now(conn)
+        used = set(conn.execute(select(source_scopes.c.scope).distinct()).scalars())
+        for text in conn.execute(
+            select(gateway_keys.c.scopes).where(gateway_keys.c.revoked_ms.is_(None))
+        ).scalars():
+            used.update(str(text).split())
+        used.update(
+            conn.execute(
+                select(_RS.scope).where(_RS.created_ms > now - DAY_MS).distinct()
+            ).scalars()
+        )
+    return used
