@@ -36,6 +36,20 @@ class RouteRules(BaseModel):
     deny: list[Glob] = Field(default_factory=list, max_length=1000)
 
 
+class GatewayPolicy(BaseModel):
+    """The gateway's pace and stream bounds (R-GW-4, R-GW-5); every key optional."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    max_retry_wait_ms: Annotated[int, Field(ge=0, le=10**9)] = Field(3000, alias="maxRetryWaitMs")
+    retry_backoff_ms: Annotated[int, Field(ge=0, le=10**9)] = Field(500, alias="retryBackoffMs")
+    max_attempts_per_request: Annotated[int, Field(gt=0, le=100)] = Field(
+        4, alias="maxAttemptsPerRequest"
+    )
+    first_token_ms: PositiveInt = Field(30_000, alias="firstTokenMs")
+    idle_ms: PositiveInt = Field(30_000, alias="idleMs")
+
+
 class Policy(BaseModel):
     """The whole recovery policy; every key optional, defaults as in SPEC section 4."""
 
@@ -62,6 +76,7 @@ class Policy(BaseModel):
     )
     lease_ms: Annotated[int, Field(ge=MIN_LEASE_MS, le=10**12)] = Field(360_000, alias="leaseMs")
     retention_days: PositiveInt = Field(30, alias="retentionDays")
+    gateway: GatewayPolicy = Field(default_factory=GatewayPolicy)
 
     @field_validator("fallback_models")
     @classmethod

@@ -155,6 +155,7 @@ class SettleResult:
     actions: tuple[str, ...] = ()
     fallback: str | None = None  # the FallbackConstraint permitted, if any
     use_correction: bool = False
+    retry_after_ms: int | None = None  # interactive pace: one same-model retry after this wait
     paused: str | None = None
     finished: bool = False
     cost_micro: int | None = None
