@@ -14,7 +14,7 @@ from ledger.errors import Refused
 from ledger.follow_up import plan_follow_up
 from ledger.kinds import AttemptRole, FailureKind
 from ledger.policy_table import FailureContext, InteractivePace, decide
-from ledger.records import Failed, Success
+from ledger.records import Failed, SettleResult, Success
 from tests.conftest import T0, Clock, LedgerFactory
 
 PACE = InteractivePace(max_retry_wait_ms=3000, retry_backoff_ms=500, attempts_left=3)
@@ -101,6 +101,7 @@ def test_r_gw_4_store_grants_the_retry_through_the_models_own_cooldown(
     limited = Failed(classify_http(429, {"retry-after": "1"}, None, clock()))
     step = led.settle_step(first.id, limited, pace=PACE)
     settled = led.write_steps([step])[0].value
+    assert isinstance(settled, SettleResult)
     assert settled.retry_after_ms == 1000
     plan = plan_follow_up(settled, "alpha/small", frozenset(), lambda *a: [])
     assert plan is not None
@@ -114,6 +115,7 @@ def test_r_gw_4_store_grants_the_retry_through_the_models_own_cooldown(
     # the retry's failure (retried now) permits the table's fallback, a follow-up of a follow-up
     again = led.settle_step(retry.id, limited, pace=InteractivePace(attempts_left=2, retried=True))
     settled = led.write_steps([again])[0].value
+    assert isinstance(settled, SettleResult)
     assert settled.retry_after_ms is None
     assert settled.fallback is not None
     fallback = led.reserve("gw-1", "beta/mid", input_bytes=100, after=retry.id)
