@@ -20,6 +20,7 @@ import anyio
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ledger import gateway
 from ledger.api import Ledger
 from ledger.service import admin, calls, ops, page_routes, queue_routes
 from ledger.service.errors import error_response, install
@@ -50,7 +51,8 @@ def create_app(
     app.state.group = GroupCommit(ledger.write_steps, observe=app.state.metrics.batch.observe)
     app.state.metrics.waiting.set_function(app.state.group.pending)
     app.state.metrics.in_progress.set_function(app.state.group.in_progress)
-    for router in (calls.router, admin.router, queue_routes.router, ops.router, page_routes.router):
+    routers = (calls.router, admin.router, queue_routes.router, ops.router, page_routes.router)
+    for router in (*routers, gateway.router):
         app.include_router(router)
     install(app)
     app.add_middleware(Gate, token=token, draining=draining, metrics=app.state.metrics)
@@ -72,6 +74,7 @@ class Gate:
         self.token = None if token is None else f"Bearer {token}".encode()
         self.draining = draining
         self.metrics = metrics
+        self.gateway = gateway.GatewayGate(app, token=token, draining=draining)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -89,6 +92,9 @@ class Gate:
         try:
             if _is_sign_in(scope):
                 await self._sign_in(scope, receive, counted)
+                return
+            if gateway.format_of(scope) is not None:  # its own auth, body bound and error shape
+                await self.gateway(scope, receive, counted)
                 return
             refusal = self._refusal(scope)
             if refusal is None:
