@@ -103,6 +103,9 @@ class Success:
     finish: bool = False
     cache_write_tokens: int | None = None
     cache_read_tokens: int | None = None
+    usage_estimated: bool = False
+    """The call reported no usage (a stream without it, R-GW-5): settled at its estimate and
+    marked `usage_estimated`, never as free."""
 
     def __post_init__(self) -> None:
         """Usage is validated here, so the API refuses what the CLI refuses (never a raw error)."""
@@ -110,6 +113,8 @@ class Success:
         check_cost_usd(self.cost_usd)
         if not isinstance(self.finish, bool):
             raise UsageError("finish must be True or False")
+        if not isinstance(self.usage_estimated, bool):
+            raise UsageError("usage_estimated must be True or False")
 
 
 @dataclass(frozen=True)

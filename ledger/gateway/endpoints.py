@@ -23,6 +23,7 @@ from ledger.errors import LedgerError, UsageError
 from ledger.gateway import loop, routing
 from ledger.gateway.errors import GatewayError
 from ledger.gateway.gate import KEY_STATE
+from ledger.gateway.stream import serve_stream
 from ledger.gateway.upstream import call
 from ledger.gateway.wire import Format, answer_model, caller_problem, error_document
 
@@ -90,6 +91,8 @@ async def _serve(request: Request, fmt: Format) -> Response:
     try:
         ctx = context_of(request)
         body, gw_request, background = _parse(request, ctx.ledger, fmt, await request.body())
+        if body.get("stream") is True:
+            return await serve_stream(ctx, gw_request, body, background, request)
         answered = await loop.run(ctx, gw_request, body, call_exchange, background=background)
     except GatewayError as error:
         return error_answer(fmt, error)

@@ -510,6 +510,7 @@ def _settle_success(
             **usage,
             "cost_micro": cost,
             **base,
+            **({"subkind": "usage_estimated"} if outcome.usage_estimated else {}),
         },
     )
     _cost_changed(conn, row, cost)
