@@ -143,6 +143,6 @@ def _parse(
     if pace not in ("interactive", "background"):
         raise GatewayError(400, "bad_pace", BAD_PACE)
     gateway_key = request.scope.get("state", {}).get(KEY_STATE)
-    scopes = tuple(getattr(gateway_key, "scopes", ()))  # seam: R-SC-1 scopes go to reserve
+    scopes = tuple(getattr(gateway_key, "scopes", ()))  # seam: SPEC 20 scopes go to reserve
     gw_request = routing.Request(source, model, fmt, len(raw), request_id, scopes)
     return body, gw_request, pace == "background"

@@ -2,7 +2,7 @@
 wire format, before any gateway route runs.
 
 Authentication is the service's (R-SRV-1): the unix socket's file mode; on TCP the bearer token,
-or a gateway key (R-SC-3) when the app has a `key_verifier`. Anthropic's `x-api-key` header is
+or a gateway key (SPEC 20) when the app has a `key_verifier`. Anthropic's `x-api-key` header is
 read like a bearer. Tokens are compared in constant time and never logged or echoed. The body is
 read in full (at most MAX_BODY_BYTES within BODY_TIMEOUT_S) before the route runs, so no route
 waits on a slow client while it holds a reservation.

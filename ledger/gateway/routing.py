@@ -1,6 +1,6 @@
 """Every call the gateway makes to selection and reservation, in this one module (R-GW-2).
 
-This is the seam where the routing issue's chains and pools (R-RT-1..6) wire in: the model a
+This is the seam where the routing issue's chains and pools (SPEC 18) wire in: the model a
 request names is resolved here, the route chosen here, every reservation and settle made here
 through the service's group committer (R-SRV-3: each checked as if alone, in one write
 transaction, answered only after its commit). The retry and fallback decision is the one the
@@ -36,7 +36,7 @@ def resolve_model(ledger: Ledger, text: str) -> str:
     """The catalog model key the request's `model` names: a model key, or a bare model id that
     names exactly one catalog model; otherwise a 400 naming the problem, never the value.
 
-    Seam: pool keys (`pool/NAME`, R-RT-4) resolve here once the routing issue's pools exist."""
+    Seam: pool keys (`pool/NAME`, SPEC 18) resolve here once the routing issue's pools exist."""
     if ledger.catalog.model(text) is not None:
         return text
     matches = [m.key for m in ledger.catalog.models if m.id == text]
@@ -65,7 +65,7 @@ class Request:
     fmt: Format
     size: int  # conservative input bytes (the caller's whole body)
     request_id: str | None
-    scopes: tuple[str, ...] = ()  # seam: a gateway key's scopes (R-SC-1), passed on to reserve
+    scopes: tuple[str, ...] = ()  # seam: a gateway key's scopes (SPEC 20), passed on to reserve
 
 
 def _routes(ledger: Ledger, request: Request, selection: Selection) -> list[str]:
