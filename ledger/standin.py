@@ -97,6 +97,8 @@ class Scripted:
     """End the stream after its finish reason (and usage) without `[DONE]` / `message_stop`."""
     no_usage: bool = False
     """Leave usage out of the stream."""
+    tool_call: tuple[str, str] | None = None
+    """Answer with a call of this tool: (name, JSON arguments) (non-streaming replies)."""
 
 
 def _cache(reply: Scripted) -> tuple[int, int]:
@@ -331,12 +333,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(reply.status, document, extra)
         elif anthropic:
             document = anthropic_success(model, reply.text, reply.stop_reason, reply.input_tokens,
-                                         reply.output_tokens, cache=_cache(reply))  # fmt: skip
+                                         reply.output_tokens, cache=_cache(reply),
+                                         tool_call=reply.tool_call)  # fmt: skip
             self._send(reply.status, document, extra, cut=reply.cut_body)
         else:
             document = openai_success(model, reply.text, reply.stop_reason, reply.input_tokens,
                                       reply.output_tokens, reply.cost_usd,
-                                      cache=_cache(reply))  # fmt: skip
+                                      cache=_cache(reply), tool_call=reply.tool_call)  # fmt: skip
             self._send(reply.status, document, extra, cut=reply.cut_body)
 
     def _send(

@@ -140,8 +140,10 @@ def openai_success(
     cost_usd: float | None = None,
     *,
     cache: tuple[int, int] = (0, 0),
+    tool_call: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A chat.completion object; `prompt_tokens` includes the cached (`cache`: written, read)."""
+    """A chat.completion object; `prompt_tokens` includes the cached (`cache`: written, read);
+    `tool_call` (name, JSON arguments) makes it a tool call."""
     written, read = cache
     prompt = input_tokens + written + read
     details: dict[str, Any] = {"cached_tokens": read, "audio_tokens": 0}
@@ -163,9 +165,9 @@ def openai_success(
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": text, "refusal": None},
+                "message": _openai_message(text, tool_call),
                 "logprobs": None,
-                "finish_reason": stop_reason or "stop",
+                "finish_reason": stop_reason or ("tool_calls" if tool_call else "stop"),
             }
         ],
         "usage": usage,
@@ -180,16 +182,22 @@ def anthropic_success(
     output_tokens: int,
     *,
     cache: tuple[int, int] = (0, 0),
+    tool_call: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A messages `message` object; `input_tokens` leaves out the cache (written, read)."""
+    """A messages `message` object; `input_tokens` leaves out the cache (written, read);
+    `tool_call` (name, JSON arguments) adds a tool_use block."""
     written, read = cache
+    content: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    if tool_call is not None:
+        content.append({"type": "tool_use", "id": TOOL_CALL_ID, "name": tool_call[0],
+                        "input": json.loads(tool_call[1])})  # fmt: skip
     return {
         "id": "msg_standin",
         "type": "message",
         "role": "assistant",
         "model": model,
-        "content": [{"type": "text", "text": text}],
-        "stop_reason": stop_reason or "end_turn",
+        "content": content,
+        "stop_reason": stop_reason or ("tool_use" if tool_call else "end_turn"),
         "stop_sequence": None,
         "usage": {
             "input_tokens": input_tokens,
@@ -202,6 +210,17 @@ def anthropic_success(
             },
         },
     }
+
+
+TOOL_CALL_ID = "call_standin_1"
+
+
+def _openai_message(text: str, tool_call: tuple[str, str] | None) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
+    if tool_call is not None:
+        message["tool_calls"] = [{"id": TOOL_CALL_ID, "type": "function",
+                                  "function": {"name": tool_call[0], "arguments": tool_call[1]}}]
+    return message
 
 
 def _pieces(text: str, count: int) -> list[str]:

@@ -19,7 +19,8 @@ STANDIN_KEY = "standin-upstream-key-not-a-secret"
 
 
 def gateway_catalog(standin: StandIn) -> dict[str, Any]:
-    """Two OpenAI-format providers and two Anthropic-format ones, all on the stand-in."""
+    """Two OpenAI-format providers and two Anthropic-format ones, all on the stand-in; by price
+    (R-SEL-6) a1 < c1 < b1 < d1, so an OpenAI primary's default backup is c1."""
     return {
         "providers": {
             "acme": {"available": True, "api": "openai-chat", "baseUrl": standin.base_url_openai},
@@ -36,9 +37,9 @@ def gateway_catalog(standin: StandIn) -> dict[str, Any]:
             {"provider": "cirrus", "id": "c1", "contextWindow": 100000, "maxOutputTokens": 4096,
              "pricing": [{"inputUsdPerMTok": 2, "outputUsdPerMTok": 4}]},
             {"provider": "bolt", "id": "b1", "contextWindow": 100000, "maxOutputTokens": 4096,
-             "pricing": [{"inputUsdPerMTok": 1, "outputUsdPerMTok": 2}]},
+             "pricing": [{"inputUsdPerMTok": 3, "outputUsdPerMTok": 6}]},
             {"provider": "delta", "id": "d1", "contextWindow": 100000, "maxOutputTokens": 4096,
-             "pricing": [{"inputUsdPerMTok": 2, "outputUsdPerMTok": 4}]},
+             "pricing": [{"inputUsdPerMTok": 4, "outputUsdPerMTok": 8}]},
         ],
     }  # fmt: skip
 

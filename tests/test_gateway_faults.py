@@ -61,13 +61,13 @@ def test_r_gw_5_stream_fault_table(home: Path, fault: Fault) -> None:
         seen = "answer"
         model = None
         try:
-            stream = client.chat.completions.create(
+            with client.chat.completions.create(
                 model="acme/a1", messages=[{"role": "user", "content": "x"}], stream=True
-            )
-            for chunk in stream:
-                model = chunk.model
-                for choice in chunk.choices:
-                    text.append(choice.delta.content or "")
+            ) as stream:
+                for chunk in stream:
+                    model = chunk.model
+                    for choice in chunk.choices:
+                        text.append(choice.delta.content or "")
         except openai.APIStatusError as error:
             seen = str(error.code)
         except openai.APIError:

@@ -23,8 +23,11 @@ from ledger.errors import LedgerError, UsageError
 from ledger.gateway import loop, routing
 from ledger.gateway.errors import GatewayError
 from ledger.gateway.gate import KEY_STATE
+from ledger.gateway.metrics import GatewayMetrics
+from ledger.gateway.sse import Malformed
 from ledger.gateway.stream import serve_stream
-from ledger.gateway.upstream import call
+from ledger.gateway.translate import reply_for, translatable
+from ledger.gateway.upstream import MALFORMED, Reply, call
 from ledger.gateway.wire import Format, answer_model, caller_problem, error_document
 
 router = APIRouter(include_in_schema=False)
@@ -49,8 +52,9 @@ def error_answer(fmt: Format, error: GatewayError) -> JSONResponse:
     return JSONResponse(document, status_code=error.status, headers=headers)
 
 
-def context_of(request: Request) -> loop.Context:
-    """The service's ledger, group committer and upstream client (made on first use)."""
+def context_of(request: Request, template: str) -> loop.Context:
+    """The service's ledger, group committer, upstream client and gateway metrics (the last two
+    made on first use, on the event loop, so never twice)."""
     state = request.app.state
     client = getattr(state, "gateway_client", None)
     if client is None:
@@ -61,7 +65,16 @@ def context_of(request: Request) -> loop.Context:
             limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100),
         )
         state.gateway_client = client
-    return loop.Context(state.ledger, state.group, client)
+    return loop.Context(state.ledger, state.group, client, metrics_of(request), template)
+
+
+def metrics_of(request: Request) -> GatewayMetrics | None:
+    """The gateway's series in the service's registry (None when the app keeps no metrics)."""
+    state = request.app.state
+    found = getattr(state, "gateway_metrics", None)
+    if found is None and hasattr(state, "metrics"):
+        found = state.gateway_metrics = GatewayMetrics(state.metrics.registry)
+    return found
 
 
 @router.get("/openai/v1/models")
@@ -75,21 +88,41 @@ async def openai_models(request: Request) -> JSONResponse:
     return JSONResponse({"object": "list", "data": data})
 
 
-@router.post("/openai/v1/chat/completions")
+OPENAI_CHAT = "/openai/v1/chat/completions"
+ANTHROPIC_MESSAGES = "/anthropic/v1/messages"
+
+
+@router.post(OPENAI_CHAT)
 async def openai_chat(request: Request) -> Response:
     """An OpenAI chat completion through the ledger (R-GW-2)."""
     return await _serve(request, Format.OPENAI)
 
 
-@router.post("/anthropic/v1/messages")
+@router.post(ANTHROPIC_MESSAGES)
 async def anthropic_messages(request: Request) -> Response:
     """An Anthropic message through the ledger (R-GW-2)."""
     return await _serve(request, Format.ANTHROPIC)
 
 
 async def _serve(request: Request, fmt: Format) -> Response:
+    template = OPENAI_CHAT if fmt is Format.OPENAI else ANTHROPIC_MESSAGES
+    ctx = context_of(request, template)
+    answer = await _answer(request, fmt, ctx)
+    if ctx.metrics is not None:
+        ctx.metrics.request(template, _outcome(answer.status_code))
+    return answer
+
+
+def _outcome(status: int) -> str:
+    if status < 300:
+        return "answered"
+    if status == 429:
+        return "refused"
+    return "bad_request" if status < 500 and status != 408 else "failed"
+
+
+async def _answer(request: Request, fmt: Format, ctx: loop.Context) -> Response:
     try:
-        ctx = context_of(request)
         body, gw_request, background = _parse(request, ctx.ledger, fmt, await request.body())
         if body.get("stream") is True:
             return await serve_stream(ctx, gw_request, body, background, request)
@@ -109,7 +142,14 @@ async def _serve(request: Request, fmt: Format) -> Response:
 async def call_exchange(ctx: loop.Context, attempt: loop.Attempt) -> Any:
     """The non-streaming exchange of one attempt, bounded by its reservation deadline."""
     remaining = (attempt.reservation.deadline_ms - ctx.ledger.clock_fn()) / 1000
-    return await call(ctx.client, attempt.prepared, remaining, ctx.ledger.clock_fn)
+    reply = await call(ctx.client, attempt.prepared, remaining, ctx.ledger.clock_fn)
+    prepared = attempt.prepared
+    if reply.document is not None and prepared.fmt is not prepared.caller:
+        try:
+            reply.document = reply_for(prepared.caller, prepared.fmt, reply.document)
+        except Malformed:
+            return Reply(None, None, MALFORMED, reply.elapsed_ms)
+    return reply
 
 
 def _parse(
@@ -144,5 +184,7 @@ def _parse(
         raise GatewayError(400, "bad_pace", BAD_PACE)
     gateway_key = request.scope.get("state", {}).get(KEY_STATE)
     scopes = tuple(getattr(gateway_key, "scopes", ()))  # seam: SPEC 20 scopes go to reserve
-    gw_request = routing.Request(source, model, fmt, len(raw), request_id, scopes)
+    gw_request = routing.Request(
+        source, model, fmt, len(raw), request_id, scopes, translatable(fmt, body)
+    )
     return body, gw_request, pace == "background"

@@ -9,6 +9,7 @@ attempts; at the queue's pace (`X-Ledger-Pace: background`) the store's R-POL-4 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,7 @@ from ledger.classify import Classification
 from ledger.follow_up import FollowUpPlan
 from ledger.gateway import routing
 from ledger.gateway.errors import GatewayError
+from ledger.gateway.metrics import GatewayMetrics
 from ledger.gateway.upstream import Prepared, Reply, prepare
 from ledger.kinds import AttemptRole, AttemptStatus, FailureKind
 from ledger.policy_table import InteractivePace
@@ -38,6 +40,8 @@ class Context:
     ledger: Ledger
     group: GroupCommit
     client: httpx.AsyncClient
+    metrics: GatewayMetrics | None = None
+    template: str = ""  # the route template, the metrics' `route` label
 
 
 @dataclass
@@ -52,7 +56,7 @@ class Attempt:
 
     @property
     def fallback_from(self) -> str | None:
-        """The model the request was first sent to, when another answered."""
+        """The model the request asked for, when another answered (R-GW-6)."""
         return self.first_route if self.route != self.first_route else None
 
     def headers(self) -> dict[str, str]:
@@ -108,7 +112,7 @@ async def run(
     """Serve one request: attempts until one answers or none is permitted (then its error)."""
     ledger = ctx.ledger
     route = await routing.first_route(ledger, request)
-    first = route
+    first = request.model  # another model answering (cooling primary, fallback) names it
     plan: FollowUpPlan | None = None
     tried: frozenset[str] = frozenset()
     retried: set[str] = set()
@@ -125,12 +129,19 @@ async def run(
         model = ledger.model(route)
         prepared = prepare(ledger, model, request.fmt, body, reservation.deadline_ms)
         attempt = Attempt(number, route, reservation, prepared, first)
+        started = time.monotonic()
         try:
             reply = await exchange(ctx, attempt)
         except BaseException:
             with anyio.CancelScope(shield=True):  # the caller left: the slot still counts
                 await routing.settle(ledger, ctx.group, reservation.id, Cancelled(), None)
             raise
+        failure = reply.failure if isinstance(reply, Reply) else None
+        if ctx.metrics is not None:
+            result = "ok" if failure is None else str(failure.kind)
+            ctx.metrics.attempt(ctx.template, route, result, time.monotonic() - started)
+            if failure is None and attempt.fallback_from is not None:
+                ctx.metrics.fallbacks.labels(ctx.template).inc()
         if not isinstance(reply, Reply):
             return Answered(attempt, stream=reply)
         if reply.failure is None:

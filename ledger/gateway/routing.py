@@ -47,13 +47,20 @@ def resolve_model(ledger: Ledger, text: str) -> str:
     raise GatewayError(400, "unknown_model", UNKNOWN_MODEL)
 
 
-def routable(ledger: Ledger, route: str, fmt: Format) -> bool:
-    """A route the request can be sent to in its format (R-GW-3: other-format routes are
-    excluded with `wire_format` until the common subset is translated)."""
+def route_format(ledger: Ledger, route: str) -> Format | None:
+    """The wire format a route speaks (None: a format the gateway does not speak)."""
     model = ledger.catalog.model(route)
     if model is None:
-        return False
-    return ledger.catalog.providers[model.provider].api == fmt.value
+        return None
+    api = ledger.catalog.providers[model.provider].api
+    return Format(api) if api in (f.value for f in Format) else None
+
+
+def routable(ledger: Ledger, route: str, request: Request) -> bool:
+    """A route the request can be sent to (R-GW-3): one of its own format, or of the other one
+    when the request is inside the common subset both share (else excluded `wire_format`)."""
+    fmt = route_format(ledger, route)
+    return fmt is request.fmt or (fmt is not None and request.translatable)
 
 
 @dataclass(frozen=True)
@@ -66,10 +73,11 @@ class Request:
     size: int  # conservative input bytes (the caller's whole body)
     request_id: str | None
     scopes: tuple[str, ...] = ()  # seam: a gateway key's scopes (SPEC 20), passed on to reserve
+    translatable: bool = False  # inside the common subset: other-format routes may serve it
 
 
 def _routes(ledger: Ledger, request: Request, selection: Selection) -> list[str]:
-    return [r for r in selection.routes if routable(ledger, r, request.fmt)]
+    return [r for r in selection.routes if routable(ledger, r, request)]
 
 
 def _selection(
@@ -103,12 +111,12 @@ async def first_route(ledger: Ledger, request: Request) -> str:
 
 
 def _primary_reason(ledger: Ledger, request: Request, selection: Selection) -> str:
-    if request.model in selection.routes and not routable(ledger, request.model, request.fmt):
+    if request.model in selection.routes and not routable(ledger, request.model, request):
         return WIRE_FORMAT
     for exclusion in selection.excluded:
         if exclusion.model == request.model:
             return str(exclusion.reason)
-    if any(not routable(ledger, r, request.fmt) for r in selection.routes):
+    if any(not routable(ledger, r, request) for r in selection.routes):
         return WIRE_FORMAT
     return "no_route"
 

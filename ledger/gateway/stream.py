@@ -15,7 +15,7 @@ when the caller left (the upstream request is closed first).
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -27,6 +27,7 @@ from starlette.requests import Request
 from ledger.classify import Classification, classify_exception
 from ledger.gateway import loop, routing
 from ledger.gateway.sse import Event, Malformed, Tracker, encode, events
+from ledger.gateway.translate import stream_translator
 from ledger.gateway.upstream import MALFORMED, Reply, build_request, error_classification
 from ledger.gateway.wire import stream_error_event
 from ledger.kinds import FailureKind
@@ -102,6 +103,8 @@ async def stream_exchange(ctx: loop.Context, attempt: loop.Attempt) -> Reply | O
                 held.append(event)
                 if tracker.content or tracker.terminated:
                     ms = int((time.monotonic() - started) * 1000)
+                    if ctx.metrics is not None:
+                        ctx.metrics.first_token.labels(ctx.template).observe(ms / 1000)
                     return Opened(response, held, tracker, rest, started, ms)
             await response.aclose()
             return Reply(None, None, CUT)  # ended before any content: a cut
@@ -126,14 +129,22 @@ async def relay(
     ctx: loop.Context, attempt: loop.Attempt, opened: Opened, pace: Any
 ) -> AsyncIterator[bytes]:
     """The caller's stream: held events, then the rest; settles the reservation exactly once."""
-    fmt = attempt.prepared.fmt
+    fmt = attempt.prepared.caller
+    translator = stream_translator(fmt, attempt.prepared.fmt, attempt.route)
+
+    def out(event: Event) -> Iterable[bytes]:
+        if translator is None:
+            return (encode(fmt, event, attempt.route),)
+        return translator.feed(event)
+
     tracker = opened.tracker
     idle = ctx.ledger.policy.gateway.idle_ms / 1000
     failure: Classification | None = None
     settled = False
     try:
         for event in opened.held:
-            yield encode(fmt, event, attempt.route)
+            for data in out(event):
+                yield data
         while not tracker.terminated:
             try:
                 with anyio.fail_after(min(idle, _deadline_s(ctx, attempt))):
@@ -153,17 +164,23 @@ async def relay(
             if tracker.error:
                 failure = CUT
                 break
-            yield encode(fmt, event, attempt.route)
+            for data in out(event):
+                yield data
         if failure is None and tracker.finish is None:
             failure = CUT  # ended without a finish reason: cut (with one: complete, R-GW-5)
         await _close(opened.response)
         if failure is not None:
             settled = True
             await _settle_failure(ctx, attempt, tracker, failure, pace)
+            if ctx.metrics is not None:
+                ctx.metrics.request(ctx.template, "stream_failed")
             yield stream_error_event(fmt, 502, "upstream_stream_failed", ENDED)
             return
         settled = True
         await _settle_success(ctx, attempt, tracker)
+        if translator is not None:
+            for data in translator.finish():
+                yield data
     finally:
         if not settled:  # the caller left (R-GW-7): close upstream, settle cancelled
             with anyio.CancelScope(shield=True):

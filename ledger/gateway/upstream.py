@@ -20,6 +20,7 @@ import httpx
 from ledger.api import Ledger
 from ledger.catalog import Model
 from ledger.classify import Classification, classify_exception, classify_http
+from ledger.gateway.translate import request_for
 from ledger.gateway.wire import Format, Limits, is_invalid, parse_reply, upstream_body
 from ledger.kinds import FailureKind
 from ledger.providers.anthropic_messages import DEFAULT_VERSION
@@ -45,14 +46,18 @@ class Prepared:
     url: str
     headers: dict[str, str] = field(repr=False)
     body: dict[str, Any] = field(repr=False)
-    fmt: Format
+    fmt: Format  # the route's wire format
+    caller: Format  # the caller's (the answer is translated when they differ, R-GW-3)
 
 
 def prepare(
-    ledger: Ledger, model: Model, fmt: Format, body: dict[str, Any], deadline_ms: int
+    ledger: Ledger, model: Model, caller: Format, body: dict[str, Any], deadline_ms: int
 ) -> Prepared:
-    """The route's URL, headers (its credential) and the caller's body for it (R-GW-3)."""
+    """The route's URL, headers (its credential) and the caller's body for it (R-GW-3), in the
+    route's wire format (translated over the common subset when it is the other one)."""
     provider = ledger.catalog.provider_for_call(model.provider)
+    fmt = Format(provider.api)
+    body = request_for(caller, fmt, body)
     adapter = adapter_for(provider, ledger.env)
     assert isinstance(adapter, HttpAdapter)
     headers = adapter.option_headers()
@@ -72,7 +77,7 @@ def prepare(
         probe = CallRequest(model.id, (), allowance, deadline_ms, bool(model.reasoning))
         name = max_tokens_field(probe, url)
     limits = Limits(model.id, allowance, name)
-    return Prepared(url, headers, upstream_body(fmt, body, limits), fmt)
+    return Prepared(url, headers, upstream_body(fmt, body, limits), fmt, caller)
 
 
 @dataclass
