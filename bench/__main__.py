@@ -18,6 +18,7 @@ from bench import (
     contention,
     cycle,
     fleet,
+    gateway,
     growth,
     handoff,
     report,
@@ -38,6 +39,7 @@ FIGURES: dict[str, Callable[[Path, Settings], list[Row]]] = {
     "worker": worker_overhead.run,
     "fleet": fleet.run,
     "service": service.run,
+    "gateway": gateway.run,
     "simulate": simulate.run,
 }
 
