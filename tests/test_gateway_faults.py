@@ -155,3 +155,20 @@ def test_r_gw_6_anthropic_refusal_in_a_stream_request(home: Path) -> None:
         ):
             list(stream.text_stream)
         assert len(standin.requests) == 1
+
+
+def test_r_gw_7_non_streaming_caller_that_leaves_settles_cancelled(home: Path) -> None:
+    with StandIn({"a1": [Scripted(delay_s=10)]}) as standin, gateway(home, standin) as gw:
+        client = openai.OpenAI(
+            base_url=gw.url + "/openai/v1", api_key=gw.token, max_retries=0, timeout=4.0
+        )
+        with pytest.raises(openai.APITimeoutError):
+            client.chat.completions.create(
+                model="acme/a1", messages=[{"role": "user", "content": "x"}]
+            )
+        assert gw.models_asked() == ["a1"]  # the upstream call was under way
+        deadline = time.monotonic() + 5  # well before the stand-in's 10 s reply
+        while time.monotonic() < deadline and _reservations(home)[0][1] == "open":
+            time.sleep(0.1)
+        assert _reservations(home)[0][:2] == ("acme/a1", "cancelled")
+        assert gw.models_asked() == ["a1"]  # nothing more was sent

@@ -11,8 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
 import httpx
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
@@ -126,7 +128,11 @@ async def _answer(request: Request, fmt: Format, ctx: loop.Context) -> Response:
         body, gw_request, background = _parse(request, ctx.ledger, fmt, await request.body())
         if body.get("stream") is True:
             return await serve_stream(ctx, gw_request, body, background, request)
-        answered = await loop.run(ctx, gw_request, body, call_exchange, background=background)
+        answered = await _unless_disconnected(
+            request, lambda: loop.run(ctx, gw_request, body, call_exchange, background=background)
+        )
+        if answered is None:  # the caller left: upstream closed, the attempt settled cancelled
+            return Response(status_code=499)
     except GatewayError as error:
         return error_answer(fmt, error)
     except UsageError as error:  # fixed text by construction (never a value)
@@ -137,6 +143,35 @@ async def _answer(request: Request, fmt: Format, ctx: loop.Context) -> Response:
     assert document is not None
     return JSONResponse(answer_model(document, answered.attempt.route),
                         headers=answered.attempt.headers())  # fmt: skip
+
+
+async def _unless_disconnected(
+    request: Request, work: Callable[[], Awaitable[loop.Answered]]
+) -> loop.Answered | None:
+    """The request loop's answer, or None when the caller disconnected first (R-GW-7): the loop
+    is cancelled, which closes the upstream request and settles its attempt `cancelled`."""
+    result: loop.Answered | None = None
+    error: Exception | None = None
+    async with anyio.create_task_group() as group:
+
+        async def watch() -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            group.cancel_scope.cancel()
+
+        async def serve() -> None:
+            nonlocal result, error
+            try:
+                result = await work()
+            except Exception as exc:  # re-raised below, not as a task group's exception group
+                error = exc
+            group.cancel_scope.cancel()
+
+        group.start_soon(watch)
+        group.start_soon(serve)
+    if error is not None:
+        raise error
+    return result
 
 
 async def call_exchange(ctx: loop.Context, attempt: loop.Attempt) -> Any:

@@ -168,9 +168,13 @@ async def settle(
     *,
     overran: bool = False,
 ) -> SettleResult:
-    """Settle one attempt through the policy table (one write transaction, group commit)."""
+    """Settle one attempt through the policy table (one write transaction, group commit).
+
+    Shielded: a caller who leaves meanwhile never abandons a settle half-way (R-GW-7)."""
     step = ledger.settle_step(reservation_id, outcome, overran=overran, pace=pace)
-    return await group.submit(step)
+    with anyio.CancelScope(shield=True):
+        settled = await group.submit(step)
+    return settled
 
 
 async def follow_up(
