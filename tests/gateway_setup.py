@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,7 @@ class Gateway:
 
     served: Served
     standin: StandIn
+    clients: list[openai.OpenAI | anthropic.Anthropic] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -62,16 +63,25 @@ class Gateway:
         return self.served.token
 
     def openai(self, **headers: str) -> openai.OpenAI:
-        return openai.OpenAI(
+        client = openai.OpenAI(
             base_url=self.url + "/openai/v1", api_key=self.token, max_retries=0,
             default_headers=headers or None, timeout=60,
         )  # fmt: skip
+        self.clients.append(client)
+        return client
 
     def anthropic(self, **headers: str) -> anthropic.Anthropic:
-        return anthropic.Anthropic(
+        client = anthropic.Anthropic(
             base_url=self.url + "/anthropic", api_key=self.token, max_retries=0,
             default_headers=headers or None, timeout=60,
         )  # fmt: skip
+        self.clients.append(client)
+        return client
+
+    def close(self) -> None:
+        """Close every SDK client made here (no socket left for the garbage collector)."""
+        for client in self.clients:
+            client.close()
 
     def models_asked(self) -> list[str | None]:
         return [r.model for r in self.standin.requests]
@@ -84,4 +94,8 @@ def gateway(home: Path, standin: StandIn, **policy: Any) -> Iterator[Gateway]:
     if policy:
         (home / "recovery.json").write_text(json.dumps(policy))
     with running(home, "--listen", "127.0.0.1:0", env={"BOLT_KEY": STANDIN_KEY}) as served:
-        yield Gateway(served, standin)
+        gw = Gateway(served, standin)
+        try:
+            yield gw
+        finally:
+            gw.close()

@@ -162,6 +162,7 @@ def test_r_gw_7_non_streaming_caller_that_leaves_settles_cancelled(home: Path) -
         client = openai.OpenAI(
             base_url=gw.url + "/openai/v1", api_key=gw.token, max_retries=0, timeout=4.0
         )
+        gw.clients.append(client)
         with pytest.raises(openai.APITimeoutError):
             client.chat.completions.create(
                 model="acme/a1", messages=[{"role": "user", "content": "x"}]
