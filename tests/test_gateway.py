@@ -4,6 +4,7 @@ Anthropic SDKs, with the provider stand-in as the upstream."""
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import anthropic
@@ -225,3 +226,28 @@ def test_r_gw_7_no_body_in_the_ledger_or_log(home: Path) -> None:
         assert marker not in "".join(gw.served.log)
     assert marker.encode() not in (home / "ledger.db").read_bytes()
     assert STANDIN_KEY not in json.dumps(standin.bodies)
+
+
+@pytest.mark.parametrize("path", ["/openai/v1/chat/completions", "/anthropic/v1/messages"])
+def test_r_gw_bad_input_a_slow_client_is_408_in_the_formats_shape(home: Path, path: str) -> None:
+    with StandIn() as standin, gateway(home, standin) as gw:
+        host, port = gw.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=60) as conn:
+            head = (
+                f"POST {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {gw.token}\r\n"
+                "content-type: application/json\r\ncontent-length: 100\r\n\r\n{\"mo"
+            )
+            conn.sendall(head.encode())
+            answer = b""
+            while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                answer += chunk
+        status_line, _, rest = answer.partition(b"\r\n")
+        assert b" 408 " in status_line
+        document = json.loads(rest.split(b"\r\n\r\n", 1)[1])
+        if path.startswith("/anthropic"):
+            assert document["type"] == "error"
+        assert document["error"]["code"] == "request_timeout"
+        assert standin.requests == []
