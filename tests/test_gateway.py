@@ -235,7 +235,7 @@ def test_r_gw_bad_input_a_slow_client_is_408_in_the_formats_shape(home: Path, pa
         with socket.create_connection((host, int(port)), timeout=60) as conn:
             head = (
                 f"POST {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {gw.token}\r\n"
-                "content-type: application/json\r\ncontent-length: 100\r\n\r\n{\"mo"
+                'content-type: application/json\r\ncontent-length: 100\r\n\r\n{"mo'
             )
             conn.sendall(head.encode())
             answer = b""
