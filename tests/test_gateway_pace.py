@@ -7,10 +7,13 @@ rows act at once as the table says; nothing here changes what the queue's pace d
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ledger.classify import Classification, classify_http, classify_kind
-from ledger.errors import Refused
+from ledger.config import parse_policy
+from ledger.errors import ConfigError, Refused
 from ledger.follow_up import plan_follow_up
 from ledger.kinds import AttemptRole, FailureKind
 from ledger.policy_table import FailureContext, InteractivePace, decide
@@ -131,3 +134,25 @@ def test_r_gw_4_queue_pace_failure_permits_no_retry(make_ledger: LedgerFactory) 
     with pytest.raises(Refused) as info:  # the backoff of the queue's pace holds
         led.reserve("q-1", "alpha/small", input_bytes=100, after=first.id)
     assert info.value.reason == "source_backoff"
+
+
+@pytest.mark.parametrize(
+    "gateway",
+    [{"maxAttemptsPerRequest": 0}, {"firstTokenMs": -1}, {"idleMs": "fast"}, {"retries": 2}],
+)
+def test_r_gw_4_bad_gateway_keys_fail_closed_naming_the_field(gateway: dict[str, object]) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_policy(json.dumps({"gateway": gateway}))
+    message = str(info.value)
+    assert "gateway" in message
+    assert "fast" not in message  # never the value (R-CFG-3)
+
+
+def test_r_gw_4_gateway_defaults() -> None:
+    gw = parse_policy("{}").gateway
+    assert (gw.max_retry_wait_ms, gw.retry_backoff_ms, gw.max_attempts_per_request) == (
+        3000,
+        500,
+        4,
+    )
+    assert (gw.first_token_ms, gw.idle_ms) == (30000, 30000)
