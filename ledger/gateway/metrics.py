@@ -3,7 +3,7 @@ token and upstream latency, by route template.
 
 Invariant: every label comes from a fixed set (the three gateway route templates, the catalog's
 model keys read once at start, the failure kinds and outcome names): nothing a caller sends can
-add a series (R-SRV-9).
+add a series.
 """
 
 from __future__ import annotations
