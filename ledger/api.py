@@ -32,6 +32,7 @@ from ledger.db_target import check_db_target
 from ledger.errors import NotFoundError, UsageError
 from ledger.home import StateDir, ensure_home, state_dir
 from ledger.kinds import AttemptRole, CooldownScope, FailureKind
+from ledger.policy_table import InteractivePace
 from ledger.records import (
     Cancelled,
     Failed,
@@ -294,11 +295,24 @@ class Ledger:
         return self.store.settle(self.catalog, reservation_id, outcome, overran=overran)
 
     def settle_step(
-        self, reservation_id: int, outcome: Outcome, *, overran: bool = False
+        self,
+        reservation_id: int,
+        outcome: Outcome,
+        *,
+        overran: bool = False,
+        pace: InteractivePace | None = None,
     ) -> Step[SettleResult]:
-        """`settle`, its arguments checked now, as a step for `write_steps` (group commit)."""
+        """`settle`, its arguments checked now, as a step for `write_steps` (group commit).
+
+        `pace`: the attempt belongs to a gateway request at interactive pace (R-GW-4): its
+        failure may permit one same-model retry and, within the request's attempts, follow-ups
+        of follow-ups; cooldowns, strikes and probes are recorded as at the queue's pace."""
         _check_settle(reservation_id, outcome, overran)
-        return self.store.settle_step(self.catalog, reservation_id, outcome, overran=overran)
+        if pace is not None and not isinstance(pace, InteractivePace):
+            raise UsageError("pace must be an InteractivePace")
+        return self.store.settle_step(
+            self.catalog, reservation_id, outcome, overran=overran, pace=pace
+        )
 
     def write_steps(self, steps: Sequence[Step[Any]]) -> list[Answered[Any]]:
         """Steps from `reserve_step`/`settle_step`, in this order, in one write transaction,

@@ -193,6 +193,7 @@ def check(
     override: bool = False,
     immediate: bool = False,
     primary: str | None = None,
+    retry: bool = False,
 ) -> Grant | Refusal:
     """Run the checks of R-RES-1..9 in the SPEC's order; the first failing one refuses.
 
@@ -202,6 +203,8 @@ def check(
     `primary` is the source's primary model: every other model is a backup, held to the privacy
     boundary of route rules, crossProviderFallback and fallbackModels (checked after R-RES-3;
     nothing, override included, skips it).
+    `retry` marks the one same-model retry an interactive request's failure permitted (R-GW-4):
+    the model cooldown that failure set (a short supplied wait, already waited) does not block it.
     """
     now = state.now_ms
     src = state.source
@@ -233,7 +236,7 @@ def check(
     # R-RES-5
     if state.provider_cooldown_until is not None and state.provider_cooldown_until > now:
         return Refusal(RefusalReason.PROVIDER_COOLDOWN, state.provider_cooldown_until)
-    if state.model_cooldown_until is not None and state.model_cooldown_until > now:
+    if not retry and state.model_cooldown_until is not None and state.model_cooldown_until > now:
         return Refusal(RefusalReason.MODEL_COOLDOWN, state.model_cooldown_until)
     if state.probe_held_until is not None and state.probe_held_until > now:
         return Refusal(RefusalReason.PROBING, state.probe_held_until)

@@ -130,6 +130,7 @@ class PoolSpec(BaseModel):
     ] = "off"
     sticky_scope: Literal["source", "pool"] = Field("source", alias="stickyScope")
 
+
 SCOPE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
 """A scope name (R-SC-1): short and plain, so a refusal can name it without echoing anything odd."""
 ScopeName = Annotated[str, Field(pattern=SCOPE_NAME)]
@@ -146,6 +147,20 @@ class ScopeLimits(BaseModel):
         Field(None, alias="dailyEstimatedUsd")
     )
     in_flight: PositiveInt | None = Field(None, alias="inFlight")
+
+
+class GatewayPolicy(BaseModel):
+    """The gateway's pace and stream bounds (R-GW-4, R-GW-5); every key optional."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    max_retry_wait_ms: Annotated[int, Field(ge=0, le=10**9)] = Field(3000, alias="maxRetryWaitMs")
+    retry_backoff_ms: Annotated[int, Field(ge=0, le=10**9)] = Field(500, alias="retryBackoffMs")
+    max_attempts_per_request: Annotated[int, Field(gt=0, le=100)] = Field(
+        4, alias="maxAttemptsPerRequest"
+    )
+    first_token_ms: PositiveInt = Field(30_000, alias="firstTokenMs")
+    idle_ms: PositiveInt = Field(30_000, alias="idleMs")
 
 
 class Policy(BaseModel):
@@ -183,6 +198,7 @@ class Policy(BaseModel):
     scopes: Annotated[dict[ScopeName, ScopeLimits], Field(max_length=MAX_SCOPES)] = Field(
         default_factory=dict
     )
+    gateway: GatewayPolicy = Field(default_factory=GatewayPolicy)
 
     @field_validator("fallback_models")
     @classmethod

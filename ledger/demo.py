@@ -146,6 +146,8 @@ class DemoResult:
     calls_per_hour: int
     daily_ceiling_usd: float
     http_requests: int
+    gateway: str = ""
+    """The one gateway request the demo sends at the end, as one line."""
 
     def to_json(self) -> dict[str, Any]:
         """JSON shape printed by `ledger demo --json`."""
@@ -230,9 +232,10 @@ def run_demo(
             facts = totals(ledger.db, ledger.policy.calls_per_hour)
             status = build_status(ledger)
             text = render_text(status)
+            requests = len(standin.requests)  # the worker's
+            gateway = _gateway_line(ledger)  # after the worker's status: the demo ends with it
         finally:
             ledger.close()
-        requests = len(standin.requests)
     return DemoResult(
         home=str(path),
         kept=not discard,
@@ -244,4 +247,19 @@ def run_demo(
         calls_per_hour=int(DEMO_POLICY["callsPerHour"]),
         daily_ceiling_usd=float(DEMO_POLICY["dailyEstimatedUsd"]),
         http_requests=requests,
+        gateway=gateway,
     )
+
+
+GATEWAY_MODEL = "acme/swift-1"
+
+
+def _gateway_line(ledger: Ledger) -> str:
+    """One request through the gateway (SPEC section 19), as a job in any language would send
+    it; without the service extra (FastAPI), one line saying what to install."""
+    try:
+        from ledger.gateway.local import one_request
+    except ImportError:
+        return "the gateway needs the service extra: pip install 'ledger[serve]'"
+    shown = one_request(ledger, GATEWAY_MODEL, "demo-gateway", "Say hello as one JSON document.")
+    return shown.line(GATEWAY_MODEL)

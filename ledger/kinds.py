@@ -105,6 +105,7 @@ class FollowUp(StrEnum):
 
     FALLBACK = "fallback"  # another model
     CORRECTION = "correction"  # the same model, with a corrective prompt
+    RETRY = "retry"  # the same model once more, at interactive pace (R-GW-4)
 
 
 class AttemptRole(StrEnum):
@@ -114,3 +115,4 @@ class AttemptRole(StrEnum):
     FALLBACK = "fallback"
     CORRECTION = "correction"
     OVERRIDE = "override"
+    RETRY = "retry"  # the one same-model retry of an interactive (gateway) request, R-GW-4

@@ -223,6 +223,20 @@ POLICY_TABLE: Mapping[FailureKind, PolicyRow] = MappingProxyType({row.kind: row 
 
 
 @dataclass(frozen=True)
+class InteractivePace:
+    """R-GW-4: one gateway request's attempts run at interactive pace (None: the queue's pace).
+
+    `attempts_left` counts the attempts the request may still make after this one
+    (`gateway.maxAttemptsPerRequest` bounds them); `retried` says this model already had its one
+    same-model retry in the request."""
+
+    max_retry_wait_ms: int = 3000
+    retry_backoff_ms: int = 500
+    attempts_left: int = 3
+    retried: bool = False
+
+
+@dataclass(frozen=True)
 class FailureContext:
     """What the store reads inside the settle transaction before deciding."""
 
@@ -242,6 +256,8 @@ class FailureContext:
     existing_cooldowns: Mapping[tuple[CooldownScope, str], int] = field(default_factory=dict)
     # the recovery probes this attempt held (R-POL-9): target -> consecutive failed probes before
     probe_streaks: Mapping[tuple[CooldownScope, str], int] = field(default_factory=dict)
+    # R-GW-4: the gateway's interactive pace (None: the queue's pace, R-POL-4)
+    pace: InteractivePace | None = None
 
 
 @dataclass(frozen=True)
@@ -271,6 +287,8 @@ class Decision:
     use_correction: bool
     fallback: FallbackConstraint | None
     actions: tuple[str, ...]
+    retry_after_ms: int | None = None
+    """Interactive pace only: one retry on the same model is permitted after this wait."""
 
 
 def backoff_ms(step: int, jitter: Callable[[], float]) -> int:
@@ -304,9 +322,10 @@ def decide(ctx: FailureContext, jitter: Callable[[], float]) -> Decision:
         )
     actions: list[str] = []
     cooldowns = _cooldowns(ctx, row, actions)
+    pace = ctx.pace
 
     backoff_until = None
-    if row.sets_backoff:
+    if row.sets_backoff and pace is None:
         delay = backoff_ms(ctx.backoff_steps, jitter)
         backoff_until = ctx.now_ms + delay
         actions.append(
@@ -333,10 +352,21 @@ def decide(ctx: FailureContext, jitter: Callable[[], float]) -> Decision:
     if pause is not None:
         use_correction, fallback = False, None
         actions.append(f"source paused: {pause}")
-    if ctx.side_effects and (use_correction or fallback is not None):
-        use_correction, fallback = False, None
+    retry = None
+    if pace is not None and pause is None:
+        use_correction = False  # a passthrough request has no output contract to correct
+        retry = _interactive_retry(ctx, pace, jitter)
+        if retry is not None:
+            fallback = None
+        if pace.attempts_left <= 0:
+            retry, fallback = None, None
+            actions.append("no further attempt: the request used its attempts (R-GW-4)")
+    if ctx.side_effects and (use_correction or fallback is not None or retry is not None):
+        use_correction, fallback, retry = False, None, None
         actions.append("no fallback or correction: the attempt caused side effects (R-POL-7)")
-    if (ctx.was_follow_up or ctx.override) and (use_correction or fallback is not None):
+    if pace is None and (ctx.was_follow_up or ctx.override) and (
+        use_correction or fallback is not None
+    ):
         # a granted correction stays owed to the next queue item; nothing is immediate any more
         fallback = None
         actions.append(
@@ -344,8 +374,12 @@ def decide(ctx: FailureContext, jitter: Callable[[], float]) -> Decision:
             if ctx.override
             else "no immediate follow-up: this attempt was the item's one follow-up"
         )
+    if ctx.override and retry is not None:
+        retry = None
     if use_correction:
         actions.append("next attempt: one corrective prompt on the same model")
+    if retry is not None:
+        actions.append(f"interactive retry on the same model after {retry} ms (R-GW-4)")
     actions.append(f"{FALLBACK_PERMITTED}: {fallback}" if fallback else NO_FALLBACK)
 
     return Decision(
@@ -361,7 +395,35 @@ def decide(ctx: FailureContext, jitter: Callable[[], float]) -> Decision:
         use_correction=use_correction,
         fallback=fallback,
         actions=tuple(actions),
+        retry_after_ms=retry,
     )
+
+
+def _interactive_retry(
+    ctx: FailureContext, pace: InteractivePace, jitter: Callable[[], float]
+) -> int | None:
+    """R-GW-4: the wait before the one same-model retry, or None when the table acts at once.
+
+    A `transport` failure, or a `rate_limit` whose supplied wait is at most maxRetryWaitMs, is
+    retried once on the same model: after the supplied wait, else after a jittered backoff of at
+    most retryBackoffMs (a 429 without a wait is not retried: its wait is unknown). Never after
+    the model's one retry in this request, nor after a failed recovery probe (one call tests the
+    target, not the fleet)."""
+    c = ctx.classification
+    if c.kind not in (FailureKind.TRANSPORT, FailureKind.RATE_LIMIT) or pace.retried:
+        return None
+    if ctx.probe_streaks:
+        return None
+    hint = _hint_until(c, ctx.now_ms)
+    if hint is not None:
+        wait = max(0, hint - ctx.now_ms)
+    elif c.kind is FailureKind.TRANSPORT:
+        fraction = jitter()
+        fraction = min(max(fraction, 0.0), 1.0) if math.isfinite(fraction) else 0.0
+        wait = int(pace.retry_backoff_ms * (0.5 + 0.5 * fraction))
+    else:
+        return None
+    return wait if wait <= pace.max_retry_wait_ms else None
 
 
 def _cooldowns(

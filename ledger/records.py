@@ -107,6 +107,9 @@ class Success:
     finish: bool = False
     cache_write_tokens: int | None = None
     cache_read_tokens: int | None = None
+    usage_estimated: bool = False
+    """The call reported no usage (a stream without it, R-GW-5): settled at its estimate and
+    marked `usage_estimated`, never as free."""
 
     def __post_init__(self) -> None:
         """Usage is validated here, so the API refuses what the CLI refuses (never a raw error)."""
@@ -114,6 +117,8 @@ class Success:
         check_cost_usd(self.cost_usd)
         if not isinstance(self.finish, bool):
             raise UsageError("finish must be True or False")
+        if not isinstance(self.usage_estimated, bool):
+            raise UsageError("usage_estimated must be True or False")
 
 
 @dataclass(frozen=True)
@@ -159,6 +164,7 @@ class SettleResult:
     actions: tuple[str, ...] = ()
     fallback: str | None = None  # the FallbackConstraint permitted, if any
     use_correction: bool = False
+    retry_after_ms: int | None = None  # interactive pace: one same-model retry after this wait
     paused: str | None = None
     finished: bool = False
     cost_micro: int | None = None

@@ -25,7 +25,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, NamedTuple
 
-from ledger.standin_wire import anthropic_success, error_json, openai_success, request_problem
+from ledger.standin_wire import (
+    StreamEvent,
+    anthropic_stream,
+    anthropic_success,
+    error_json,
+    openai_stream,
+    openai_success,
+    request_problem,
+)
 
 SECRET_HEADERS = frozenset({"authorization", "x-api-key", "proxy-authorization", "cookie"})
 REDACTED = "<redacted>"
@@ -70,6 +78,27 @@ class Scripted:
     """The error body's `message` text (default `scripted error`), e.g. a marker for leak tests."""
     error_detail_code: str | None = None
     """Anthropic `error.details.error_code` (e.g. `enforced_spend_limit_reached` on a 429)."""
+    # ---- streams (a request with `stream: true`) and connection faults
+    reset: bool = False
+    """Close the connection before any status line: a TCP reset before headers."""
+    stream_pieces: int = 3
+    """Content events the text is split into."""
+    first_event_delay_s: float = 0.0
+    """Seconds after the headers before the first event (a slow first token)."""
+    event_delay_s: float = 0.0
+    """Seconds between events."""
+    cut_after: int | None = None
+    """Close the stream after this many content events (no finish reason): a cut."""
+    stall_after: int | None = None
+    """Stop sending after this many content events and keep the connection open: a stall."""
+    malformed_after: int | None = None
+    """Send a malformed event after this many content events."""
+    no_terminator: bool = False
+    """End the stream after its finish reason (and usage) without `[DONE]` / `message_stop`."""
+    no_usage: bool = False
+    """Leave usage out of the stream."""
+    tool_call: tuple[str, str] | None = None
+    """Answer with a call of this tool: (name, JSON arguments) (non-streaming replies)."""
 
 
 def _cache(reply: Scripted) -> tuple[int, int]:
@@ -100,6 +129,7 @@ class StandIn:
         }
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._closed_early = 0
         self._requests: list[ReceivedRequest] = []
         self._bodies: list[Any] = []
         self._port = port
@@ -199,6 +229,17 @@ class StandIn:
             self._bodies.append(body)
 
     @property
+    def closed_early(self) -> int:
+        """Replies the client closed before they were complete (R-GW-7 checks it)."""
+        with self._lock:
+            return self._closed_early
+
+    def note_closed_early(self) -> None:
+        """A client closed a reply before its end."""
+        with self._lock:
+            self._closed_early += 1
+
+    @property
     def stopping(self) -> threading.Event:
         """Set when the stand-in is shutting down."""
         return self._stop
@@ -245,6 +286,17 @@ class _Handler(BaseHTTPRequestHandler):
         reply = standin.next_reply(model)
         if reply.delay_s > 0 and standin.stopping.wait(reply.delay_s):
             return
+        if reply.reset:
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(2)
+            return
+        if isinstance(body, dict) and body.get("stream") is True and reply.status < 300:
+            try:
+                self._stream(reply, anthropic, model)
+            except (BrokenPipeError, ConnectionResetError, TimeoutError):
+                standin.note_closed_early()
+            return
         # The client may give up (its deadline, a bounded error read): that is expected.
         with contextlib.suppress(BrokenPipeError, ConnectionResetError, TimeoutError):
             self._reply(reply, anthropic, model)
@@ -281,12 +333,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(reply.status, document, extra)
         elif anthropic:
             document = anthropic_success(model, reply.text, reply.stop_reason, reply.input_tokens,
-                                         reply.output_tokens, cache=_cache(reply))  # fmt: skip
+                                         reply.output_tokens, cache=_cache(reply),
+                                         tool_call=reply.tool_call)  # fmt: skip
             self._send(reply.status, document, extra, cut=reply.cut_body)
         else:
             document = openai_success(model, reply.text, reply.stop_reason, reply.input_tokens,
                                       reply.output_tokens, reply.cost_usd,
-                                      cache=_cache(reply))  # fmt: skip
+                                      cache=_cache(reply), tool_call=reply.tool_call)  # fmt: skip
             self._send(reply.status, document, extra, cut=reply.cut_body)
 
     def _send(
@@ -312,6 +365,32 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data[: len(data) // 2] if cut else data)
         self.wfile.flush()
 
+    def _stream(self, reply: Scripted, anthropic: bool, model: str) -> None:
+        """Server-sent events in the path's format, with the reply's stream faults."""
+        build = anthropic_stream if anthropic else openai_stream
+        events = build(model, reply.text, reply.stop_reason, reply.input_tokens,
+                       reply.output_tokens, reply.stream_pieces)  # fmt: skip
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.flush()
+        stopping = self.server.standin.stopping
+        if reply.first_event_delay_s and stopping.wait(reply.first_event_delay_s):
+            return
+        for event in _faulted(events, reply):
+            if event is _STALL:
+                stopping.wait(600)
+                return
+            if event is _CUT:
+                return
+            self.wfile.write(event[1])
+            self.wfile.flush()
+            if reply.event_delay_s and stopping.wait(reply.event_delay_s):
+                return
+        self.wfile.write(b"")  # the end: the connection closes after this
+
     def _trickle(self, reply: Scripted, extra: Sequence[tuple[str, str]]) -> None:
         """An error body one byte at a time, (nearly) endless, until the client or stop ends it."""
         status = reply.status if reply.status >= 300 else 503
@@ -330,3 +409,45 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             if stopping.wait(reply.trickle_interval_s):
                 return
+
+
+_STALL: StreamEvent = ("stall", b"")
+_CUT: StreamEvent = ("cut", b"")
+_MALFORMED = b"data: {this is not json\n\n"
+
+
+def _faulted(events: Sequence[StreamEvent], reply: Scripted) -> list[StreamEvent]:
+    """The events as the reply's faults have them: cut, stalled, malformed, unterminated."""
+    out: list[StreamEvent] = []
+    content = 0
+    for role, data in events:
+        if role == "usage" and reply.no_usage:
+            continue
+        if role == "terminator" and reply.no_terminator:
+            continue
+        if role in ("content", "finish"):
+            if reply.cut_after is not None and content >= reply.cut_after:
+                return [*out, _CUT]
+            if reply.stall_after is not None and content >= reply.stall_after:
+                return [*out, _STALL]
+            if reply.malformed_after is not None and content == reply.malformed_after:
+                out.append(("content", _MALFORMED))
+                return [*out, _CUT]
+        if role == "content":
+            content += 1
+        if role == "finish" and reply.no_usage:
+            data = _without_usage(data)
+        out.append((role, data))
+    return out
+
+
+def _without_usage(data: bytes) -> bytes:
+    """An Anthropic message_delta without its usage (OpenAI's usage is a chunk of its own)."""
+    head, _, payload = data.partition(b"data: ")
+    try:
+        document = json.loads(payload)
+    except ValueError:
+        return data
+    if isinstance(document, dict):
+        document.pop("usage", None)
+    return head + b"data: " + json.dumps(document).encode() + b"\n\n"

@@ -7,6 +7,7 @@ official SDKs' own types (checked by tests/test_standin_sdk.py). Pure functions,
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -139,8 +140,10 @@ def openai_success(
     cost_usd: float | None = None,
     *,
     cache: tuple[int, int] = (0, 0),
+    tool_call: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A chat.completion object; `prompt_tokens` includes the cached (`cache`: written, read)."""
+    """A chat.completion object; `prompt_tokens` includes the cached (`cache`: written, read);
+    `tool_call` (name, JSON arguments) makes it a tool call."""
     written, read = cache
     prompt = input_tokens + written + read
     details: dict[str, Any] = {"cached_tokens": read, "audio_tokens": 0}
@@ -162,9 +165,9 @@ def openai_success(
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": text, "refusal": None},
+                "message": _openai_message(text, tool_call),
                 "logprobs": None,
-                "finish_reason": stop_reason or "stop",
+                "finish_reason": stop_reason or ("tool_calls" if tool_call else "stop"),
             }
         ],
         "usage": usage,
@@ -179,16 +182,22 @@ def anthropic_success(
     output_tokens: int,
     *,
     cache: tuple[int, int] = (0, 0),
+    tool_call: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A messages `message` object; `input_tokens` leaves out the cache (written, read)."""
+    """A messages `message` object; `input_tokens` leaves out the cache (written, read);
+    `tool_call` (name, JSON arguments) adds a tool_use block."""
     written, read = cache
+    content: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    if tool_call is not None:
+        content.append({"type": "tool_use", "id": TOOL_CALL_ID, "name": tool_call[0],
+                        "input": json.loads(tool_call[1])})  # fmt: skip
     return {
         "id": "msg_standin",
         "type": "message",
         "role": "assistant",
         "model": model,
-        "content": [{"type": "text", "text": text}],
-        "stop_reason": stop_reason or "end_turn",
+        "content": content,
+        "stop_reason": stop_reason or ("tool_use" if tool_call else "end_turn"),
         "stop_sequence": None,
         "usage": {
             "input_tokens": input_tokens,
@@ -201,3 +210,84 @@ def anthropic_success(
             },
         },
     }
+
+
+TOOL_CALL_ID = "call_standin_1"
+
+
+def _openai_message(text: str, tool_call: tuple[str, str] | None) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
+    if tool_call is not None:
+        message["tool_calls"] = [{"id": TOOL_CALL_ID, "type": "function",
+                                  "function": {"name": tool_call[0], "arguments": tool_call[1]}}]
+    return message
+
+
+def _pieces(text: str, count: int) -> list[str]:
+    """`text` in `count` nearly equal pieces (at least one, none empty unless text is)."""
+    count = max(1, min(count, len(text) or 1))
+    size = -(-len(text) // count) if text else 1
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def _sse(data: Any, event: str | None = None) -> bytes:
+    line = f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n"
+    return (f"event: {event}\n" + line).encode() if event else line.encode()
+
+
+StreamEvent = tuple[str, bytes]
+"""(role, bytes): role is `preamble`, `content`, `finish`, `usage` or `terminator`."""
+
+
+def openai_stream(
+    model: str, text: str, stop_reason: str | None, input_tokens: int, output_tokens: int,
+    pieces: int = 3,
+) -> list[StreamEvent]:
+    """A chat.completion.chunk stream with `stream_options.include_usage` (usage chunk last)."""
+    base = {"id": "chatcmpl-standin", "object": "chat.completion.chunk",
+            "created": int(time.time()), "model": model}  # fmt: skip
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return {**base, "choices": [choice]}
+
+    events: list[StreamEvent] = [("preamble", _sse(chunk({"role": "assistant", "content": ""})))]
+    events += [("content", _sse(chunk({"content": p}))) for p in _pieces(text, pieces)]
+    events.append(("finish", _sse(chunk({}, stop_reason or "stop"))))
+    usage = {"prompt_tokens": input_tokens, "completion_tokens": output_tokens,
+             "total_tokens": input_tokens + output_tokens}  # fmt: skip
+    events.append(("usage", _sse({**base, "choices": [], "usage": usage})))
+    events.append(("terminator", _sse("[DONE]")))
+    return events
+
+
+def anthropic_stream(
+    model: str, text: str, stop_reason: str | None, input_tokens: int, output_tokens: int,
+    pieces: int = 3,
+) -> list[StreamEvent]:
+    """A messages event stream: message_start … message_stop, usage in start and delta."""
+    message: dict[str, Any] = {
+        "id": "msg_standin", "type": "message", "role": "assistant", "model": model,
+        "content": [], "stop_reason": None, "stop_sequence": None,
+        "usage": {"input_tokens": input_tokens, "output_tokens": 1},
+    }  # fmt: skip
+    events: list[StreamEvent] = [
+        ("preamble", _sse({"type": "message_start", "message": message}, "message_start")),
+        ("preamble", _sse({"type": "content_block_start", "index": 0,
+                           "content_block": {"type": "text", "text": ""}},
+                          "content_block_start")),
+        ("preamble", _sse({"type": "ping"}, "ping")),
+    ]  # fmt: skip
+    for piece in _pieces(text, pieces):
+        delta = {"type": "content_block_delta", "index": 0,
+                 "delta": {"type": "text_delta", "text": piece}}  # fmt: skip
+        events.append(("content", _sse(delta, "content_block_delta")))
+    events.append(
+        ("content", _sse({"type": "content_block_stop", "index": 0}, "content_block_stop"))
+    )
+    finish = {"type": "message_delta",
+              "delta": {"stop_reason": stop_reason or "end_turn", "stop_sequence": None},
+              "usage": {"output_tokens": output_tokens}}  # fmt: skip
+    events.append(("finish", _sse(finish, "message_delta")))
+    events.append(("terminator", _sse({"type": "message_stop"}, "message_stop")))
+    return events

@@ -75,6 +75,7 @@ from ledger.errors import (
     StoreError,
     UsageError,
 )
+from ledger.follow_up import plan_follow_up
 from ledger.heartbeat import LeaseHeartbeat
 from ledger.kinds import AttemptRole, FailureKind, RefusalReason
 from ledger.providers.base import CallRequest, Message, ProviderResponse
@@ -624,25 +625,21 @@ def _second_attempt(
         return None
     if not ledger.renew(claim.source_id, claim.worker_id):
         return None  # the lease was lost: another worker may hold the source now
-    failed_model = first.report.model
-    if settled.use_correction:
-        return _attempt(
-            ledger, claim, handler, stopper, route=failed_model, role=AttemptRole.CORRECTION,
-            size=size, correction_reason=settled.reason or settled.subkind,
-            after=settled.reservation_id,
-        )
-    selection = ledger.select(
-        claim.source_id,
-        input_bytes=size,
-        after_failure=FailureKind(settled.kind) if settled.kind else None,
-        failed_model=failed_model,
-        tried=frozenset({failed_model}),
+    plan = plan_follow_up(
+        settled,
+        first.report.model,
+        frozenset(),
+        lambda kind, failed, tried: ledger.select(
+            claim.source_id, input_bytes=size, after_failure=kind, failed_model=failed,
+            tried=tried,
+        ).routes,
     )
-    if not selection.routes:
+    if plan is None:
         return None
     return _attempt(
-        ledger, claim, handler, stopper, route=selection.routes[0], role=AttemptRole.FALLBACK,
-        size=size, fallback_from=failed_model, after=settled.reservation_id,
+        ledger, claim, handler, stopper, route=plan.route, role=plan.role, size=size,
+        correction_reason=plan.correction_reason, fallback_from=plan.fallback_from,
+        after=plan.after,
     )
 
 

@@ -20,6 +20,7 @@ from ledger.api import Ledger
 from ledger.classify import Classification
 from ledger.errors import LedgerError, NotFoundError, UsageError
 from ledger.kinds import AttemptRole, FailureKind
+from ledger.policy_table import InteractivePace
 from ledger.records import Cancelled, Failed, Success
 from tests.conftest import LedgerFactory
 
@@ -177,7 +178,9 @@ VALID: dict[str, dict[str, Any]] = {
     "reserve_step": {"source": "s9", "model": "alpha/small", "input_bytes": 10, "text": None,
                      "request_id": None, "override": False, "role": AttemptRole.PRIMARY,
                      "fallback_from": None, "after": None, "scopes": ()},
-    "settle_step": {"reservation_id": None, "outcome": Cancelled(), "overran": False},
+    "settle_step": {
+        "reservation_id": None, "outcome": Cancelled(), "overran": False, "pace": None,
+    },
     "write_steps": {"steps": []},
     "evolve": {"source": "s9", "model": "alpha/small", "input_bytes": 0},
     "evolve_step": {"source": "s9", "model": "alpha/small", "input_bytes": 0},
@@ -214,6 +217,7 @@ TYPES: dict[str, tuple[type, ...]] = {
     "worker_id": (str,), "checked_before": (int,), "cover_until_ms": (int,),
     "unpaused": (bool,), "batch": (int,), "steps": (list, tuple),
     "scopes": (list, tuple, set, frozenset),
+    "pace": (InteractivePace, type(None)),  # R-GW-4: the gateway's interactive pace
 }
 
 

@@ -127,7 +127,8 @@ def test_issue15_item1_demo_keeps_its_state_and_prints_the_follow_up_commands(
     # the printed follow-up shows the demo's ledger, not an empty one
     after = CliRunner().invoke(cli, ["--home", str(home), "status", "--json"])
     assert after.exit_code == 0, after.output
-    assert sum(json.loads(after.output)["sources"]["counts"].values()) == 3
+    # the three sources, and the source of the demo's one gateway request (SPEC section 19)
+    assert sum(json.loads(after.output)["sources"]["counts"].values()) == 3 + 1
     shown = CliRunner().invoke(cli, ["--home", str(home), "source", "show", "demo-02"])
     assert shown.exit_code == 0, shown.output
 
@@ -202,3 +203,11 @@ def test_issue15_item2_summary_printed_once_on_a_terminal(tmp_path: Path) -> Non
     assert out.count("[worker] ") == 1
     assert b"[worker] " in seen  # the progress line was drawn on the terminal ...
     assert seen.rstrip(b" ").endswith(b"\r")  # ... and erased at the end
+
+
+def test_r_gw_demo_ends_with_one_gateway_request_shown() -> None:
+    result = CliRunner().invoke(cli, ["demo", "--discard", "--sources", "3"])
+    assert result.exit_code == 0, result.output
+    last = [line for line in result.output.splitlines() if line.startswith("[demo] gateway:")]
+    assert len(last) == 1
+    assert "POST /openai/v1/chat/completions model=acme/swift-1 -> 200, answered by" in last[0]

@@ -58,6 +58,8 @@ def demo(
     click.echo(f"$ {follow_up(result, 'status')}" if result.kept else "$ ledger status")
     click.echo(result.status_text)
     click.echo("")
+    if result.gateway:  # the demo ends with one request through the gateway (SPEC section 19)
+        click.echo(f"[demo] gateway: {result.gateway}")
     for line in next_steps(result):
         click.echo(line)
 

@@ -152,6 +152,8 @@ def _attempt_row(a: dict[str, Any]) -> tuple[str, ...]:
     What each failure permitted is in `--json` (`permits`); the text keeps to 100 columns.
     """
     role = next((t for t in ("fallback", "correction", "override") if a[t]), "")
+    if a.get("role") == "retry":  # the gateway's one same-model retry (R-GW-4)
+        role = "retry"
     if a["after"] is not None:
         role = f"{role} after #{a['after']}"
     role = " ".join(filter(None, (role, "LATE" if a["late"] else "")))

@@ -25,6 +25,7 @@ import anyio
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ledger import gateway
 from ledger.api import Ledger
 from ledger.service import admin, calls, ops, page_routes, queue_routes
 from ledger.service.db_watch import DatabaseWatch
@@ -75,7 +76,8 @@ def create_app(
     app.state.metrics.in_progress.set_function(app.state.group.in_progress)
     path = ledger.state.db_path if ledger.db.is_sqlite else None
     app.state.db_watch = DatabaseWatch(path, ledger.db.dispose, announce)
-    for router in (calls.router, admin.router, queue_routes.router, ops.router, page_routes.router):
+    routers = (calls.router, admin.router, queue_routes.router, ops.router, page_routes.router)
+    for router in (*routers, gateway.router):
         app.include_router(router)
     install(app)
     app.add_middleware(
@@ -113,6 +115,9 @@ class Gate:
         self.token_hint = token_hint
         self.authenticated = authenticated
         self.sessions = PageSessions()
+        self.gateway = gateway.GatewayGate(
+            app, token=token, draining=draining, authenticated=authenticated
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -137,6 +142,9 @@ class Gate:
                 scope = {**scope, "method": "GET"}
             if _is_sign_in(scope):
                 await self._sign_in(scope, receive, counted)
+                return
+            if gateway.format_of(scope) is not None:  # its own auth, body bound and error shape
+                await self.gateway(scope, receive, counted)
                 return
             refusal = self._refusal(scope)
             if refusal == 401:

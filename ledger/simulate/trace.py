@@ -26,7 +26,7 @@ NonNegative = Annotated[int, Field(ge=0, le=10**13)]
 Token = Annotated[str, Field(pattern=_WORD)]
 ModelKey = Annotated[str, Field(pattern=_MODEL_KEY)]
 # Literals, not enums: trace files are validated strictly from JSON (`ledger.validation`).
-Role = Literal["primary", "fallback", "correction", "override"]
+Role = Literal["primary", "fallback", "correction", "override", "retry"]
 Status = Literal["open", "succeeded", "failed", "cancelled", "expired"]
 Kind = Literal[
     "auth", "quota", "rate_limit", "transport", "request_rejected", "invalid_output", "safety",

@@ -17,6 +17,7 @@ from ledger.catalog import Catalog
 from ledger.config import Policy
 from ledger.errors import LedgerError, NotFoundError, Refused, UsageError
 from ledger.kinds import CooldownOrigin, CooldownScope, SourceState
+from ledger.policy_table import InteractivePace
 from ledger.records import Outcome, Reservation, SettleResult, SourceStateChange
 from ledger.store import probes
 from ledger.store import reservations as res_ops
@@ -68,11 +69,17 @@ class Store:
             )
 
     def settle_step(
-        self, catalog: Catalog, reservation_id: int, outcome: Outcome, *, overran: bool = False
+        self,
+        catalog: Catalog,
+        reservation_id: int,
+        outcome: Outcome,
+        *,
+        overran: bool = False,
+        pace: InteractivePace | None = None,
     ) -> Step[SettleResult]:
-        """`settle` as one step of a group commit (R-SRV-3)."""
+        """`settle` as one step of a group commit (R-SRV-3); `pace` as in R-GW-4."""
         return Step(lambda conn, now: res_ops.settle(
-            conn, now, catalog, reservation_id, outcome, self.jitter, overran=overran))
+            conn, now, catalog, reservation_id, outcome, self.jitter, overran=overran, pace=pace))
 
     def write_steps(self, steps: Sequence[Step[Any]]) -> list[Answered[Any]]:
         """Steps in arrival order, in one write transaction, each as if alone (group commit)."""

@@ -39,7 +39,7 @@ from ledger.kinds import (
     RefusalReason,
     SourceState,
 )
-from ledger.policy_table import Decision, FailureContext, decide
+from ledger.policy_table import Decision, FailureContext, InteractivePace, decide
 from ledger.records import Cancelled, Failed, Outcome, Reservation, SettleResult, Success
 from ledger.routing import pools
 from ledger.routing.chains import primary_key
@@ -258,8 +258,10 @@ def _permitted_follow_up(
     if failed is None or failed.source_id != request.source_id:
         # a typo must not silently turn into a plain reservation: bad input, nothing written
         raise UsageError("after names no reservation of this source")
-    if failed.status != AttemptStatus.FAILED.value or failed.after_id is not None:
+    if failed.status != AttemptStatus.FAILED.value:
         return None
+    if failed.after_id is not None and failed.follow_up is None:
+        return None  # a follow-up permits another only at interactive pace (stored then, R-GW-4)
     if now > failed.deadline_ms + FOLLOW_UP_GRACE_MS or _released_since(conn, failed):
         return None
     newest = conn.execute(_NEWEST_OF_SOURCE, {"source_id": request.source_id}).scalar()
@@ -270,6 +272,8 @@ def _permitted_follow_up(
         return _Role(AttemptRole.CORRECTION, after_id=after_id)
     if failed.follow_up == FollowUp.FALLBACK.value and not same_model:
         return _Role(AttemptRole.FALLBACK, str(failed.model_key), after_id)
+    if failed.follow_up == FollowUp.RETRY.value and same_model:
+        return _Role(AttemptRole.RETRY, after_id=after_id)
     return None
 
 
@@ -317,6 +321,8 @@ def _checked_role(
         raise UsageError("a correction must repeat a model this source already used")
     if request.role is AttemptRole.OVERRIDE:
         raise UsageError("an override is asked for with override=True")
+    if request.role is AttemptRole.RETRY:
+        raise UsageError("a retry follows the failed reservation it names with after=")
     if request.fallback_from is not None:
         raise UsageError("fallback_from goes with role=fallback")
     return _Role(request.role), False
@@ -388,6 +394,7 @@ def _reserve_model(
         override=request.override,
         immediate=immediate,
         primary=_primary(conn, policy, request, source),
+        retry=recorded.role is AttemptRole.RETRY,
     )
     if isinstance(verdict, budgets.Refusal):
         ceiling = budgets.ceiling_micro(policy)
@@ -659,8 +666,11 @@ def settle(
     jitter: Callable[[], float],
     *,
     overran: bool = False,
+    pace: InteractivePace | None = None,
 ) -> SettleResult:
     """Record an outcome and apply the policy table, inside the caller's write transaction.
+
+    `pace`: the attempt belongs to a gateway request at interactive pace (R-GW-4).
 
     `overran`: the caller saw the deadline pass on its own clock (the call's elapsed time from
     the reservation, R-HTTP-3); the attempt is then `late` even if ledger time says otherwise.
@@ -700,7 +710,7 @@ def settle(
             actions=("cancelled: no failure added; the reservation still counts", *probe_actions),
             cost_micro=row.cost_micro,
         )
-    return _settle_failure(conn, now, row, model, outcome, late, base, jitter)
+    return _settle_failure(conn, now, row, model, outcome, late, base, jitter, pace)
 
 
 def _usage(model: Model | None, outcome: Success | Failed) -> dict[str, int | None]:
@@ -747,6 +757,7 @@ def _settle_success(
             **usage,
             "cost_micro": cost,
             **base,
+            **({"subkind": "usage_estimated"} if outcome.usage_estimated else {}),
         },
     )
     _cost_changed(conn, row, cost)
@@ -807,6 +818,7 @@ def _settle_failure(
     late: bool,
     base: dict[str, object],
     jitter: Callable[[], float],
+    pace: InteractivePace | None = None,
 ) -> SettleResult:
     r = row._mapping
     cls = outcome.classification
@@ -844,6 +856,7 @@ def _settle_failure(
             override=r["role"] == AttemptRole.OVERRIDE.value,
             existing_cooldowns=existing,
             probe_streaks=held,
+            pace=pace,
         ),
         jitter,
     )
@@ -855,6 +868,8 @@ def _settle_failure(
     immediate = r["after_id"] is None and r["role"] != AttemptRole.OVERRIDE.value
     if decision.use_correction and immediate:
         follow_up = FollowUp.CORRECTION.value
+    elif decision.retry_after_ms is not None:
+        follow_up = FollowUp.RETRY.value
     elif decision.fallback is not None:
         follow_up = FollowUp.FALLBACK.value
     conn.execute(
@@ -914,6 +929,7 @@ def _settle_failure(
         actions=tuple(actions),
         fallback=None if decision.fallback is None else decision.fallback.value,
         use_correction=decision.use_correction,
+        retry_after_ms=decision.retry_after_ms,
         paused=pause_reason,
         cost_micro=cost,
     )

@@ -1,0 +1,217 @@
+"""Figure `gateway` (SPEC section 19): the gateway against the same call straight to the stand-in,
+side by side in one run.
+
+- overhead = (gateway call - the same call straight to the stand-in), p50 at concurrency 1, ÷ the
+  in-process reserve+settle cycle (≤ 2.0: the gateway costs little more than the two durable
+  commits it must make);
+- at 16 concurrent streaming clients (each alternating a gateway stream and the same stream
+  direct, one overhead per pair), the overhead's p99 ≤ 4 x its p50;
+- time to first byte of a stream through the gateway - direct, p50 (≤ one in-process reserve
+  + 2 ms);
+- LiteLLM's proxy beside it, when `litellm[proxy]` is installed (else the row says so).
+
+Invariant: the service is a real `ledger serve` subprocess over TCP on its own state directory;
+the upstream is the stand-in; budgets are large enough that nothing is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.common import (
+    Row,
+    Settings,
+    Stats,
+    bench_policy,
+    ledger_cycle,
+    make_home,
+    ms,
+    open_ledger,
+    per_cycle,
+    ratio_row,
+    time_row,
+)
+from bench.contention import percentile
+from ledger.standin import Scripted, StandIn
+from tests.gateway_setup import gateway_catalog
+from tests.serving import running
+
+OVERHEAD_TARGET = 2.0
+TAIL_TARGET = 4.0
+TTFB_SLACK_S = 0.002
+CLIENTS = 16
+BODY: dict[str, Any] = {"model": "acme/a1", "messages": [{"role": "user", "content": "hello"}]}
+
+
+def _direct_body(stream: bool) -> dict[str, Any]:
+    # what the gateway sends upstream for BODY: the route's id and the reply allowance
+    body: dict[str, Any] = {**BODY, "model": "a1", "max_tokens": 4096}
+    if stream:
+        body |= {"stream": True, "stream_options": {"include_usage": True}}
+    return body
+
+
+def _timed_post(client: httpx.Client, url: str, body: dict[str, Any]) -> float:
+    t0 = time.perf_counter()
+    answer = client.post(url, json=body)
+    answer.raise_for_status()
+    return time.perf_counter() - t0
+
+
+def _timed_stream(client: httpx.Client, url: str, body: dict[str, Any]) -> tuple[float, float]:
+    """(time to the first body byte, total time) of one streaming request."""
+    t0 = time.perf_counter()
+    first = 0.0
+    with client.stream("POST", url, json=body) as answer:
+        answer.raise_for_status()
+        for _ in answer.iter_bytes():
+            if not first:
+                first = time.perf_counter() - t0
+    return first, time.perf_counter() - t0
+
+
+def _in_process_cycle(root: Path, settings: Settings) -> tuple[float, float]:
+    """Median seconds of one in-process reserve+settle cycle, and of one reserve alone."""
+    ledger = open_ledger(make_home(root, "gw-inproc"))
+    try:
+        per_cycle(lambda i: ledger_cycle(ledger, i), 0, 10)
+        cycles = [
+            per_cycle(lambda i: ledger_cycle(ledger, i), 10 + r * 20, 20)
+            for r in range(settings.runs)
+        ]
+        reserves = []
+        for r in range(settings.runs):
+            t0 = time.perf_counter()
+            for i in range(10):
+                ledger.reserve(f"r-{r}-{i}", "alpha/m0", input_bytes=2000)
+            reserves.append((time.perf_counter() - t0) / 10)
+    finally:
+        ledger.close()
+    return statistics.median(cycles), statistics.median(reserves)
+
+
+def _concurrently(
+    n: int, fn: Callable[[httpx.Client], list[float]], headers: dict[str, str]
+) -> list[float]:
+    out: list[float] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(n)
+
+    def one() -> None:
+        with httpx.Client(headers=headers, timeout=60) as client:
+            barrier.wait()
+            got = fn(client)
+        with lock:
+            out.extend(got)
+
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def run(root: Path, settings: Settings) -> list[Row]:
+    """All gateway figures against one service and one stand-in."""
+    cycle_s, reserve_s = _in_process_cycle(root, settings)
+    calls = 20 if settings.quick else 200
+    per_client = 3 if settings.quick else 20
+    answer = Scripted(text="a short answer", stream_pieces=4)
+    with (
+        tempfile.TemporaryDirectory(prefix="ledger-gw-") as short,
+        StandIn(default=answer) as standin,
+    ):
+        home = Path(short) / "gw"
+        home.mkdir(mode=0o700)
+        (home / "catalog.json").write_text(json.dumps(gateway_catalog(standin)))
+        (home / "recovery.json").write_text(json.dumps(bench_policy().to_json()))
+        with running(home, "--listen", "127.0.0.1:0") as served:
+            assert served.url is not None
+            auth = {"authorization": f"Bearer {served.token}"}
+            gw_url = served.url + "/openai/v1/chat/completions"
+            direct_url = standin.base_url_openai + "/chat/completions"
+            over: list[float] = []
+            with httpx.Client(headers=auth, timeout=60) as client:
+                for _ in range(5):  # warm both paths
+                    _timed_post(client, gw_url, BODY)
+                    _timed_post(client, direct_url, _direct_body(False))
+                for _ in range(calls):
+                    gw = _timed_post(client, gw_url, BODY)
+                    direct = _timed_post(client, direct_url, _direct_body(False))
+                    over.append(gw - direct)
+                ttfb: list[float] = []
+                for _ in range(calls // 2):
+                    g_first, _ = _timed_stream(client, gw_url, {**BODY, "stream": True})
+                    d_first, _ = _timed_stream(client, direct_url, _direct_body(True))
+                    ttfb.append(g_first - d_first)
+            streaming = {**BODY, "stream": True}
+
+            def pairs(c: httpx.Client) -> list[float]:
+                # each client alternates: gateway, then the same call direct; one overhead a pair
+                return [
+                    _timed_stream(c, gw_url, streaming)[1]
+                    - _timed_stream(c, direct_url, _direct_body(True))[1]
+                    for _ in range(per_client)
+                ]
+
+            many = _concurrently(CLIENTS, pairs, auth)
+    p50 = percentile(over, 0.5)
+    ratio = Stats.of([p50 / cycle_s])
+    tail50, tail99 = percentile(many, 0.5), percentile(many, 0.99)
+    tail = Stats.of([tail99 / tail50]) if tail50 > 0 else Stats.of([float("inf")])
+    ttfb_p50 = percentile(ttfb, 0.5)
+    return [
+        time_row("gateway: overhead p50 at concurrency 1 (gateway - direct)", Stats.of([p50])),
+        time_row("gateway: in-process reserve+settle cycle", Stats.of([cycle_s])),
+        ratio_row(
+            "gateway: overhead p50 / in-process reserve+settle cycle",
+            ratio,
+            f"<= {OVERHEAD_TARGET:.1f}",
+            ratio.median <= OVERHEAD_TARGET,
+            note=f"n={calls}",
+        ),
+        ratio_row(
+            f"gateway: {CLIENTS} streaming clients, overhead p99 / p50",
+            tail,
+            f"<= {TAIL_TARGET:.0f}",
+            tail.median <= TAIL_TARGET,
+            note=f"overhead p50 {ms(tail50)}, p99 {ms(tail99)}",
+        ),
+        Row(
+            "gateway: time to first byte, gateway - direct (p50)",
+            ms(ttfb_p50),
+            "",
+            f"<= reserve {ms(reserve_s)} + 2 ms",
+            ttfb_p50 <= reserve_s + TTFB_SLACK_S,
+        ),
+        _litellm_row(),
+    ]
+
+
+def _litellm_row() -> Row:
+    try:
+        import litellm  # type: ignore[import-not-found]  # noqa: F401
+    except ImportError:
+        return Row(
+            "gateway: LiteLLM proxy overhead, same run",
+            "skipped",
+            "",
+            note="litellm[proxy] cannot be installed here (not on this "
+            "machine's package index); ledger's overhead not compared",
+        )
+    return Row(
+        "gateway: LiteLLM proxy overhead, same run",
+        "not measured",
+        "",
+        note="litellm is installed but the proxy run is not built yet",
+    )

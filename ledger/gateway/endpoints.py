@@ -1,0 +1,225 @@
+"""The gateway's routes (R-GW-1): `POST /openai/v1/chat/completions`, `GET /openai/v1/models`,
+`POST /anthropic/v1/messages`, mounted by the service on the same listeners as `/v1`.
+
+Each route parses and checks the caller's body (a 4xx in the caller's format, nothing upstream),
+then hands it to the request loop (loop.py) or, for `stream: true`, to stream.py. Bodies are never
+logged or stored; error answers hold fixed text only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import httpx
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from ledger.api import Ledger
+from ledger.arguments import check_request_id, check_source_id
+from ledger.errors import LedgerError, UsageError
+from ledger.gateway import loop, routing
+from ledger.gateway.errors import GatewayError
+from ledger.gateway.gate import KEY_STATE
+from ledger.gateway.metrics import GatewayMetrics
+from ledger.gateway.sse import Malformed
+from ledger.gateway.stream import serve_stream
+from ledger.gateway.translate import reply_for, translatable
+from ledger.gateway.upstream import MALFORMED, Reply, call
+from ledger.gateway.wire import Format, answer_model, caller_problem, error_document
+
+router = APIRouter(include_in_schema=False)
+
+SOURCE_HEADER = "x-ledger-source"
+PACE_HEADER = "x-ledger-pace"
+BAD_JSON = "the body is not valid JSON"
+BAD_SOURCE = "X-Ledger-Source must be a source id (1-200 printable characters)"
+MAX_KEY = 190  # later attempts carry it with `#N` (R-RES-10a request ids hold 200)
+BAD_KEY = "Idempotency-Key must be 1-190 printable characters"
+BAD_PACE = "X-Ledger-Pace must be `interactive` or `background`"
+
+
+def error_answer(fmt: Format, error: GatewayError) -> JSONResponse:
+    """A gateway error in the caller's format (R-GW-6); 429s carry Retry-After when known."""
+    headers: dict[str, str] = {}
+    if error.retry_after_s is not None:
+        headers["retry-after"] = str(error.retry_after_s)
+    if error.attempts:
+        headers["x-ledger-attempts"] = str(error.attempts)
+    document = error_document(fmt, error.status, error.code, error.message)
+    return JSONResponse(document, status_code=error.status, headers=headers)
+
+
+def context_of(request: Request, template: str) -> loop.Context:
+    """The service's ledger, group committer, upstream client and gateway metrics (the last two
+    made on first use, on the event loop, so never twice)."""
+    state = request.app.state
+    client = getattr(state, "gateway_client", None)
+    if client is None:
+        client = httpx.AsyncClient(
+            timeout=httpx.Timeout(None),
+            follow_redirects=False,
+            trust_env=False,
+            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100),
+        )
+        state.gateway_client = client
+    return loop.Context(state.ledger, state.group, client, metrics_of(request), template)
+
+
+def metrics_of(request: Request) -> GatewayMetrics | None:
+    """The gateway's series in the service's registry (None when the app keeps no metrics)."""
+    state = request.app.state
+    found = getattr(state, "gateway_metrics", None)
+    if found is None and hasattr(state, "metrics"):
+        found = state.gateway_metrics = GatewayMetrics(state.metrics.registry)
+    return found
+
+
+@router.get("/openai/v1/models")
+async def openai_models(request: Request) -> JSONResponse:
+    """The catalog's models as OpenAI model objects (ids are model keys)."""
+    ledger: Ledger = request.app.state.ledger
+    data = [
+        {"id": m.key, "object": "model", "created": 0, "owned_by": m.provider}
+        for m in ledger.catalog.models
+    ]
+    return JSONResponse({"object": "list", "data": data})
+
+
+OPENAI_CHAT = "/openai/v1/chat/completions"
+ANTHROPIC_MESSAGES = "/anthropic/v1/messages"
+
+
+@router.post(OPENAI_CHAT)
+async def openai_chat(request: Request) -> Response:
+    """An OpenAI chat completion through the ledger (R-GW-2)."""
+    return await _serve(request, Format.OPENAI)
+
+
+@router.post(ANTHROPIC_MESSAGES)
+async def anthropic_messages(request: Request) -> Response:
+    """An Anthropic message through the ledger (R-GW-2)."""
+    return await _serve(request, Format.ANTHROPIC)
+
+
+async def _serve(request: Request, fmt: Format) -> Response:
+    template = OPENAI_CHAT if fmt is Format.OPENAI else ANTHROPIC_MESSAGES
+    ctx = context_of(request, template)
+    answer = await _answer(request, fmt, ctx)
+    if ctx.metrics is not None:
+        ctx.metrics.request(template, _outcome(answer.status_code))
+    return answer
+
+
+def _outcome(status: int) -> str:
+    if status < 300:
+        return "answered"
+    if status == 429:
+        return "refused"
+    return "bad_request" if status < 500 and status != 408 else "failed"
+
+
+async def _answer(request: Request, fmt: Format, ctx: loop.Context) -> Response:
+    try:
+        body, gw_request, background = _parse(request, ctx.ledger, fmt, await request.body())
+        if body.get("stream") is True:
+            return await serve_stream(ctx, gw_request, body, background, request)
+        answered = await _unless_disconnected(
+            request, lambda: loop.run(ctx, gw_request, body, call_exchange, background=background)
+        )
+        if answered is None:  # the caller left: upstream closed, the attempt settled cancelled
+            return Response(status_code=499)
+    except GatewayError as error:
+        return error_answer(fmt, error)
+    except UsageError as error:  # fixed text by construction (never a value)
+        return error_answer(fmt, GatewayError(400, "bad_request", str(error)))
+    except LedgerError as error:  # busy or unreadable database: retry later
+        return error_answer(fmt, GatewayError(503, "unavailable", type(error).__doc__ or "busy"))
+    document = answered.document
+    assert document is not None
+    return JSONResponse(answer_model(document, answered.attempt.route),
+                        headers=answered.attempt.headers())  # fmt: skip
+
+
+async def _unless_disconnected(
+    request: Request, work: Callable[[], Awaitable[loop.Answered]]
+) -> loop.Answered | None:
+    """The request loop's answer, or None when the caller disconnected first (R-GW-7): the loop
+    is cancelled, which closes the upstream request and settles its attempt `cancelled`."""
+    result: loop.Answered | None = None
+    error: Exception | None = None
+    async with anyio.create_task_group() as group:
+
+        async def watch() -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            group.cancel_scope.cancel()
+
+        async def serve() -> None:
+            nonlocal result, error
+            try:
+                result = await work()
+            except Exception as exc:  # re-raised below, not as a task group's exception group
+                error = exc
+            group.cancel_scope.cancel()
+
+        group.start_soon(watch)
+        group.start_soon(serve)
+    if error is not None:
+        raise error
+    return result
+
+
+async def call_exchange(ctx: loop.Context, attempt: loop.Attempt) -> Any:
+    """The non-streaming exchange of one attempt, bounded by its reservation deadline."""
+    remaining = (attempt.reservation.deadline_ms - ctx.ledger.clock_fn()) / 1000
+    reply = await call(ctx.client, attempt.prepared, remaining, ctx.ledger.clock_fn)
+    prepared = attempt.prepared
+    if reply.document is not None and prepared.fmt is not prepared.caller:
+        try:
+            reply.document = reply_for(prepared.caller, prepared.fmt, reply.document)
+        except Malformed:
+            return Reply(None, None, MALFORMED, reply.elapsed_ms)
+    return reply
+
+
+def _parse(
+    request: Request, ledger: Ledger, fmt: Format, raw: bytes
+) -> tuple[dict[str, Any], routing.Request, bool]:
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise GatewayError(400, "invalid_json", BAD_JSON) from None
+    problem = caller_problem(fmt, body)
+    if problem is not None:
+        raise GatewayError(400, "invalid_request", problem)
+    model = routing.resolve_model(ledger, body["model"])
+    headers = request.headers
+    source = headers.get(SOURCE_HEADER)
+    try:
+        source = check_source_id(source) if source is not None else f"gw-{secrets.token_hex(8)}"
+    except UsageError:
+        raise GatewayError(400, "bad_source", BAD_SOURCE) from None
+    key = headers.get("idempotency-key")
+    try:
+        request_id = check_request_id(key) if key is not None else None
+        if request_id is not None and len(request_id) > MAX_KEY:
+            raise UsageError(BAD_KEY)
+    except UsageError:
+        raise GatewayError(400, "bad_idempotency_key", BAD_KEY) from None
+    if headers.get(SOURCE_HEADER) is None and request_id is not None:
+        # a repeated request is the same request: the same source, so the key finds its slot
+        source = "gw-" + hashlib.sha256(request_id.encode()).hexdigest()[:24]
+    pace = headers.get(PACE_HEADER, "interactive")
+    if pace not in ("interactive", "background"):
+        raise GatewayError(400, "bad_pace", BAD_PACE)
+    gateway_key = request.scope.get("state", {}).get(KEY_STATE)
+    scopes = tuple(getattr(gateway_key, "scopes", ()))  # seam: SPEC 20 scopes go to reserve
+    gw_request = routing.Request(
+        source, model, fmt, len(raw), request_id, scopes, translatable(fmt, body)
+    )
+    return body, gw_request, pace == "background"

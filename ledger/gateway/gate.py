@@ -1,0 +1,161 @@
+"""The gate of the gateway paths (R-GW-1): drain, authenticate, bound the body, in the caller's
+wire format, before any gateway route runs.
+
+Authentication is the service's (R-SRV-1): the unix socket's file mode; on TCP the bearer token,
+or a gateway key (SPEC 20) when the app has a `key_verifier`. Anthropic's `x-api-key` header is
+read like a bearer. Tokens are compared in constant time and never logged or echoed. The body is
+read in full (at most MAX_BODY_BYTES within BODY_TIMEOUT_S) before the route runs, so no route
+waits on a slow client while it holds a reservation.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ledger.gateway.wire import Format, error_document
+
+PREFIXES: dict[str, Format] = {"/openai/": Format.OPENAI, "/anthropic/": Format.ANTHROPIC}
+MAX_BODY_BYTES = 4 * 1024 * 1024
+"""Gateway bodies carry whole conversations and images: 4 MiB (the /v1 API keeps 64 KiB)."""
+BODY_TIMEOUT_S = 10.0
+KEY_STATE = "ledger_gateway_key"
+"""Where the gate leaves the gateway key a request came with (scope state), for its scopes."""
+
+MESSAGES: dict[int, tuple[str, str]] = {
+    400: ("bad_request", "the request body did not arrive"),
+    401: ("unauthorized", "a valid bearer token or gateway key is required"),
+    408: ("request_timeout", "the request did not arrive in time"),
+    413: ("body_too_large", "the request body is larger than 4 MiB"),
+    503: ("unavailable", "the service is not available"),
+}
+
+
+def format_of(scope: Scope) -> Format | None:
+    """The wire format of a gateway path, None for every other path."""
+    path = str(scope.get("path", ""))
+    for prefix, fmt in PREFIXES.items():
+        if path.startswith(prefix):
+            return fmt
+    return None
+
+
+async def error(fmt: Format, status: int, send: Send) -> None:
+    """A gate refusal in the format's error shape."""
+    code, message = MESSAGES[status]
+    body = json.dumps(error_document(fmt, status, code, message)).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if status in (408, 413):
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class GatewayGate:
+    """Called by the service's gate for the gateway paths (see the module docstring)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        token: str | None,
+        draining: Any,
+        authenticated: Callable[[Any], bool] = lambda client: True,
+    ) -> None:
+        self.app = app
+        self.token = None if token is None else token.encode()
+        self.draining = draining
+        # the service's connection pools (R-SRV-9): a TCP connection that showed a credential
+        # leaves the strangers' pool and its short deadline; False when its pool is full
+        self.authenticated = authenticated
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        fmt = format_of(scope)
+        assert fmt is not None
+        if self.draining():
+            await error(fmt, 503, send)
+            return
+        if not self._authenticated(scope):
+            await error(fmt, 401, send)
+            return
+        if _is_tcp(scope) and not self.authenticated(scope.get("client")):
+            await error(fmt, 503, send)
+            return
+        body = await _body(scope, receive)
+        if isinstance(body, int):
+            await error(fmt, body, send)
+            return
+        await self.app(scope, _replay(body, receive), send)
+
+    def _authenticated(self, scope: Scope) -> bool:
+        if not _is_tcp(scope):  # the unix socket: its mode is the authentication
+            return True
+        headers = dict(scope["headers"])
+        presented = _presented(headers)
+        if presented is None:
+            return False
+        if self.token is not None and hmac.compare_digest(presented, self.token):
+            return True
+        app = scope.get("app")
+        verifier = getattr(getattr(app, "state", None), "key_verifier", None)
+        if verifier is None:
+            return False
+        key = verifier(presented.decode("utf-8", "replace"))
+        if key is None:
+            return False
+        scope.setdefault("state", {})[KEY_STATE] = key
+        return True
+
+
+def _is_tcp(scope: Scope) -> bool:
+    server = scope.get("server")
+    return server is not None and server[1] is not None
+
+
+def _presented(headers: dict[bytes, bytes]) -> bytes | None:
+    """The bearer token (or Anthropic's `x-api-key`) a request presents, if any."""
+    auth = headers.get(b"authorization", b"")
+    if auth[:7].lower() == b"bearer ":
+        return auth[7:].strip()
+    key = headers.get(b"x-api-key")
+    return key.strip() if key else None
+
+
+async def _body(scope: Scope, receive: Receive) -> bytes | int:
+    length = dict(scope["headers"]).get(b"content-length")
+    if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+        return 413 if length.isdigit() else 400
+    chunks: list[bytes] = []
+    size = 0
+    with anyio.move_on_after(BODY_TIMEOUT_S):
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return 400
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                return 413
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+    return 408
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive that hands the route the body already read, then reports the disconnect."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay

@@ -1,0 +1,203 @@
+"""Every call the gateway makes to selection and reservation, in this one module (R-GW-2).
+
+This is the seam where the routing issue's chains and pools (SPEC 18) wire in: the model a
+request names is resolved here, the route chosen here, every reservation and settle made here
+through the service's group committer (R-SRV-3: each checked as if alone, in one write
+transaction, answered only after its commit). The retry and fallback decision is the one the
+worker uses (`ledger.follow_up.plan_follow_up` over the settle result of the policy table).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import anyio
+
+from ledger.api import Ledger
+from ledger.errors import LedgerError, Refused
+from ledger.follow_up import FollowUpPlan, plan_follow_up
+from ledger.gateway.errors import GatewayError, refused
+from ledger.gateway.wire import Format
+from ledger.kinds import AttemptRole, FailureKind
+from ledger.policy_table import InteractivePace
+from ledger.records import Outcome, Reservation, SettleResult
+from ledger.routing.chains import pool_members
+from ledger.select import Selection
+from ledger.service.group_commit import GroupCommit
+
+WIRE_FORMAT = "wire_format"
+"""Exclusion reason: the route speaks the other wire format and the request cannot be translated
+(R-GW-3)."""
+UNKNOWN_MODEL = "`model` names no catalog model key, pool or model id (see `ledger status`)"
+POOL_PREFIX = "pool/"
+AMBIGUOUS_MODEL = "`model` is a model id of several providers: name it as provider/model-id"
+
+
+def resolve_model(ledger: Ledger, text: str) -> str:
+    """The catalog model key the request's `model` names: a model key, or a bare model id that
+    names exactly one catalog model; otherwise a 400 naming the problem, never the value.
+
+    A pool key (`pool/NAME`, R-RT-4) or a key with an effort suffix (R-RT-2) stands as written:
+    the reserve picks the pool's concrete candidate in its write transaction (R-RT-5)."""
+    if ledger.catalog.model(text) is not None:
+        return text
+    try:
+        target = ledger.target(text)
+    except LedgerError:
+        target = None
+    if target is not None and (target.is_pool or ledger.catalog.model(target.key) is not None):
+        return text
+    matches = [m.key for m in ledger.catalog.models if m.id == text]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise GatewayError(400, "ambiguous_model", AMBIGUOUS_MODEL)
+    raise GatewayError(400, "unknown_model", UNKNOWN_MODEL)
+
+
+def route_format(ledger: Ledger, route: str) -> Format | None:
+    """The wire format a route speaks (None: a format the gateway does not speak, or a pool
+    whose candidates do not all speak one format)."""
+    if route.startswith(POOL_PREFIX):
+        formats = {route_format(ledger, m.key) for m in pool_members(ledger.policy, route)}
+        return formats.pop() if len(formats) == 1 else None
+    model = ledger.catalog.model(route)
+    if model is None:
+        return None
+    api = ledger.catalog.providers[model.provider].api
+    return Format(api) if api in (f.value for f in Format) else None
+
+
+def routable(ledger: Ledger, route: str, request: Request) -> bool:
+    """A route the request can be sent to (R-GW-3): one of its own format, or of the other one
+    when the request is inside the common subset both share (else excluded `wire_format`)."""
+    fmt = route_format(ledger, route)
+    return fmt is request.fmt or (fmt is not None and request.translatable)
+
+
+@dataclass(frozen=True)
+class Request:
+    """What every selection and reservation of one gateway request shares."""
+
+    source: str
+    model: str  # the model key the caller named
+    fmt: Format
+    size: int  # conservative input bytes (the caller's whole body)
+    request_id: str | None
+    scopes: tuple[str, ...] = ()  # a gateway key's scopes (SPEC 20), passed on to reserve
+    translatable: bool = False  # inside the common subset: other-format routes may serve it
+
+
+def _routes(ledger: Ledger, request: Request, selection: Selection) -> list[str]:
+    return [r for r in selection.routes if routable(ledger, r, request)]
+
+
+def _selection(
+    ledger: Ledger,
+    request: Request,
+    after_failure: FailureKind | None = None,
+    failed_model: str | None = None,
+    tried: frozenset[str] = frozenset(),
+) -> Selection:
+    return ledger.select(
+        request.source,
+        model=request.model,
+        input_bytes=request.size,
+        after_failure=after_failure,
+        failed_model=failed_model,
+        tried=tried,
+    )
+
+
+async def first_route(ledger: Ledger, request: Request) -> str:
+    """The route of the request's first attempt, or the refusal / 400 saying why there is none."""
+    selection = await anyio.to_thread.run_sync(_selection, ledger, request)
+    routes = _routes(ledger, request, selection)
+    if routes:
+        return routes[0]
+    reason = _primary_reason(ledger, request, selection)
+    now = ledger.clock_fn()
+    if selection.retry_at_ms is not None:
+        raise refused(reason, retry_after_s(selection.retry_at_ms, now))
+    raise GatewayError(400, reason, f"no route can serve this request: {reason}")
+
+
+def _primary_reason(ledger: Ledger, request: Request, selection: Selection) -> str:
+    if request.model in selection.routes and not routable(ledger, request.model, request):
+        return WIRE_FORMAT
+    for exclusion in selection.excluded:
+        if exclusion.model == request.model:
+            return str(exclusion.reason)
+    if any(not routable(ledger, r, request) for r in selection.routes):
+        return WIRE_FORMAT
+    return "no_route"
+
+
+def retry_after_s(at_ms: int | None, now_ms: int) -> int | None:
+    """Whole seconds until `at_ms` (at least 1), for a Retry-After header."""
+    if at_ms is None:
+        return None
+    return max(1, math.ceil((at_ms - now_ms) / 1000))
+
+
+async def reserve(
+    ledger: Ledger,
+    group: GroupCommit,
+    request: Request,
+    route: str,
+    attempt: int,
+    plan: FollowUpPlan | None,
+) -> Reservation:
+    """One reservation (every section 7 check in one write transaction); a refusal is 429.
+
+    The Idempotency-Key is the first attempt's request id (R-RES-10a); later attempts of the
+    request carry it with their number, so each attempt is its own reservation."""
+    request_id = request.request_id
+    if request_id is not None and attempt > 1:
+        request_id = f"{request_id}#{attempt}"
+    step = ledger.reserve_step(
+        request.source,
+        route,
+        input_bytes=request.size,
+        request_id=request_id,
+        role=plan.role if plan is not None else AttemptRole.PRIMARY,
+        fallback_from=plan.fallback_from if plan is not None else None,
+        after=plan.after if plan is not None else None,
+        scopes=request.scopes,  # a gateway key's scopes (R-SC-1, R-SC-3)
+    )
+    try:
+        return await group.submit(step)
+    except Refused as refusal:
+        now = refusal.now_ms if refusal.now_ms is not None else ledger.clock_fn()
+        raise refused(refusal.reason, retry_after_s(refusal.retry_at_ms, now)) from None
+
+
+async def settle(
+    ledger: Ledger,
+    group: GroupCommit,
+    reservation_id: int,
+    outcome: Outcome,
+    pace: InteractivePace | None,
+    *,
+    overran: bool = False,
+) -> SettleResult:
+    """Settle one attempt through the policy table (one write transaction, group commit).
+
+    Shielded: a caller who leaves meanwhile never abandons a settle half-way (R-GW-7)."""
+    step = ledger.settle_step(reservation_id, outcome, overran=overran, pace=pace)
+    with anyio.CancelScope(shield=True):
+        settled = await group.submit(step)
+    return settled
+
+
+async def follow_up(
+    ledger: Ledger, request: Request, settled: SettleResult, tried: frozenset[str]
+) -> FollowUpPlan | None:
+    """The follow-up the failure permits (the worker's own decision), in the request's format."""
+
+    def routes(kind: FailureKind | None, failed: str, seen: frozenset[str]) -> list[str]:
+        selection = _selection(ledger, request, kind, failed, seen)
+        return _routes(ledger, request, selection)
+
+    return await anyio.to_thread.run_sync(plan_follow_up, settled, settled.model, tried, routes)

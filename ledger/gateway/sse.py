@@ -1,0 +1,165 @@
+"""Server-sent events of the two wire formats, read from an upstream stream (R-GW-5).
+
+Pure parsing over lines; `Tracker` keeps what the gateway must know about a stream in flight:
+whether its first content event arrived, its finish reason, its usage and its terminator.
+A malformed event (not JSON where the format says JSON) is reported, never guessed at.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from ledger.gateway.wire import Format
+from ledger.providers.base import token_count
+
+DONE = "[DONE]"
+
+
+@dataclass(frozen=True)
+class Event:
+    """One server-sent event: its `event:` name (if any) and its parsed `data` (None: [DONE])."""
+
+    name: str | None
+    data: Any
+    done: bool = False
+
+
+class Malformed(Exception):
+    """An event whose data is not what the format says (a `transport` stream cut, R-GW-5)."""
+
+
+async def events(lines: AsyncIterator[str]) -> AsyncIterator[Event]:
+    """The events of an SSE body, one per blank-line-separated block."""
+    name: str | None = None
+    data: list[str] = []
+    async for line in lines:
+        if line == "":
+            if data:
+                yield _event(name, "\n".join(data))
+            name, data = None, []
+            continue
+        if line.startswith(":"):
+            continue
+        field, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if field == "event":
+            name = value
+        elif field == "data":
+            data.append(value)
+    if data:
+        yield _event(name, "\n".join(data))
+
+
+def _event(name: str | None, text: str) -> Event:
+    if text == DONE:
+        return Event(name, None, done=True)
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        raise Malformed from None
+    if not isinstance(data, dict):
+        raise Malformed
+    return Event(name, data)
+
+
+def encode(fmt: Format, event: Event, model_key: str) -> bytes:
+    """The event as the caller gets it: `model` is the model key that answers (R-GW-6)."""
+    if event.done:
+        return f"data: {DONE}\n\n".encode()
+    data = dict(event.data)
+    if fmt is Format.OPENAI and "model" in data:
+        data["model"] = model_key
+    if fmt is Format.ANTHROPIC and isinstance(data.get("message"), dict):
+        data["message"] = {**data["message"], "model": model_key}
+    text = json.dumps(data, separators=(",", ":"))
+    head = f"event: {event.name}\n" if event.name else ""
+    return f"{head}data: {text}\n\n".encode()
+
+
+@dataclass
+class Tracker:
+    """What the gateway knows of one stream so far."""
+
+    fmt: Format
+    content: bool = False
+    finish: str | None = None
+    terminated: bool = False
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    error: bool = False
+
+    def observe(self, event: Event) -> None:
+        """Fold one event in (an event of the wrong shape raises Malformed)."""
+        if self.fmt is Format.OPENAI:
+            self._openai(event)
+        else:
+            self._anthropic(event)
+
+    def _openai(self, event: Event) -> None:
+        if event.done:
+            self.terminated = True
+            return
+        data = event.data
+        if "error" in data:
+            self.error = True
+            return
+        choices = data.get("choices")
+        if not isinstance(choices, list):
+            raise Malformed
+        for choice in choices:
+            if not isinstance(choice, dict):
+                raise Malformed
+            delta = choice.get("delta")
+            if isinstance(delta, dict) and any(
+                delta.get(k) for k in ("content", "tool_calls", "refusal", "function_call")
+            ):
+                self.content = True
+            if isinstance(choice.get("finish_reason"), str):
+                self.finish = choice["finish_reason"]
+                self.content = True
+        usage = data.get("usage")
+        if isinstance(usage, dict):
+            self.input_tokens = token_count(usage.get("prompt_tokens"))
+            self.output_tokens = token_count(usage.get("completion_tokens"))
+
+    def _anthropic(self, event: Event) -> None:
+        if event.done:
+            raise Malformed
+        data = event.data
+        kind = data.get("type")
+        if not isinstance(kind, str):
+            raise Malformed
+        if kind == "error":
+            self.error = True
+        elif kind == "message_start":
+            message = data.get("message")
+            usage = message.get("usage") if isinstance(message, dict) else None
+            if isinstance(usage, dict):
+                self.input_tokens = token_count(usage.get("input_tokens"))
+        elif kind == "content_block_start":
+            block = data.get("content_block")
+            if isinstance(block, dict) and block.get("type") not in ("text", None):
+                self.content = True
+        elif kind in ("content_block_delta", "content_block_stop"):
+            self.content = True
+        elif kind == "message_delta":
+            self.content = True
+            delta = data.get("delta")
+            if isinstance(delta, dict) and isinstance(delta.get("stop_reason"), str):
+                self.finish = delta["stop_reason"]
+            usage = data.get("usage")
+            if isinstance(usage, dict):
+                self.output_tokens = token_count(usage.get("output_tokens"))
+                if usage.get("input_tokens") is not None:
+                    self.input_tokens = token_count(usage.get("input_tokens"))
+        elif kind == "message_stop":
+            self.content = True
+            self.terminated = True
+
+    @property
+    def usage_known(self) -> bool:
+        """Both token counts were read from the stream."""
+        return self.input_tokens is not None and self.output_tokens is not None

@@ -1,0 +1,211 @@
+"""Streaming through the gateway (R-GW-5, R-GW-7): server-sent events in the caller's format.
+
+Until the first content event of an upstream stream has arrived, nothing is sent to the caller:
+the preamble is held, and a failure (error status, reset, first-event timeout, malformed event,
+a cut) is an ordinary failed attempt of the request loop, retried or failed over transparently.
+Once the first content event is ready the answer starts, and from then on a failure (idle
+timeout, cut, malformed event) ends the stream with the format's error event: it is settled as
+the failure it is and never replayed or continued on another model.
+
+Invariant: the reservation of an opened stream is settled exactly once, by `relay`: success with
+the stream's usage (none: the estimate, marked `usage_estimated`), the failure, or `cancelled`
+when the caller left (the upstream request is closed first).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import anyio
+import httpx
+from fastapi.responses import StreamingResponse
+from starlette.requests import Request
+
+from ledger.classify import Classification, classify_exception
+from ledger.gateway import loop, routing
+from ledger.gateway.sse import Event, Malformed, Tracker, encode, events
+from ledger.gateway.translate import stream_translator
+from ledger.gateway.upstream import MALFORMED, Reply, build_request, error_classification
+from ledger.gateway.wire import stream_error_event
+from ledger.kinds import FailureKind
+from ledger.providers.bounded import TRANSPORT_ERRORS
+from ledger.records import Cancelled, Failed, Success
+
+STALLED = Classification(FailureKind.TRANSPORT, "stream_stalled")
+CUT = Classification(FailureKind.TRANSPORT, "stream_cut")
+FIRST_EVENT = Classification(FailureKind.TRANSPORT, "first_event_timeout")
+ENDED = "the upstream stream failed after it began; it is not continued elsewhere"
+
+
+@dataclass
+class Opened:
+    """An upstream stream whose first content event arrived: held events and the rest to read."""
+
+    response: httpx.Response
+    held: list[Event]
+    tracker: Tracker
+    rest: AsyncIterator[Event]
+    started: float
+    first_event_ms: int
+    ended: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+async def serve_stream(
+    ctx: loop.Context,
+    request: routing.Request,
+    body: dict[str, Any],
+    background: bool,
+    http: Request,
+) -> StreamingResponse:
+    """Run the request loop with streaming exchanges; the answer relays the opened stream."""
+    answered = await loop.run(ctx, request, body, stream_exchange, background=background)
+    opened = answered.stream
+    assert isinstance(opened, Opened)
+    attempt = answered.attempt
+    pace = loop.pace_for(ctx.ledger, background, attempt.number, True)
+    return StreamingResponse(
+        relay(ctx, attempt, opened, pace),
+        media_type="text/event-stream",
+        headers={**attempt.headers(), "cache-control": "no-cache"},
+    )
+
+
+def _deadline_s(ctx: loop.Context, attempt: loop.Attempt) -> float:
+    return max(0.001, (attempt.reservation.deadline_ms - ctx.ledger.clock_fn()) / 1000)
+
+
+async def stream_exchange(ctx: loop.Context, attempt: loop.Attempt) -> Reply | Opened:
+    """Open the upstream stream and read up to its first content event (within firstTokenMs)."""
+    gw = ctx.ledger.policy.gateway
+    started = time.monotonic()
+    budget = min(gw.first_token_ms / 1000, _deadline_s(ctx, attempt))
+    response: httpx.Response | None = None
+    try:
+        with anyio.fail_after(budget):
+            request = build_request(ctx.client, attempt.prepared)
+            response = await ctx.client.send(request, stream=True)
+            if response.status_code >= 300:
+                failure = await error_classification(response, ctx.ledger.clock_fn())
+                await response.aclose()
+                return Reply(None, None, failure)
+            tracker = Tracker(attempt.prepared.fmt)
+            rest = events(response.aiter_lines())
+            held: list[Event] = []
+            async for event in rest:
+                tracker.observe(event)
+                if tracker.error:
+                    await response.aclose()
+                    return Reply(None, None, CUT)
+                held.append(event)
+                if tracker.content or tracker.terminated:
+                    ms = int((time.monotonic() - started) * 1000)
+                    if ctx.metrics is not None:
+                        ctx.metrics.first_token.labels(ctx.template).observe(ms / 1000)
+                    return Opened(response, held, tracker, rest, started, ms)
+            await response.aclose()
+            return Reply(None, None, CUT)  # ended before any content: a cut
+    except TimeoutError:
+        await _close(response)
+        return Reply(None, None, FIRST_EVENT)
+    except Malformed:
+        await _close(response)
+        return Reply(None, None, MALFORMED)
+    except TRANSPORT_ERRORS as exc:
+        await _close(response)
+        return Reply(None, None, classify_exception(exc))
+
+
+async def _close(response: httpx.Response | None) -> None:
+    if response is not None:
+        with anyio.CancelScope(shield=True):
+            await response.aclose()
+
+
+async def relay(
+    ctx: loop.Context, attempt: loop.Attempt, opened: Opened, pace: Any
+) -> AsyncIterator[bytes]:
+    """The caller's stream: held events, then the rest; settles the reservation exactly once."""
+    fmt = attempt.prepared.caller
+    translator = stream_translator(fmt, attempt.prepared.fmt, attempt.route)
+
+    def out(event: Event) -> Iterable[bytes]:
+        if translator is None:
+            return (encode(fmt, event, attempt.route),)
+        return translator.feed(event)
+
+    tracker = opened.tracker
+    idle = ctx.ledger.policy.gateway.idle_ms / 1000
+    failure: Classification | None = None
+    settled = False
+    try:
+        for event in opened.held:
+            for data in out(event):
+                yield data
+        while not tracker.terminated:
+            try:
+                with anyio.fail_after(min(idle, _deadline_s(ctx, attempt))):
+                    event = await opened.rest.__anext__()
+                tracker.observe(event)
+            except StopAsyncIteration:
+                break
+            except TimeoutError:
+                failure = STALLED
+                break
+            except Malformed:
+                failure = MALFORMED
+                break
+            except TRANSPORT_ERRORS as exc:
+                failure = classify_exception(exc)
+                break
+            if tracker.error:
+                failure = CUT
+                break
+            for data in out(event):
+                yield data
+        if failure is None and tracker.finish is None:
+            failure = CUT  # ended without a finish reason: cut (with one: complete, R-GW-5)
+        await _close(opened.response)
+        if failure is not None:
+            settled = True
+            await _settle_failure(ctx, attempt, tracker, failure, pace)
+            if ctx.metrics is not None:
+                ctx.metrics.request(ctx.template, "stream_failed")
+            yield stream_error_event(fmt, 502, "upstream_stream_failed", ENDED)
+            return
+        settled = True
+        await _settle_success(ctx, attempt, tracker)
+        if translator is not None:
+            for data in translator.finish():
+                yield data
+    finally:
+        if not settled:  # the caller left (R-GW-7): close upstream, settle cancelled
+            with anyio.CancelScope(shield=True):
+                await opened.response.aclose()
+                await routing.settle(ctx.ledger, ctx.group, attempt.reservation.id,
+                                     Cancelled(), None)  # fmt: skip
+
+
+async def _settle_failure(
+    ctx: loop.Context, attempt: loop.Attempt, tracker: Tracker, failure: Classification, pace: Any
+) -> None:
+    # after the first content event nothing follows: no retry, no fallback (R-GW-5)
+    ended = replace(pace, attempts_left=0) if pace is not None else None
+    outcome = Failed(failure, input_tokens=tracker.input_tokens,
+                     output_tokens=tracker.output_tokens)  # fmt: skip
+    with anyio.CancelScope(shield=True):
+        await routing.settle(ctx.ledger, ctx.group, attempt.reservation.id, outcome, ended)
+
+
+async def _settle_success(ctx: loop.Context, attempt: loop.Attempt, tracker: Tracker) -> None:
+    known = tracker.usage_known
+    outcome = Success(
+        tracker.input_tokens if known else None,
+        tracker.output_tokens if known else None,
+        usage_estimated=not known,
+    )
+    with anyio.CancelScope(shield=True):
+        await routing.settle(ctx.ledger, ctx.group, attempt.reservation.id, outcome, None)

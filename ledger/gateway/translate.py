@@ -1,0 +1,692 @@
+"""Translation between the two wire formats over their common subset (R-GW-3): system, user and
+assistant text; tool definitions, calls and results; stop reasons; usage; stream events.
+
+Invariant: a request is translated only when every part of it is inside the subset
+(`translatable`); anything else excludes the other format's routes (`wire_format`), so nothing is
+ever dropped silently. Pure functions and small stream state machines; no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ledger.gateway.sse import Event, Malformed
+from ledger.gateway.wire import Format
+
+OPENAI_KEYS = frozenset(
+    {
+        "model",
+        "messages",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "stop",
+        "stream",
+        "stream_options",
+        "tools",
+        "tool_choice",
+    }
+)
+ANTHROPIC_KEYS = frozenset(
+    {
+        "model",
+        "messages",
+        "max_tokens",
+        "system",
+        "stop_sequences",
+        "stream",
+        "temperature",
+        "top_p",
+        "tools",
+        "tool_choice",
+    }
+)
+TO_OPENAI_FINISH = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+}
+TO_ANTHROPIC_STOP = {
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "content_filter": "refusal",
+}
+
+
+# --------------------------------------------------------------------------- the common subset
+
+
+def _is_str(value: object) -> bool:
+    return isinstance(value, str)
+
+
+def _text_parts(content: object) -> bool:
+    """A string, or a list of text parts only (OpenAI `{"type": "text", "text": ...}`)."""
+    if isinstance(content, str):
+        return True
+    return isinstance(content, list) and all(
+        isinstance(p, dict)
+        and p.get("type") == "text"
+        and _is_str(p.get("text"))
+        and set(p) <= {"type", "text"}
+        for p in content
+    )
+
+
+def _openai_message_ok(m: dict[str, Any]) -> bool:
+    role = m.get("role")
+    if role in ("system", "developer", "user"):
+        return set(m) <= {"role", "content", "name"} and _text_parts(m.get("content"))
+    if role == "tool":
+        return (
+            set(m) <= {"role", "content", "tool_call_id"}
+            and _is_str(m.get("tool_call_id"))
+            and _text_parts(m.get("content"))
+        )
+    if role != "assistant" or not set(m) <= {"role", "content", "tool_calls", "refusal"}:
+        return False
+    content = m.get("content")
+    if content is not None and not _text_parts(content):
+        return False
+    calls = m.get("tool_calls")
+    if calls is None:
+        return True
+    return isinstance(calls, list) and all(_openai_call_ok(c) for c in calls)
+
+
+def _openai_call_ok(call: object) -> bool:
+    if not isinstance(call, dict) or call.get("type", "function") != "function":
+        return False
+    fn = call.get("function")
+    if not _is_str(call.get("id")) or not isinstance(fn, dict) or not _is_str(fn.get("name")):
+        return False
+    return _json_object(fn.get("arguments", "{}")) is not None
+
+
+def _json_object(text: object) -> dict[str, Any] | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        value = json.loads(text or "{}")
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _openai_tools_ok(tools: object) -> bool:
+    return isinstance(tools, list) and all(
+        isinstance(t, dict)
+        and t.get("type") == "function"
+        and isinstance(t.get("function"), dict)
+        and _is_str(t["function"].get("name"))
+        and set(t["function"]) <= {"name", "description", "parameters"}
+        for t in tools
+    )
+
+
+def _anthropic_block_ok(block: object, role: str) -> bool:
+    if not isinstance(block, dict):
+        return False
+    kind = block.get("type")
+    if kind == "text":
+        return set(block) <= {"type", "text"} and _is_str(block.get("text"))
+    if kind == "tool_use" and role == "assistant":
+        return (
+            set(block) <= {"type", "id", "name", "input"}
+            and _is_str(block.get("id"))
+            and _is_str(block.get("name"))
+            and isinstance(block.get("input", {}), dict)
+        )
+    if kind == "tool_result" and role == "user":
+        content = block.get("content", "")
+        return (
+            set(block) <= {"type", "tool_use_id", "content"}
+            and _is_str(block.get("tool_use_id"))
+            and _text_parts(content)
+        )
+    return False
+
+
+def translatable(fmt: Format, body: dict[str, Any]) -> bool:
+    """Every part of this request is inside the subset both formats share."""
+    if fmt is Format.OPENAI:
+        if not set(body) <= OPENAI_KEYS:
+            return False
+        if "stop" in body and not (
+            _is_str(body["stop"])
+            or (isinstance(body["stop"], list) and all(map(_is_str, body["stop"])))
+        ):
+            return False
+        if "tools" in body and not _openai_tools_ok(body["tools"]):
+            return False
+        if "tool_choice" in body and not (
+            body["tool_choice"] in ("auto", "none", "required")
+            or (
+                isinstance(body["tool_choice"], dict)
+                and _is_str((body["tool_choice"].get("function") or {}).get("name"))
+            )
+        ):
+            return False
+        return all(isinstance(m, dict) and _openai_message_ok(m) for m in body["messages"])
+    if not set(body) <= ANTHROPIC_KEYS:
+        return False
+    if "system" in body and not _text_parts(body["system"]):
+        return False
+    if "stop_sequences" in body and not (
+        isinstance(body["stop_sequences"], list) and all(map(_is_str, body["stop_sequences"]))
+    ):
+        return False
+    if "tools" in body and not (
+        isinstance(body["tools"], list)
+        and all(
+            isinstance(t, dict)
+            and _is_str(t.get("name"))
+            and set(t) <= {"name", "description", "input_schema"}
+            for t in body["tools"]
+        )
+    ):
+        return False
+    choice = body.get("tool_choice")
+    if choice is not None and not (
+        isinstance(choice, dict) and choice.get("type") in ("auto", "any", "none", "tool")
+    ):
+        return False
+    for m in body["messages"]:
+        role = m.get("role")
+        if role not in ("user", "assistant") or not set(m) <= {"role", "content"}:
+            return False
+        content = m.get("content")
+        if not (
+            _is_str(content)
+            or (isinstance(content, list) and all(_anthropic_block_ok(b, role) for b in content))
+        ):
+            return False
+    return True
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return ""
+
+
+# --------------------------------------------------------------------------- requests
+
+
+def _append(messages: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -> None:
+    """Consecutive turns of one role become one Anthropic message (tool results after calls)."""
+    if messages and messages[-1]["role"] == role:
+        messages[-1]["content"].extend(blocks)
+    else:
+        messages.append({"role": role, "content": blocks})
+
+
+def to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAI chat request (inside the subset) as an Anthropic messages request."""
+    system: list[str] = []
+    messages: list[dict[str, Any]] = []
+    for m in body["messages"]:
+        role, content = m["role"], m.get("content")
+        if role in ("system", "developer"):
+            system.append(_text(content))
+        elif role == "user":
+            _append(messages, "user", [{"type": "text", "text": _text(content)}])
+        elif role == "tool":
+            result = {
+                "type": "tool_result",
+                "tool_use_id": m["tool_call_id"],
+                "content": _text(content),
+            }
+            _append(messages, "user", [result])
+        else:
+            blocks: list[dict[str, Any]] = []
+            if _text(content):
+                blocks.append({"type": "text", "text": _text(content)})
+            for call in m.get("tool_calls") or []:
+                fn = call["function"]
+                blocks.append(
+                    {
+                        "type": "tool_use",
+                        "id": call["id"],
+                        "name": fn["name"],
+                        "input": _json_object(fn.get("arguments", "{}")) or {},
+                    }
+                )
+            _append(messages, "assistant", blocks or [{"type": "text", "text": ""}])
+    out: dict[str, Any] = {"model": body["model"], "messages": messages}
+    if system:
+        out["system"] = "\n\n".join(system)
+    asked = [body[k] for k in ("max_completion_tokens", "max_tokens") if body.get(k) is not None]
+    if asked:
+        out["max_tokens"] = min(asked)
+    for key in ("temperature", "top_p", "stream"):
+        if key in body:
+            out[key] = body[key]
+    if "stop" in body:
+        out["stop_sequences"] = [body["stop"]] if isinstance(body["stop"], str) else body["stop"]
+    if "tools" in body:
+        out["tools"] = [
+            {
+                "name": t["function"]["name"],
+                "description": t["function"].get("description", ""),
+                "input_schema": t["function"].get("parameters") or {"type": "object"},
+            }
+            for t in body["tools"]
+        ]
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict):
+        out["tool_choice"] = {"type": "tool", "name": choice["function"]["name"]}
+    elif choice is not None:
+        out["tool_choice"] = {"type": {"auto": "auto", "required": "any", "none": "none"}[choice]}
+    return out
+
+
+def to_openai(body: dict[str, Any]) -> dict[str, Any]:
+    """An Anthropic messages request (inside the subset) as an OpenAI chat request."""
+    messages: list[dict[str, Any]] = []
+    if "system" in body and _text(body["system"]):
+        messages.append({"role": "system", "content": _text(body["system"])})
+    for m in body["messages"]:
+        content = m["content"]
+        if isinstance(content, str):
+            messages.append({"role": m["role"], "content": content})
+            continue
+        texts = [b["text"] for b in content if b["type"] == "text"]
+        if m["role"] == "user":
+            for b in content:
+                if b["type"] == "tool_result":
+                    messages.append(
+                        {
+                            "role": "tool",
+                            "tool_call_id": b["tool_use_id"],
+                            "content": _text(b.get("content", "")),
+                        }
+                    )
+            if texts:
+                messages.append({"role": "user", "content": "".join(texts)})
+            continue
+        calls = [
+            {
+                "id": b["id"],
+                "type": "function",
+                "function": {"name": b["name"], "arguments": json.dumps(b.get("input", {}))},
+            }
+            for b in content
+            if b["type"] == "tool_use"
+        ]
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
+        if calls:
+            message["tool_calls"] = calls
+        messages.append(message)
+    out: dict[str, Any] = {
+        "model": body["model"],
+        "messages": messages,
+        "max_tokens": body["max_tokens"],
+    }
+    for key in ("temperature", "top_p", "stream"):
+        if key in body:
+            out[key] = body[key]
+    if "stop_sequences" in body:
+        out["stop"] = body["stop_sequences"]
+    if "tools" in body:
+        out["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t["name"],
+                    "description": t.get("description", ""),
+                    "parameters": t.get("input_schema") or {"type": "object"},
+                },
+            }
+            for t in body["tools"]
+        ]
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict):
+        kind = choice["type"]
+        out["tool_choice"] = (
+            {"type": "function", "function": {"name": choice.get("name", "")}}
+            if kind == "tool"
+            else {"auto": "auto", "any": "required", "none": "none"}[kind]
+        )
+    return out
+
+
+def request_for(caller: Format, route: Format, body: dict[str, Any]) -> dict[str, Any]:
+    """The caller's body in the route's format (unchanged when they are the same)."""
+    if caller is route:
+        return body
+    return to_anthropic(body) if route is Format.ANTHROPIC else to_openai(body)
+
+
+# --------------------------------------------------------------------------- replies
+
+
+def reply_for(caller: Format, route: Format, document: dict[str, Any]) -> dict[str, Any]:
+    """The route's answer in the caller's format (Malformed when it cannot be read)."""
+    if caller is route:
+        return document
+    try:
+        if caller is Format.OPENAI:
+            return _completion_of(document)
+        return _message_of(document)
+    except (KeyError, TypeError, AttributeError, IndexError):
+        raise Malformed from None
+
+
+def _completion_of(doc: dict[str, Any]) -> dict[str, Any]:
+    text = "".join(b["text"] for b in doc["content"] if b.get("type") == "text")
+    calls = [
+        {
+            "id": b["id"],
+            "type": "function",
+            "function": {"name": b["name"], "arguments": json.dumps(b.get("input", {}))},
+        }
+        for b in doc["content"]
+        if b.get("type") == "tool_use"
+    ]
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": text if text or not calls else None,
+        "refusal": None,
+    }
+    if calls:
+        message["tool_calls"] = calls
+    usage = doc.get("usage") or {}
+    prompt = sum(
+        usage.get(k) or 0
+        for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    )
+    completion = usage.get("output_tokens") or 0
+    return {
+        "id": str(doc.get("id", "msg")),
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": doc.get("model", ""),
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": TO_OPENAI_FINISH.get(doc.get("stop_reason") or "", "stop"),
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": usage.get("cache_read_input_tokens") or 0},
+        },
+    }
+
+
+def _message_of(doc: dict[str, Any]) -> dict[str, Any]:
+    choice = doc["choices"][0]
+    message = choice["message"]
+    content: list[dict[str, Any]] = []
+    if message.get("content"):
+        content.append({"type": "text", "text": message["content"]})
+    for call in message.get("tool_calls") or []:
+        arguments = _json_object(call["function"].get("arguments", "{}"))
+        if arguments is None:
+            raise Malformed
+        content.append(
+            {
+                "type": "tool_use",
+                "id": call["id"],
+                "name": call["function"]["name"],
+                "input": arguments,
+            }
+        )
+    usage = doc.get("usage") or {}
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+    return {
+        "id": str(doc.get("id", "msg")),
+        "type": "message",
+        "role": "assistant",
+        "model": doc.get("model", ""),
+        "content": content,
+        "stop_reason": TO_ANTHROPIC_STOP.get(choice.get("finish_reason") or "", "end_turn"),
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": max(0, (usage.get("prompt_tokens") or 0) - cached),
+            "output_tokens": usage.get("completion_tokens") or 0,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": cached,
+        },
+    }
+
+
+# --------------------------------------------------------------------------- streams
+
+
+def _sse(data: Any, name: str | None = None) -> bytes:
+    text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+    return ((f"event: {name}\n" if name else "") + f"data: {text}\n\n").encode()
+
+
+@dataclass
+class OpenAIFromAnthropic:
+    """An Anthropic event stream as chat.completion.chunk events for an OpenAI caller."""
+
+    model: str
+    tools: dict[int, int] = field(default_factory=dict)  # Anthropic block index -> tool index
+    input_tokens: int = 0
+    done: bool = False
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
+        return _sse(
+            {
+                "id": "chatcmpl-ledger",
+                "object": "chat.completion.chunk",
+                "created": int(time.time()),
+                "model": self.model,
+                "choices": [
+                    {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+                ],
+            }
+        )
+
+    def feed(self, event: Event) -> Iterable[bytes]:
+        """The caller's events for one upstream event."""
+        data = event.data or {}
+        kind = data.get("type")
+        if kind == "message_start":
+            usage = (data.get("message") or {}).get("usage") or {}
+            self.input_tokens = usage.get("input_tokens") or 0
+            return [self._chunk({"role": "assistant", "content": ""})]
+        if kind == "content_block_start":
+            block = data.get("content_block") or {}
+            if block.get("type") != "tool_use":
+                return []
+            index = self.tools.setdefault(data.get("index", 0), len(self.tools))
+            call = {
+                "index": index,
+                "id": block.get("id"),
+                "type": "function",
+                "function": {"name": block.get("name"), "arguments": ""},
+            }
+            return [self._chunk({"tool_calls": [call]})]
+        if kind == "content_block_delta":
+            delta = data.get("delta") or {}
+            if delta.get("type") == "text_delta":
+                return [self._chunk({"content": delta.get("text", "")})]
+            if delta.get("type") == "input_json_delta":
+                index = self.tools.get(data.get("index", 0), 0)
+                call = {"index": index, "function": {"arguments": delta.get("partial_json", "")}}
+                return [self._chunk({"tool_calls": [call]})]
+            return []
+        if kind == "message_delta":
+            stop = (data.get("delta") or {}).get("stop_reason") or ""
+            output = (data.get("usage") or {}).get("output_tokens") or 0
+            usage = {
+                "prompt_tokens": self.input_tokens,
+                "completion_tokens": output,
+                "total_tokens": self.input_tokens + output,
+            }
+            finish = self._chunk({}, TO_OPENAI_FINISH.get(stop, "stop"))
+            return [
+                finish,
+                _sse(
+                    {
+                        "id": "chatcmpl-ledger",
+                        "object": "chat.completion.chunk",
+                        "created": int(time.time()),
+                        "model": self.model,
+                        "choices": [],
+                        "usage": usage,
+                    }
+                ),
+            ]
+        if kind == "message_stop":
+            self.done = True
+            return [_sse("[DONE]")]
+        return []
+
+    def finish(self) -> Iterable[bytes]:
+        """The terminator, when the upstream ended complete without its own."""
+        if self.done:
+            return []
+        self.done = True
+        return [_sse("[DONE]")]
+
+
+@dataclass
+class AnthropicFromOpenAI:
+    """An OpenAI chunk stream as Anthropic message events for an Anthropic caller."""
+
+    model: str
+    started: bool = False
+    block: int = -1
+    block_kind: str | None = None
+    tools: dict[int, int] = field(default_factory=dict)  # OpenAI tool index -> block index
+    stop: str | None = None
+    usage: dict[str, int] = field(default_factory=dict)
+    done: bool = False
+
+    def _start(self) -> list[bytes]:
+        if self.started:
+            return []
+        self.started = True
+        message: dict[str, Any] = {
+            "id": "msg_ledger",
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+        }
+        return [_sse({"type": "message_start", "message": message}, "message_start")]
+
+    def _close_block(self) -> list[bytes]:
+        if self.block_kind is None:
+            return []
+        self.block_kind = None
+        return [_sse({"type": "content_block_stop", "index": self.block}, "content_block_stop")]
+
+    def _open(self, block: dict[str, Any], kind: str) -> list[bytes]:
+        out = self._close_block()
+        self.block += 1
+        self.block_kind = kind
+        start = {"type": "content_block_start", "index": self.block, "content_block": block}
+        return [*out, _sse(start, "content_block_start")]
+
+    def feed(self, event: Event) -> Iterable[bytes]:
+        """The caller's events for one upstream event."""
+        if event.done:
+            return self.finish()
+        out = self._start()
+        data = event.data or {}
+        usage = data.get("usage")
+        if isinstance(usage, dict):
+            cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+            self.usage = {
+                "input_tokens": max(0, (usage.get("prompt_tokens") or 0) - cached),
+                "output_tokens": usage.get("completion_tokens") or 0,
+            }
+        for choice in data.get("choices") or []:
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                if self.block_kind != "text":
+                    out += self._open({"type": "text", "text": ""}, "text")
+                out.append(
+                    _sse(
+                        {
+                            "type": "content_block_delta",
+                            "index": self.block,
+                            "delta": {"type": "text_delta", "text": delta["content"]},
+                        },
+                        "content_block_delta",
+                    )
+                )
+            for call in delta.get("tool_calls") or []:
+                index = call.get("index", 0)
+                fn = call.get("function") or {}
+                if index not in self.tools:
+                    block = {
+                        "type": "tool_use",
+                        "id": call.get("id") or f"call_{index}",
+                        "name": fn.get("name", ""),
+                        "input": {},
+                    }
+                    out += self._open(block, "tool_use")
+                    self.tools[index] = self.block
+                if fn.get("arguments"):
+                    out.append(
+                        _sse(
+                            {
+                                "type": "content_block_delta",
+                                "index": self.tools[index],
+                                "delta": {
+                                    "type": "input_json_delta",
+                                    "partial_json": fn["arguments"],
+                                },
+                            },
+                            "content_block_delta",
+                        )
+                    )
+            if isinstance(choice.get("finish_reason"), str):
+                self.stop = TO_ANTHROPIC_STOP.get(choice["finish_reason"], "end_turn")
+                out += self._close_block()
+        return out
+
+    def finish(self) -> list[bytes]:
+        """message_delta (stop reason, usage) and message_stop, once."""
+        if self.done:
+            return []
+        self.done = True
+        out = [*self._start(), *self._close_block()]
+        delta = {
+            "type": "message_delta",
+            "delta": {"stop_reason": self.stop or "end_turn", "stop_sequence": None},
+            "usage": {
+                "output_tokens": self.usage.get("output_tokens", 0),
+                "input_tokens": self.usage.get("input_tokens", 0),
+            },
+        }
+        out.append(_sse(delta, "message_delta"))
+        out.append(_sse({"type": "message_stop"}, "message_stop"))
+        return out
+
+
+def stream_translator(
+    caller: Format, route: Format, model: str
+) -> OpenAIFromAnthropic | AnthropicFromOpenAI | None:
+    """The stream translator for a route of the other format (None for the same one)."""
+    if caller is route:
+        return None
+    if caller is Format.OPENAI:
+        return OpenAIFromAnthropic(model)
+    return AnthropicFromOpenAI(model)

@@ -1,0 +1,181 @@
+"""One upstream HTTP exchange for the gateway (R-HTTP-2, R-HTTP-3), on an async httpx client.
+
+Invariant: an error response is inspected within its bounds (at most ERROR_BODY_LIMIT bytes read
+within ERROR_BODY_BUDGET_S) and classified by ledger.classify; its body is then dropped and never
+reaches the caller, a log or the ledger. The credential is read from the environment for the
+request only and sent only to the route's own provider. No read outlives the reservation deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import httpx
+
+from ledger.api import Ledger
+from ledger.catalog import Model
+from ledger.classify import Classification, classify_exception, classify_http
+from ledger.gateway.translate import request_for
+from ledger.gateway.wire import Format, Limits, is_invalid, parse_reply, upstream_body
+from ledger.kinds import FailureKind
+from ledger.providers.anthropic_messages import DEFAULT_VERSION
+from ledger.providers.base import CallRequest, HttpAdapter, ProviderResponse
+from ledger.providers.bounded import (
+    ERROR_BODY_BUDGET_S,
+    ERROR_BODY_LIMIT,
+    SUCCESS_BODY_LIMIT,
+    TRANSPORT_ERRORS,
+    JsonReply,
+)
+from ledger.providers.openai_chat import max_tokens_field
+from ledger.providers.registry import adapter_for
+from ledger.routing.effort import anthropic_fields, openai_fields
+from ledger.routing.targets import Effort
+
+MALFORMED = Classification(FailureKind.TRANSPORT, "malformed_reply")
+"""A 2xx body or stream event without the wire shape: a cut, as R-GW-5 says for streams."""
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """One request ready to send to one route."""
+
+    url: str
+    headers: dict[str, str] = field(repr=False)
+    body: dict[str, Any] = field(repr=False)
+    fmt: Format  # the route's wire format
+    caller: Format  # the caller's (the answer is translated when they differ, R-GW-3)
+
+
+def prepare(
+    ledger: Ledger,
+    model: Model,
+    caller: Format,
+    body: dict[str, Any],
+    deadline_ms: int,
+    effort: str | None = None,
+) -> Prepared:
+    """The route's URL, headers (its credential) and the caller's body for it (R-GW-3), in the
+    route's wire format (translated over the common subset when it is the other one)."""
+    provider = ledger.catalog.provider_for_call(model.provider)
+    fmt = Format(provider.api)
+    body = request_for(caller, fmt, body)
+    adapter = adapter_for(provider, ledger.env)
+    assert isinstance(adapter, HttpAdapter)
+    headers = adapter.option_headers()
+    headers["content-type"] = "application/json"
+    credential = adapter.credential()
+    allowance = model.reply_reservation(ledger.policy.reply_tokens)
+    if fmt is Format.ANTHROPIC:
+        url = f"{adapter.base_url()}/v1/messages"
+        headers["anthropic-version"] = adapter.option_str("anthropicVersion", DEFAULT_VERSION)
+        if credential is not None:
+            headers["x-api-key"] = credential
+        name = "max_tokens"
+    else:
+        url = f"{adapter.base_url()}/chat/completions"
+        if credential is not None:
+            headers["authorization"] = f"Bearer {credential}"
+        probe = CallRequest(model.id, (), allowance, deadline_ms, bool(model.reasoning))
+        name = max_tokens_field(probe, url)
+    limits = Limits(model.id, allowance, name)
+    out = upstream_body(fmt, body, limits)
+    if effort is not None:  # R-RT-3: the route's own effort, never the primary's
+        level = Effort(effort)
+        if fmt is Format.ANTHROPIC:
+            out.update(anthropic_fields(level, allowance))
+        else:
+            out.update(openai_fields(level))
+    return Prepared(url, headers, out, fmt, caller)
+
+
+@dataclass
+class Reply:
+    """What one non-streaming exchange gave: the answer document, or a classified failure."""
+
+    document: dict[str, Any] | None
+    facts: ProviderResponse | None
+    failure: Classification | None
+    elapsed_ms: int = 0
+
+
+async def error_classification(response: httpx.Response, now_ms: int) -> Classification:
+    """Classify an error response from at most ERROR_BODY_LIMIT bytes read within the budget."""
+    chunks: list[bytes] = []
+    size = 0
+    with anyio.move_on_after(ERROR_BODY_BUDGET_S):
+        try:
+            async for chunk in response.aiter_bytes():
+                chunks.append(chunk)
+                size += len(chunk)
+                if size >= ERROR_BODY_LIMIT:
+                    break
+        except TRANSPORT_ERRORS:
+            pass
+    body = b"".join(chunks)[:ERROR_BODY_LIMIT]
+    headers = {k.lower(): v for k, v in response.headers.items()}
+    return classify_http(response.status_code, headers, body or None, now_ms)
+
+
+def build_request(client: httpx.AsyncClient, prepared: Prepared) -> httpx.Request:
+    """The httpx request for a prepared exchange."""
+    return client.build_request(
+        "POST",
+        prepared.url,
+        headers=prepared.headers,
+        content=json.dumps(prepared.body).encode(),
+    )
+
+
+async def call(
+    client: httpx.AsyncClient,
+    prepared: Prepared,
+    remaining_s: float,
+    clock: Callable[[], int],
+) -> Reply:
+    """One non-streaming exchange, bounded by the reservation deadline (`remaining_s`)."""
+    started = time.monotonic()
+    try:
+        with anyio.fail_after(max(0.001, remaining_s)):
+            response = await client.send(build_request(client, prepared), stream=True)
+            try:
+                if response.status_code >= 300:
+                    failure = await error_classification(response, clock())
+                    return Reply(None, None, failure, _ms(started))
+                data = await _bounded_body(response)
+            finally:
+                await response.aclose()
+    except TimeoutError:
+        return Reply(None, None, Classification(FailureKind.TRANSPORT, "timeout"), _ms(started))
+    except TRANSPORT_ERRORS as exc:
+        return Reply(None, None, classify_exception(exc), _ms(started))
+    if data is None:
+        return Reply(None, None, MALFORMED, _ms(started))
+    facts = parse_reply(prepared.fmt, JsonReply(response.status_code, data, started))
+    if is_invalid(facts) or not isinstance(data, dict):
+        return Reply(None, None, MALFORMED, _ms(started))
+    return Reply(data, facts, None, _ms(started))
+
+
+async def _bounded_body(response: httpx.Response) -> object | None:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > SUCCESS_BODY_LIMIT:
+            return None
+        chunks.append(chunk)
+    try:
+        data: object = json.loads(b"".join(chunks))
+    except (ValueError, RecursionError):
+        return None
+    return data
+
+
+def _ms(started: float) -> int:
+    return max(0, int((time.monotonic() - started) * 1000))

@@ -1,0 +1,160 @@
+"""The two wire formats the gateway speaks (R-GW-1, R-GW-3, R-GW-6): OpenAI chat completions and
+Anthropic messages. Pure functions over parsed JSON; no I/O.
+
+Invariant: an error body built here holds only fixed text and reason codes, never a value the
+caller or a provider sent; the caller's body leaves here changed only in the model, the max-tokens
+field and (OpenAI streams) `stream_options.include_usage`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from ledger.providers.base import INVALID_RESPONSE, ProviderResponse
+from ledger.providers.bounded import JsonReply
+
+
+class Format(StrEnum):
+    """A caller's (or a route's) wire format, named by its catalog `api`."""
+
+    OPENAI = "openai-chat"
+    ANTHROPIC = "anthropic-messages"
+
+
+OPENAI_ERROR_TYPES: Mapping[int, str] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    409: "conflict_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    502: "server_error",
+    503: "server_error",
+    504: "server_error",
+}
+ANTHROPIC_ERROR_TYPES: Mapping[int, str] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    409: "invalid_request_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    502: "api_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+}
+
+
+def error_document(fmt: Format, status: int, code: str, message: str) -> dict[str, Any]:
+    """The format's own error shape with `code` (a reason code or a fixed code) and fixed text."""
+    if fmt is Format.ANTHROPIC:
+        other = "api_error" if status >= 500 else "invalid_request_error"
+        kind = ANTHROPIC_ERROR_TYPES.get(status, other)
+        return {"type": "error", "error": {"type": kind, "message": message, "code": code}}
+    other = "server_error" if status >= 500 else "invalid_request_error"
+    kind = OPENAI_ERROR_TYPES.get(status, other)
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+def stream_error_event(fmt: Format, status: int, code: str, message: str) -> bytes:
+    """The format's error event, ending a stream after its first content event (R-GW-5)."""
+    document = error_document(fmt, status, code, message)
+    data = json.dumps(document, separators=(",", ":"))
+    if fmt is Format.ANTHROPIC:
+        return f"event: error\ndata: {data}\n\n".encode()
+    return f"data: {data}\n\n".encode()
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the gateway sets in the upstream body."""
+
+    upstream_id: str
+    max_tokens: int
+    max_tokens_field: str  # OpenAI: `max_tokens` or `max_completion_tokens`
+
+
+def upstream_body(fmt: Format, body: Mapping[str, Any], limits: Limits) -> dict[str, Any]:
+    """The caller's body for one route: the model, the max-tokens field set or clamped to the
+    reply allowance, and OpenAI's `stream_options.include_usage` on streams; all else as sent."""
+    out = dict(body)
+    out["model"] = limits.upstream_id
+    if fmt is Format.ANTHROPIC:
+        asked = body.get("max_tokens")
+        out["max_tokens"] = _clamp(asked, limits.max_tokens)
+        return out
+    asked = None
+    for name in ("max_completion_tokens", "max_tokens"):
+        if name in out:
+            asked = _smaller(asked, out.pop(name))
+    out[limits.max_tokens_field] = _clamp(asked, limits.max_tokens)
+    if body.get("stream") is True:
+        options = body.get("stream_options")
+        options = dict(options) if isinstance(options, dict) else {}
+        options["include_usage"] = True
+        out["stream_options"] = options
+    return out
+
+
+def _smaller(a: object, b: object) -> int | None:
+    values = [v for v in (a, b) if isinstance(v, int) and not isinstance(v, bool)]
+    return min(values) if values else None
+
+
+def _clamp(asked: object, allowance: int) -> int:
+    if isinstance(asked, int) and not isinstance(asked, bool) and 0 < asked < allowance:
+        return asked
+    return allowance
+
+
+def parse_reply(fmt: Format, reply: JsonReply) -> ProviderResponse:
+    """Usage and stop reason of a 2xx body, by the provider adapters' own parsers."""
+    from ledger.providers.anthropic_messages import parse_message
+    from ledger.providers.openai_chat import parse_chat_completion
+
+    parse = parse_message if fmt is Format.ANTHROPIC else parse_chat_completion
+    return parse(reply)
+
+
+def is_invalid(response: ProviderResponse) -> bool:
+    """A 2xx whose body did not have the wire shape."""
+    return not response.ok and response.stop_reason == INVALID_RESPONSE
+
+
+def answer_model(document: dict[str, Any], model_key: str) -> dict[str, Any]:
+    """The answer as the caller sees it: `model` is the model key that answered (R-GW-6)."""
+    document["model"] = model_key
+    return document
+
+
+def caller_problem(fmt: Format, body: object) -> str | None:
+    """Fixed text naming what is wrong with a caller's body, or None (types only; no value)."""
+    if not isinstance(body, dict):
+        return "the body must be a JSON object"
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        return "`model` must be a non-empty string"
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return "`messages` must be a non-empty list"
+    if not all(isinstance(m, dict) for m in messages):
+        return "every message must be an object"
+    if "stream" in body and not isinstance(body["stream"], bool):
+        return "`stream` must be true or false"
+    names = ("max_tokens",) if fmt is Format.ANTHROPIC else ("max_tokens", "max_completion_tokens")
+    for name in names:
+        value = body.get(name)
+        if (
+            name in body
+            and value is not None
+            and (not isinstance(value, int) or isinstance(value, bool) or value <= 0)
+        ):
+            return f"`{name}` must be a positive integer"
+    if fmt is Format.ANTHROPIC and "max_tokens" not in body:
+        return "`max_tokens` is required"
+    return None

@@ -1,0 +1,175 @@
+"""R-GW-4, R-GW-5, R-GW-7: the issue's fault table through the gateway, streaming, with the
+official OpenAI SDK against a real service and the stand-in. Stream faults before the first content
+event are recovered; after it they end the stream and the stand-in proves no second model was asked.
+The README table "Gateway faults" lists the same rows."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import anthropic
+import openai
+import pytest
+
+from ledger.api import Ledger
+from ledger.standin import Scripted, StandIn
+from tests.gateway_setup import gateway
+
+POLICY = {"timeoutMs": 20000, "gateway": {"firstTokenMs": 1500, "idleMs": 1000}}
+TEXT = "one two three four five six"
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A fault row: what the primary does, what the caller sees, which models were asked."""
+
+    name: str
+    replies: tuple[Scripted, ...]
+    sees: str  # "answer" or "error event" or an HTTP error code
+    asked: tuple[str, ...]
+
+
+FAULTS = [
+    Fault("429 short Retry-After", (Scripted(status=429, retry_after="1"),), "answer",
+          ("a1", "a1")),
+    Fault("429 persistent", (Scripted(status=429),) * 4, "answer", ("a1", "c1")),
+    Fault("500 once", (Scripted(status=500),), "answer", ("a1", "a1")),
+    Fault("503 persistent", (Scripted(status=503),) * 4, "answer", ("a1", "a1", "c1")),
+    Fault("reset before headers", (Scripted(reset=True),), "answer", ("a1", "a1")),
+    Fault("no response", (Scripted(delay_s=4),) * 4, "answer", ("a1", "a1", "c1")),
+    Fault("slow first token", (Scripted(first_event_delay_s=0.5, text=TEXT),), "answer", ("a1",)),
+    Fault("cut before content", (Scripted(cut_after=0),), "answer", ("a1", "a1")),
+    Fault("malformed before content", (Scripted(malformed_after=0),), "answer", ("a1", "a1")),
+    Fault("cut mid-answer", (Scripted(cut_after=1, text=TEXT),), "error event", ("a1",)),
+    Fault("stall", (Scripted(stall_after=1, text=TEXT),), "error event", ("a1",)),
+    Fault("malformed chunk", (Scripted(malformed_after=1, text=TEXT),), "error event", ("a1",)),
+    Fault("no terminator", (Scripted(no_terminator=True, text=TEXT),), "answer", ("a1",)),
+    Fault("context exceeded", (Scripted(status=400, error_code="context_length_exceeded"),),
+          "answer", ("a1", "c1")),
+    Fault("content-filter 400", (Scripted(status=400, error_code="content_policy_violation"),),
+          "safety", ("a1",)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("fault", FAULTS, ids=[f.name for f in FAULTS])
+def test_r_gw_5_stream_fault_table(home: Path, fault: Fault) -> None:
+    with StandIn({"a1": list(fault.replies)}) as standin, gateway(home, standin, **POLICY) as gw:
+        client = gw.openai()
+        text: list[str] = []
+        seen = "answer"
+        model = None
+        try:
+            with client.chat.completions.create(
+                model="acme/a1", messages=[{"role": "user", "content": "x"}], stream=True
+            ) as stream:
+                for chunk in stream:
+                    model = chunk.model
+                    for choice in chunk.choices:
+                        text.append(choice.delta.content or "")
+        except openai.APIStatusError as error:
+            seen = str(error.code)
+        except openai.APIError:
+            seen = "error event"
+        assert seen == fault.sees
+        time.sleep(0.2)
+        assert tuple(gw.models_asked()) == fault.asked
+        if seen == "answer":
+            assert model == ("cirrus/c1" if fault.asked[-1] == "c1" else "acme/a1")
+            assert "".join(text)
+        if seen == "error event":
+            assert text  # the caller had content before the stream ended
+
+
+def test_r_gw_5_anthropic_stream_and_usage(home: Path) -> None:
+    with StandIn({"b1": [Scripted(text=TEXT, input_tokens=7, output_tokens=9)]}) as standin, \
+            gateway(home, standin) as gw:  # fmt: skip
+        with gw.anthropic().messages.stream(
+            model="bolt/b1", max_tokens=50, messages=[{"role": "user", "content": "x"}]
+        ) as stream:
+            got = "".join(stream.text_stream)
+            final = stream.get_final_message()
+        assert got == TEXT
+        assert final.model == "bolt/b1"
+        assert final.stop_reason == "end_turn"
+    rows = _reservations(home)
+    assert rows == [("bolt/b1", "succeeded", 7, 9, None)]
+
+
+def test_r_gw_5_stream_without_usage_is_settled_at_its_estimate_marked(home: Path) -> None:
+    with StandIn({"a1": [Scripted(text=TEXT, no_usage=True)]}) as standin, \
+            gateway(home, standin) as gw:  # fmt: skip
+        stream = gw.openai().chat.completions.create(
+            model="acme/a1", messages=[{"role": "user", "content": "x"}], stream=True
+        )
+        assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == TEXT
+        assert standin.bodies[0]["stream_options"] == {"include_usage": True}
+    rows = _reservations(home)
+    assert rows == [("acme/a1", "succeeded", None, None, "usage_estimated")]
+    with Ledger.open(home).db.engine.connect() as conn:
+        cost, estimate = conn.exec_driver_sql(
+            "SELECT cost_micro, estimate_micro FROM reservations"
+        ).one()
+    assert cost == estimate > 0  # never free
+
+
+def test_r_gw_7_disconnect_closes_upstream_and_settles_cancelled(home: Path) -> None:
+    slow = Scripted(text="x" * 60, stream_pieces=60, event_delay_s=0.2)
+    with StandIn({"a1": [slow]}) as standin, gateway(home, standin) as gw:
+        stream = gw.openai().chat.completions.create(
+            model="acme/a1", messages=[{"role": "user", "content": "x"}], stream=True
+        )
+        for n, _ in enumerate(stream):
+            if n == 2:
+                break
+        stream.close()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and (
+            standin.closed_early == 0 or _reservations(home)[0][1] == "open"
+        ):
+            time.sleep(0.1)
+        assert standin.closed_early == 1
+    assert _reservations(home)[0][:2] == ("acme/a1", "cancelled")
+
+
+def _reservations(home: Path) -> list[tuple[object, ...]]:
+    with Ledger.open(home).db.engine.connect() as conn:
+        rows = conn.exec_driver_sql(
+            "SELECT model_key, status, input_tokens, output_tokens, subkind FROM reservations"
+            " ORDER BY id"
+        ).all()
+    return [tuple(r) for r in rows]
+
+
+def test_r_gw_6_anthropic_refusal_in_a_stream_request(home: Path) -> None:
+    with StandIn() as standin, gateway(home, standin, callsPerHour=1) as gw:
+        gw.anthropic().messages.create(
+            model="bolt/b1", max_tokens=5, messages=[{"role": "user", "content": "x"}]
+        )
+        with (
+            pytest.raises(anthropic.RateLimitError),
+            gw.anthropic().messages.stream(
+                model="bolt/b1", max_tokens=5, messages=[{"role": "user", "content": "x"}]
+            ) as stream,
+        ):
+            list(stream.text_stream)
+        assert len(standin.requests) == 1
+
+
+def test_r_gw_7_non_streaming_caller_that_leaves_settles_cancelled(home: Path) -> None:
+    with StandIn({"a1": [Scripted(delay_s=10)]}) as standin, gateway(home, standin) as gw:
+        client = openai.OpenAI(
+            base_url=gw.url + "/openai/v1", api_key=gw.token, max_retries=0, timeout=4.0
+        )
+        gw.clients.append(client)
+        with pytest.raises(openai.APITimeoutError):
+            client.chat.completions.create(
+                model="acme/a1", messages=[{"role": "user", "content": "x"}]
+            )
+        assert gw.models_asked() == ["a1"]  # the upstream call was under way
+        deadline = time.monotonic() + 5  # well before the stand-in's 10 s reply
+        while time.monotonic() < deadline and _reservations(home)[0][1] == "open":
+            time.sleep(0.1)
+        assert _reservations(home)[0][:2] == ("acme/a1", "cancelled")
+        assert gw.models_asked() == ["a1"]  # nothing more was sent
