@@ -88,7 +88,8 @@ def prepare(
     if effort is not None:  # R-RT-3: the route's own effort, never the primary's
         level = Effort(effort)
         if fmt is Format.ANTHROPIC:
-            out.update(anthropic_fields(level, allowance))
+            # inside the max_tokens actually sent (R-RT-3: the estimate covers it)
+            out.update(anthropic_fields(level, int(out["max_tokens"])))
         else:
             out.update(openai_fields(level))
     return Prepared(url, headers, out, fmt, caller)
