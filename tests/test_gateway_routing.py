@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from ledger.standin import StandIn
 from tests.gateway_setup import gateway
 
-HELLO = [{"role": "user", "content": "hello"}]
+HELLO: Any = [{"role": "user", "content": "hello"}]  # the SDKs' own message types
 
 
 def test_r_rt_5_r_gw_2_a_pool_key_is_spread_round_robin_and_names_the_concrete_model(
