@@ -47,7 +47,9 @@ def test_issue13_item6_select_summarises_exclusions_by_reason(tmp_path: Path) ->
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert len(lines) < 12, result.stdout
-    assert lines[:2] == ["routes (in order):", "  1. local/a"]
+    # R-RT-1: the chain that matched comes first, then the routes
+    assert lines[0].startswith("chain: none (no chain")
+    assert lines[1:3] == ["routes (in order):", "  1. local/a"]
     assert f"excluded: {N_OFFLINE + 2} models (--all lists each)" in lines
     # the credential variable to set is named (issue 20 item 16), never its value
     assert f"  unavailable    {N_OFFLINE}  set OFFLINE_TEST_KEY" in lines
