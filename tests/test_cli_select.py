@@ -69,7 +69,7 @@ def test_issue13_item6_all_lists_every_exclusion(tmp_path: Path) -> None:
     home = big_home(tmp_path)
     result = invoke(home, "s1", "--model", "local/a", "--all")
     assert result.exit_code == 0, result.output
-    assert len(result.stdout.splitlines()) == 3 + N_OFFLINE + 2
+    assert len(result.stdout.splitlines()) == 4 + N_OFFLINE + 2  # the chain line (R-RT-1)
     assert "  offline/m0499  unavailable (set OFFLINE_TEST_KEY)" in result.stdout.splitlines()
 
 
