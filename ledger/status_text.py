@@ -97,15 +97,9 @@ def _left(seconds: float) -> str:
 
 
 def took(ms: int | None) -> str:
-    """A duration as measured: `25ms`, `1.2s`, `2m05s`, never rounded up to a second."""
-    if ms is None:
-        return "-"
-    if ms < 1000:
-        return f"{ms}ms"
-    if ms < 60_000:
-        return f"{ms / 1000:.1f}s"
-    minutes, seconds = divmod(ms // 1000, 60)
-    return f"{minutes}m{seconds:02d}s" if minutes < 60 else human_duration_ms(ms)
+    """A duration as measured, in the one duration format of the CLI, the page and `simulate`
+    (`human_duration_ms`: `25ms`, `1s`, `2m5s`), never rounded up."""
+    return "-" if ms is None else human_duration_ms(ms)
 
 
 def _money(value: float | None) -> str:
