@@ -24,6 +24,7 @@ from ledger.api import Ledger
 from ledger.service import admin, calls, ops, page_routes, queue_routes
 from ledger.service.errors import error_response, install
 from ledger.service.group_commit import GroupCommit
+from ledger.service.models import finish_openapi
 
 MAX_BODY_BYTES = 64 * 1024
 BODY_TIMEOUT_S = 10.0
@@ -46,6 +47,7 @@ def create_app(
         redoc_url=None,
     )
     app.state.ledger = ledger
+    app.openapi = lambda: app.openapi_schema or _openapi(app)  # type: ignore[method-assign]
     app.state.metrics = ops.RequestMetrics()
     app.state.group = GroupCommit(ledger.write_steps, observe=app.state.metrics.batch.observe)
     app.state.metrics.waiting.set_function(app.state.group.pending)
@@ -189,6 +191,12 @@ def _is_sign_in(scope: Scope) -> bool:
         and scope["path"] == "/"
         and b"token=" in scope.get("query_string", b"")
     )
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """The OpenAPI document, built once: FastAPI's, finished by `models.finish_openapi`."""
+    app.openapi_schema = finish_openapi(FastAPI.openapi(app))
+    return app.openapi_schema
 
 
 def _cookie(header: bytes, name: bytes) -> bytes | None:
