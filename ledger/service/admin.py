@@ -1,4 +1,5 @@
-"""`/v1/cooldowns` and `/v1/sources`: the operator commands `ledger cooldown …` / `ledger source …`.
+"""`/v1/cooldowns`, `/v1/sources`, `/v1/catalog`: the operator commands `ledger cooldown …` /
+`ledger source …`, and the catalog a worker with `--server` calls providers by.
 
 Each route is one library call in a worker thread, answering the JSON the CLI's `--json` prints.
 """
@@ -10,6 +11,7 @@ from typing import Any, Literal
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
+from ledger.catalog import Catalog
 from ledger.cooldown_doc import change_json, set_json
 from ledger.durations import parse_duration_ms
 from ledger.errors import NotFoundError, UsageError
@@ -34,6 +36,14 @@ from ledger.source_doc import source_document, source_json
 from ledger.store.views import cooldown_list, source_detail, source_rows
 
 router = APIRouter(prefix="/v1", tags=["operators"])
+
+
+@router.get("/catalog", operation_id="catalog", response_model=Catalog, responses=errors(*GATE))
+def catalog(ledger: LedgerDep) -> JSONResponse:
+    """The served ledger's catalog as catalog.json holds it (provider names, base URLs and the
+    names of credential variables, never a credential), so a worker with `--server` calls the
+    same models the service reserves (issue 33)."""
+    return JSONResponse(ledger.catalog.to_json())
 
 
 @router.get(
