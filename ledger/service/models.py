@@ -310,7 +310,7 @@ class SourceOut(Answer):
 
     id: str
     state: str
-    queued: bool
+    in_worker_queue: bool
     calls: int
     failures: int
     output_failures: int
