@@ -96,7 +96,8 @@ def test_spec_14_cli_demo_text_ends_with_status(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     home = tmp_path / "d"
     assert result.output.startswith(
-        "[worker] 13 items: 10 done, 1 failed (retry later), 2 paused; 6 fallbacks, 1 correction\n"
+        "[worker] 13 items: 10 done, 1 failed (retry later), 2 paused; 6 fallbacks, 1 correction;"
+        " failed calls: 1x auth/http_401 on acme, "
     )
     assert f"$ ledger --home {home} status" in result.output
 
@@ -202,3 +203,26 @@ def test_issue15_item2_summary_printed_once_on_a_terminal(tmp_path: Path) -> Non
     assert out.count("[worker] ") == 1
     assert b"[worker] " in seen  # the progress line was drawn on the terminal ...
     assert seen.rstrip(b" ").endswith(b"\r")  # ... and erased at the end
+
+
+def test_issue33_summary_says_why_calls_failed() -> None:
+    """The text summary said "2 failed (retry later)" without why: it counts the failed calls
+    by kind/subkind and provider (most frequent first; the rest are in --json `failures`)."""
+    from ledger.kinds import AttemptRole
+    from ledger.queue import AttemptReport, ItemOutcome, ItemReport
+
+    summary = DrainSummary()
+    connect = AttemptReport(
+        1, "local/m1", AttemptRole.PRIMARY, "transport", subkind="connect_error"
+    )
+    for _ in range(2):
+        summary.add(ItemReport("s", ItemOutcome.FAILED, (connect,)))
+    summary.add(ItemReport("t", ItemOutcome.DONE, (
+        AttemptReport(2, "acme/x", AttemptRole.PRIMARY, "rate_limit", subkind="http_429"),
+        AttemptReport(3, "local/m1", AttemptRole.FALLBACK, None))))  # fmt: skip
+    line = summary.progress_line()
+    assert line.endswith(
+        "; failed calls: 2x transport/connect_error on local, 1x rate_limit/http_429 on acme"
+    )
+    assert summary.to_json()["failures"] == {
+        "rate_limit/http_429 on acme": 1, "transport/connect_error on local": 2}  # fmt: skip
