@@ -226,3 +226,21 @@ def test_issue33_summary_says_why_calls_failed() -> None:
     )
     assert summary.to_json()["failures"] == {
         "rate_limit/http_429 on acme": 1, "transport/connect_error on local": 2}  # fmt: skip
+
+
+def test_issue33_demo_suggests_a_serve_that_works_with_what_is_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the Quickstart's `pip install -e .` the demo's suggested `ledger --home … serve`
+    answered "needs the serve extra": without the extra, the line installing it comes first."""
+    from ledger.cli import demo_cmd
+
+    monkeypatch.setattr(demo_cmd, "serve_extra_installed", lambda: False)
+    result = CliRunner().invoke(cli, ["demo", "--home", str(tmp_path / "d")])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    serve = lines.index(f"  ledger --home {tmp_path / 'd'} serve")
+    assert lines[serve - 1].startswith("  python -m pip install -e '.[serve]'")
+    monkeypatch.setattr(demo_cmd, "serve_extra_installed", lambda: True)
+    again = CliRunner().invoke(cli, ["demo", "--home", str(tmp_path / "e")])
+    assert "pip install" not in again.output
