@@ -167,10 +167,19 @@ EXCLUDED_LISTED = 12
 """Up to this many excluded models are listed one by one; more are counted per reason."""
 
 
+def missing_pieces(e: dict[str, Any]) -> str:
+    """What makes an unavailable model available: ` (set VAR and a baseUrl for its provider in
+    catalog.json)`, ` (set VAR)`, or empty; every missing piece is named (issue 33)."""
+    pieces = [f"set {e['credential_env']}"] if e.get("credential_env") else []
+    if e.get("base_url_missing"):
+        pieces.append("a baseUrl for its provider in catalog.json")
+    return f" ({' and '.join(pieces)})" if pieces else ""
+
+
 def _reason(e: dict[str, Any]) -> str:
-    """An exclusion's reason with when a cooldown ends or which credential variable to set."""
-    text = str(e["reason"]) + (f" until {short_time(e['until'])}" if e["until"] else "")
-    return text + (f" (set {e['credential_env']})" if e.get("credential_env") else "")
+    """An exclusion's reason with when a cooldown ends or which pieces are missing."""
+    text = str(e["reason"]) + (f" until {short_time(e['until'])}" if e.get("until") else "")
+    return text + missing_pieces(e)
 
 
 def _reason_note(reason: str, excluded: Sequence[dict[str, Any]]) -> str:
@@ -179,7 +188,11 @@ def _reason_note(reason: str, excluded: Sequence[dict[str, Any]]) -> str:
     ends = [e["until"] for e in of_reason if e.get("until")]
     if ends:
         return f"first frees {short_time(min(ends))}"
-    return credential_hint(e.get("credential_env") for e in of_reason)
+    hint = credential_hint(e.get("credential_env") for e in of_reason)
+    no_url = sum(1 for e in of_reason if e.get("base_url_missing"))
+    if no_url:
+        hint += ("; " if hint else "") + f"{no_url} also need a baseUrl in catalog.json"
+    return hint
 
 
 def credential_hint(names: Iterable[str | None], shown: int = 3) -> str:

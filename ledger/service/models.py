@@ -244,6 +244,7 @@ class ExclusionOut(Answer):
     reason: str
     until: str | None = None
     credential_env: str | None = None
+    base_url_missing: bool | None = None
 
 
 class SelectionOut(Answer):
