@@ -57,6 +57,7 @@ _MODELS: tuple[tuple[str, str, int, float, float, bool], ...] = (
 )
 
 _OK = Scripted(text='{"summary": "ok", "facts": 3}', input_tokens=120, output_tokens=24)
+OK_REPLY = _OK  # the stand-in's default reply (`ledger standin` serves the same script)
 
 
 DEMO_KEY_ENV = "LEDGER_DEMO_KEY"
@@ -146,6 +147,7 @@ class DemoResult:
     calls_per_hour: int
     daily_ceiling_usd: float
     http_requests: int
+    standin_port: int = 0  # where the kept catalog's providers point (`ledger standin --port`)
 
     def to_json(self) -> dict[str, Any]:
         """JSON shape printed by `ledger demo --json`."""
@@ -233,6 +235,7 @@ def run_demo(
         finally:
             ledger.close()
         requests = len(standin.requests)
+        standin_port = standin.port
     return DemoResult(
         home=str(path),
         kept=not discard,
@@ -244,4 +247,5 @@ def run_demo(
         calls_per_hour=int(DEMO_POLICY["callsPerHour"]),
         daily_ceiling_usd=float(DEMO_POLICY["dailyEstimatedUsd"]),
         http_requests=requests,
+        standin_port=standin_port,
     )

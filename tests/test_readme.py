@@ -137,11 +137,20 @@ def test_issue25_quickstart_demo_runs_and_its_follow_up_commands_work(tmp_path: 
     assert shown is not None
     readme_commands = [line.strip() for line in shown[2].splitlines()]
     printed = output.split(kept[0], 1)[1].strip().splitlines()
-    assert [line.strip().replace(str(home), shown[1]) for line in printed] == readme_commands
-    follow_ups = [  # `serve` runs until stopped: tests/test_service*.py start it for real
-        (line.strip(), 0)
+    readme_port = re.search(r"ledger standin --port (\d+)", section)
+    assert readme_port is not None
+
+    def as_in_readme(line: str) -> str:  # the example's directory and stand-in port
+        line = line.strip().replace(str(home), shown[1])
+        return re.sub(r"--port \d+", f"--port {readme_port[1]}", line)
+
+    assert [as_in_readme(line) for line in printed] == readme_commands
+    follow_ups = [  # `serve` and `standin` run until stopped (tests/test_service*.py and
+        (line.strip(), 0)  # test_demo.py start them for real)
         for line in printed
-        if line.strip().startswith("ledger ") and not line.strip().endswith(" serve")
+        if line.strip().startswith("ledger ")
+        and not line.strip().endswith(" serve")
+        and not line.strip().startswith("ledger standin")
     ]
     assert follow_ups
     _run_session(follow_ups, env, tmp_path / "codes-follow-ups")

@@ -106,4 +106,14 @@ def next_steps(result: DemoResult, serve_installed: bool | None = None) -> list[
         *([] if serve_installed else [SERVE_EXTRA_STEP]),
         f"  {follow_up(result, 'serve')}",
     ]
+    if result.standin_port:
+        from ledger.demo import DEMO_KEY, DEMO_KEY_ENV
+
+        lines += [
+            "[demo] its catalog points at the stand-in, which stopped with the demo; to go on "
+            "working against it, run it again on the same port (in another terminal):",
+            f"  ledger standin --port {result.standin_port}",
+            f"  {follow_up(result, 'source add more-1')}",
+            f"  {DEMO_KEY_ENV}={DEMO_KEY} {follow_up(result, 'worker run --once')}",
+        ]
     return lines
