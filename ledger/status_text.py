@@ -168,11 +168,11 @@ EXCLUDED_LISTED = 12
 
 
 def missing_pieces(e: dict[str, Any]) -> str:
-    """What makes an unavailable model available: ` (set VAR and a baseUrl for its provider in
-    catalog.json)`, ` (set VAR)`, or empty; every missing piece is named (issue 33)."""
+    """What makes an unavailable model available: ` (set VAR and a baseUrl)` (the provider's
+    baseUrl in catalog.json), ` (set VAR)`, or empty; every missing piece is named (issue 33)."""
     pieces = [f"set {e['credential_env']}"] if e.get("credential_env") else []
     if e.get("base_url_missing"):
-        pieces.append("a baseUrl for its provider in catalog.json")
+        pieces.append("a baseUrl")
     return f" ({' and '.join(pieces)})" if pieces else ""
 
 

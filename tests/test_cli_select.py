@@ -104,11 +104,9 @@ def test_issue33_unavailable_hint_names_every_missing_piece(tmp_path: Path) -> N
         return result.output
 
     shown = run("select", "s1", "--all")
-    assert "vx/m1  unavailable (set VX_API_KEY and a baseUrl for its provider in catalog.json)" in (
-        shown)  # fmt: skip
+    assert "vx/m1  unavailable (set VX_API_KEY and a baseUrl)" in shown
     assert "1 also need a baseUrl in catalog.json" in run("select", "s1")
     doc = json_module.loads(run("status", "--json"))
     vx = next(e for e in doc["excluded"] if e["model"] == "vx/m1")
     assert (vx["credential_env"], vx["base_url_missing"]) == ("VX_API_KEY", True)
-    assert "unavailable (set VX_API_KEY and a baseUrl for its provider in catalog.json)" in run(
-        "status")  # fmt: skip
+    assert "unavailable (set VX_API_KEY and a baseUrl)" in run("status")
