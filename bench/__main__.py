@@ -50,14 +50,31 @@ FIGURES: dict[str, Callable[[Path, Settings], list[Row]]] = {
 }
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the figures; print the table; write the results file."""
+RESULTS = Path("bench/results.md")
+QUICK_RESULTS = Path("bench/results-quick.md")  # untracked (.gitignore): smoke numbers only
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The options; `out` defaults to the tracked bench/results.md for a full run and to the
+    untracked bench/results-quick.md for `--quick` (issue 33: a smoke run never overwrites the
+    published numbers unless --out says so)."""
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="tiny sizes (CI smoke run)")
-    parser.add_argument("--out", type=Path, default=Path("bench/results.md"))
+    parser.add_argument(
+        "--out", type=Path, default=None,
+        help=f"results file (default {RESULTS}; with --quick {QUICK_RESULTS})",
+    )  # fmt: skip
     parser.add_argument("--only", nargs="*", choices=sorted(FIGURES), default=None)
     parser.add_argument("--scratch", type=Path, default=None, help="parent dir for scratch DBs")
     args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = QUICK_RESULTS if args.quick else RESULTS
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the figures; print the table; write the results file."""
+    args = parse_args(argv)
     settings = Settings.make(args.quick)
     rows: list[Row] = []
     notes: list[str] = []

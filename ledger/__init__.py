@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ledger.api import Ledger
 from ledger.classify import Classification, classify_exception, classify_http, classify_kind
-from ledger.errors import LedgerError, Refused
+from ledger.errors import LedgerError, NotFoundError, Refused, UsageError
 from ledger.kinds import AttemptRole, ExclusionReason, FailureKind, RefusalReason
 from ledger.records import Cancelled, Failed, Reservation, SettleResult, Success
 
@@ -19,11 +19,13 @@ __all__ = [
     "FailureKind",
     "Ledger",
     "LedgerError",
+    "NotFoundError",
     "RefusalReason",
     "Refused",
     "Reservation",
     "SettleResult",
     "Success",
+    "UsageError",
     "classify_exception",
     "classify_http",
     "classify_kind",

@@ -9,6 +9,7 @@ directory itself) or to a URL with the bearer token (`LEDGER_TOKEN` unless given
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 
 SOCKET_NAME = "ledger.sock"
 TOKEN_ENV = "LEDGER_TOKEN"  # noqa: S105 - a variable name, not a secret
+TOKEN_FILE = "ledger.token"  # noqa: S105 - the file `ledger serve` generates (server.TOKEN_NAME)
 
 
 class _UnixBackend(httpcore.SyncBackend):
@@ -309,10 +311,12 @@ class LedgerClient:
         self._catalog = catalog
         target = str(server)
         headers: dict[str, str] = {}
+        self._token_given = False
         if target.startswith(("http://", "https://")):
             transport = httpx.HTTPTransport()
             base = target.rstrip("/")
             token = token if token is not None else env.get(TOKEN_ENV)
+            self._token_given = bool(token)
             if token:
                 headers["authorization"] = f"Bearer {token}"
         else:
@@ -331,6 +335,8 @@ class LedgerClient:
             doc = answer.json()
         except ValueError:
             doc = None
+        if answer.status_code == 401:
+            raise errors.UsageError(self._token_help())
         if answer.status_code >= 400:
             raise error_of(answer.status_code, doc)
         return doc
@@ -360,6 +366,26 @@ class LedgerClient:
                 raise errors.ServiceUnreachableError() from cause
             time.sleep(min(pause, left))
             pause = min(pause * 2, _RECONNECT_PAUSE_S[1])
+
+    def _token_help(self) -> str:
+        """Where the token is (a path, never the token itself): a 401 over TCP."""
+        given = "the token given was refused" if self._token_given else "no token was given"
+        local = state_dir(self._home, None).path / TOKEN_FILE
+        where = (
+            f"{local} (or the `{TOKEN_FILE}` file in the service's state directory)"
+            if local.exists()
+            else f"the `{TOKEN_FILE}` file in the service's state directory"
+        )
+        return (
+            f"a valid bearer token is required over TCP ({given}): set ${TOKEN_ENV} to the "
+            f"service's token, which is ${TOKEN_ENV} where `ledger serve` runs or else {where}"
+        )
+
+    def served_catalog(self) -> Catalog:
+        """The catalog of the ledger the service serves (`GET /v1/catalog`)."""
+        from ledger.catalog import parse_catalog
+
+        return parse_catalog(json.dumps(self._call("GET", "/v1/catalog")), "the service's catalog")
 
     def reserve(
         self,

@@ -57,6 +57,7 @@ _MODELS: tuple[tuple[str, str, int, float, float, bool], ...] = (
 )
 
 _OK = Scripted(text='{"summary": "ok", "facts": 3}', input_tokens=120, output_tokens=24)
+OK_REPLY = _OK  # the stand-in's default reply (`ledger standin` serves the same script)
 
 
 DEMO_KEY_ENV = "LEDGER_DEMO_KEY"
@@ -148,6 +149,7 @@ class DemoResult:
     http_requests: int
     gateway: str = ""
     """The one gateway request the demo sends at the end, as one line."""
+    standin_port: int = 0  # where the kept catalog's providers point (`ledger standin --port`)
 
     def to_json(self) -> dict[str, Any]:
         """JSON shape printed by `ledger demo --json`."""
@@ -236,6 +238,7 @@ def run_demo(
             gateway = _gateway_line(ledger)  # after the worker's status: the demo ends with it
         finally:
             ledger.close()
+        standin_port = standin.port
     return DemoResult(
         home=str(path),
         kept=not discard,
@@ -248,6 +251,7 @@ def run_demo(
         daily_ceiling_usd=float(DEMO_POLICY["dailyEstimatedUsd"]),
         http_requests=requests,
         gateway=gateway,
+        standin_port=standin_port,
     )
 
 

@@ -163,6 +163,7 @@ class AttemptReport:
     role: AttemptRole
     kind: str | None  # None on success
     late: bool = False
+    subkind: str | None = None
 
 
 @dataclass(frozen=True)
@@ -192,6 +193,9 @@ class ItemReport:
         return any(a.role is AttemptRole.CORRECTION for a in self.attempts)
 
 
+SHOWN_FAILURES = 4  # failure reasons named in the text summary, most frequent first
+
+
 @dataclass
 class DrainSummary:
     """Counters of one `worker run` (mutable while draining, reported at the end)."""
@@ -212,6 +216,8 @@ class DrainSummary:
     corrections: int = 0
     stopped_by_signal: bool = False
     refusals: dict[str, int] = field(default_factory=dict)
+    failures: dict[str, int] = field(default_factory=dict)
+    """Failed attempts by `kind/subkind on provider` (issue 33: why, not only how many)."""
 
     def add(self, item: ItemReport) -> None:
         """Count one finished item."""
@@ -219,6 +225,11 @@ class DrainSummary:
         self.attempts += len(item.attempts)
         self.fallbacks += item.fallback
         self.corrections += item.correction
+        for attempt in item.attempts:
+            if attempt.kind is not None and attempt.kind != "cancelled":
+                provider = attempt.model.partition("/")[0]
+                reason = f"{attempt.kind}/{attempt.subkind or '-'} on {provider}"
+                self.failures[reason] = self.failures.get(reason, 0) + 1
         counter = item.outcome.value  # every outcome has a counter of the same name
         setattr(self, counter, getattr(self, counter) + 1)
         if item.refusal is not None:
@@ -253,9 +264,14 @@ class DrainSummary:
                 if n
             ),
         ]
+        reasons = sorted(self.failures.items(), key=lambda r: (-r[1], r[0]))
+        why = ", ".join(f"{n}x {reason}" for reason, n in reasons[:SHOWN_FAILURES])
+        if len(reasons) > SHOWN_FAILURES:  # the rest are in --json `failures`
+            why += f" and {len(reasons) - SHOWN_FAILURES} more"
         return (
             f"[worker] {plural(self.items, 'item')}: {', '.join(outcomes)}; "
             f"{plural(self.fallbacks, 'fallback')}, {plural(self.corrections, 'correction')}"
+            + (f"; failed calls: {why}" if why else "")
         )
 
     def to_json(self) -> dict[str, object]:
@@ -275,6 +291,7 @@ class DrainSummary:
             "fallbacks": self.fallbacks,
             "corrections": self.corrections,
             "refusals": dict(sorted(self.refusals.items())),
+            "failures": dict(sorted(self.failures.items())),
             "stopped_by_signal": self.stopped_by_signal,
             "exit_code": self.exit_code(),
         }

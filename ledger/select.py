@@ -196,10 +196,15 @@ class Selection:
 
 def exclusion_json(exclusion: Exclusion, catalog: Catalog | None = None) -> dict[str, object]:
     """`{model, reason}` (`until` for cooling reasons), plus `credential_env` (a variable's
-    name, never its value) for an unavailable model."""
+    name, never its value) for an unavailable model, and `base_url_missing` when its provider
+    also has no base URL: every piece that is missing, not only the first."""
     doc = exclusion.to_json()
     if exclusion.reason == R.UNAVAILABLE and catalog is not None:
-        doc["credential_env"] = catalog.credential_to_set(_provider_of(exclusion.model))
+        provider = _provider_of(exclusion.model)
+        doc["credential_env"] = catalog.credential_to_set(provider)
+        if provider in catalog.providers_without_base_url():
+            # setting the credential alone would only turn it into `no_base_url` (issue 33)
+            doc["base_url_missing"] = True
     return doc
 
 

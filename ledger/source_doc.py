@@ -16,7 +16,9 @@ def source_json(row: dict[str, Any]) -> dict[str, Any]:
     return {
         "id": row["id"],
         "state": row["state"],
-        "queued": bool(row["in_queue"]),
+        # in the worker queue (`source add`), as opposed to a source only reserved for through
+        # the API; was `queued`, which read `"state": "queued", "queued": false` (issue 33)
+        "in_worker_queue": bool(row["in_queue"]),
         "calls": int(row.get("calls", 0)) + int(row["archived_calls"]),
         "failures": row["failures"],
         "output_failures": row["output_failures"],

@@ -23,7 +23,14 @@ from ledger.scope_budgets import ScopeUse
 from ledger.status_text import render_text
 from ledger.store.engine import network_filesystem
 from ledger.store.pending import no_database_yet
-from ledger.store.status_views import HOURS, HourOutcome, StatusData, status_data
+from ledger.store.status_views import (
+    HOURS,
+    HourOutcome,
+    QueueData,
+    QueuedRow,
+    StatusData,
+    status_data,
+)
 
 SCHEMA_VERSION = 1
 __all__ = [
@@ -123,6 +130,53 @@ def hours_24(now: int, rows: Iterable[HourOutcome]) -> list[dict[str, Any]]:
         hour["spent_usd"] = _usd(cost)
         hour["failed"] = dict(sorted(hour["failed"].items()))
     return out
+
+
+def _waits(
+    row: QueuedRow, now: int, routes: RouteView, hourly_next_free_ms: int | None, daily_full: bool
+) -> str:
+    """Why a queued source is not being worked right now, as a code the page and text explain:
+    `leased` (a worker holds it), `retry_later` (its retry time is ahead), or, when it is due,
+    what stops a claim from using it: `no_route`, `hourly_budget`, `daily_ceiling`, else
+    `waiting_for_worker` (nothing stops it; no worker has claimed it yet)."""
+    if row.state == "leased" and (row.lease_expires_ms or 0) > now:
+        return "leased"
+    if row.retry_at_ms is not None and row.retry_at_ms > now:
+        return "retry_later"
+    if not routes.routes:
+        return "no_route"
+    if hourly_next_free_ms is not None:
+        return "hourly_budget"
+    if daily_full:
+        return "daily_ceiling"
+    return "waiting_for_worker"
+
+
+def queue_json(
+    queue: QueueData | None,
+    now: int,
+    routes: RouteView,
+    hourly_next_free_ms: int | None,
+    daily_full: bool,
+) -> dict[str, Any]:
+    """The worker queue block of the document: due now, next due, the oldest few and why each
+    waits (R-Q-2 claim order)."""
+    queue = queue or QueueData(0, None, [])
+    return {
+        "due_now": queue.due_now,
+        "next_due_at": iso(queue.next_due_ms),
+        "oldest": [
+            {
+                "id": row.id,
+                "state": row.state,
+                "last_checked": iso(row.last_checked_ms),
+                "retry_at": iso(row.retry_at_ms),
+                "lease_expires": iso(row.lease_expires_ms),
+                "waits": _waits(row, now, routes, hourly_next_free_ms, daily_full),
+            }
+            for row in queue.oldest
+        ],
+    }
 
 
 def status_document(
@@ -249,6 +303,13 @@ def status_document(
             for o in data.outcomes
         ],
         "hours_24": hours_24(now, data.hours),
+        "queue": queue_json(
+            data.queue,
+            now,
+            routes,
+            data.hourly_next_free_ms,
+            ceiling is not None and _usd(data.daily.spent_micro) >= ceiling,
+        ),
         "failovers": [
             {
                 "time": iso(f.created_ms),

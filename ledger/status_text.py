@@ -97,15 +97,9 @@ def _left(seconds: float) -> str:
 
 
 def took(ms: int | None) -> str:
-    """A duration as measured: `25ms`, `1.2s`, `2m05s`, never rounded up to a second."""
-    if ms is None:
-        return "-"
-    if ms < 1000:
-        return f"{ms}ms"
-    if ms < 60_000:
-        return f"{ms / 1000:.1f}s"
-    minutes, seconds = divmod(ms // 1000, 60)
-    return f"{minutes}m{seconds:02d}s" if minutes < 60 else human_duration_ms(ms)
+    """A duration as measured, in the one duration format of the CLI, the page and `simulate`
+    (`human_duration_ms`: `25ms`, `1s`, `2m5s`), never rounded up."""
+    return "-" if ms is None else human_duration_ms(ms)
 
 
 def _money(value: float | None) -> str:
@@ -174,10 +168,19 @@ EXCLUDED_LISTED = 12
 """Up to this many excluded models are listed one by one; more are counted per reason."""
 
 
+def missing_pieces(e: dict[str, Any]) -> str:
+    """What makes an unavailable model available: ` (set VAR and a baseUrl)` (the provider's
+    baseUrl in catalog.json), ` (set VAR)`, or empty; every missing piece is named (issue 33)."""
+    pieces = [f"set {e['credential_env']}"] if e.get("credential_env") else []
+    if e.get("base_url_missing"):
+        pieces.append("a baseUrl")
+    return f" ({' and '.join(pieces)})" if pieces else ""
+
+
 def _reason(e: dict[str, Any]) -> str:
-    """An exclusion's reason with when a cooldown ends or which credential variable to set."""
-    text = str(e["reason"]) + (f" until {short_time(e['until'])}" if e["until"] else "")
-    return text + (f" (set {e['credential_env']})" if e.get("credential_env") else "")
+    """An exclusion's reason with when a cooldown ends or which pieces are missing."""
+    text = str(e["reason"]) + (f" until {short_time(e['until'])}" if e.get("until") else "")
+    return text + missing_pieces(e)
 
 
 def _reason_note(reason: str, excluded: Sequence[dict[str, Any]]) -> str:
@@ -186,7 +189,11 @@ def _reason_note(reason: str, excluded: Sequence[dict[str, Any]]) -> str:
     ends = [e["until"] for e in of_reason if e.get("until")]
     if ends:
         return f"first frees {short_time(min(ends))}"
-    return credential_hint(e.get("credential_env") for e in of_reason)
+    hint = credential_hint(e.get("credential_env") for e in of_reason)
+    no_url = sum(1 for e in of_reason if e.get("base_url_missing"))
+    if no_url:
+        hint += ("; " if hint else "") + f"{no_url} also need a baseUrl in catalog.json"
+    return hint
 
 
 def credential_hint(names: Iterable[str | None], shown: int = 3) -> str:

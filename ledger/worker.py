@@ -421,7 +421,9 @@ def _attempt(
         ),
         overran=overran,
     )
-    report = AttemptReport(reservation.id, route, reservation.role, settled.kind, settled.late)
+    report = AttemptReport(
+        reservation.id, route, reservation.role, settled.kind, settled.late, settled.subkind
+    )
     return _Step(report, settled)
 
 

@@ -270,3 +270,13 @@ def test_issue20_item17_wrong_types_never_raise_raw_errors(
     if usage is not None:
         assert "\n" not in usage.message
         assert spy.opened == 0 or well_typed(wrong, value), (name, wrong, value)
+
+
+def test_issue33_usage_and_not_found_errors_are_importable_from_ledger() -> None:
+    """The README's examples raise and catch them as `ledger.UsageError` / `NotFoundError`."""
+    import ledger
+    from ledger import errors
+
+    assert ledger.UsageError is errors.UsageError
+    assert ledger.NotFoundError is errors.NotFoundError
+    assert {"UsageError", "NotFoundError"} <= set(ledger.__all__)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bench.__main__ import main
+from bench.__main__ import main, parse_args
 
 
 @pytest.mark.slow
@@ -67,3 +67,10 @@ def test_issue_23_simulate_bench_samples_the_end_of_the_day_inside_the_run(
     (memory,) = [row for row in rows if "resident memory" in row.figure]
     assert memory.value == "1, 1, 1, 1 MiB"
     assert "peak" in memory.note
+
+
+def test_issue33_quick_runs_never_overwrite_the_published_results() -> None:
+    """`python -m bench --quick` wrote its smoke numbers over the tracked bench/results.md."""
+    assert parse_args([]).out == Path("bench/results.md")
+    assert parse_args(["--quick"]).out == Path("bench/results-quick.md")
+    assert parse_args(["--quick", "--out", "bench/results.md"]).out == Path("bench/results.md")

@@ -221,3 +221,40 @@ def test_issue15_item6_closed_stdout_ends_quietly(tmp_path: Path, args: tuple[st
     code = proc.wait(timeout=60)
     assert err == b""
     assert code in (1, 141)  # 128 + SIGPIPE like `cat`; click's own help path exits 1
+
+
+@pytest.fixture(scope="module")
+def many_sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A ledger with 4000 sources (more than a pipe buffer, 64 KiB, even as text), added in one
+    write transaction through the store's own insert."""
+    from ledger.api import Ledger
+    from ledger.store import reservations
+
+    home = tmp_path_factory.mktemp("many") / "h"
+    ledger = Ledger.open(home)
+    with ledger.db.write() as txn:
+        for n in range(4000):
+            reservations.insert_source(txn.conn, f"source-{n:05d}", txn.now, in_queue=True)
+    ledger.close()
+    return home
+
+
+@pytest.mark.parametrize("json_flag", [(), ("--json",)])
+def test_issue33_a_reader_that_leaves_mid_listing_gives_141_text_and_json(
+    many_sources: Path, json_flag: tuple[str, ...]
+) -> None:
+    """`ledger source list --json | head -c 10` exited 0 where the text listing exits 141: both
+    notice the reader leaving while they write, and stop quietly with 128 + SIGPIPE."""
+    home = many_sources
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ledger", "--home", str(home), "source", "list", *json_flag],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    assert len(proc.stdout.read(10)) == 10  # `head -c 10`: read a little, then go away
+    proc.stdout.close()
+    err = proc.stderr.read()
+    proc.stderr.close()
+    assert proc.wait(timeout=120) == 141
+    assert err == b""

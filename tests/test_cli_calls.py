@@ -236,7 +236,8 @@ def test_source_lifecycle(home: Path) -> None:
     assert invoke(home, "source", "add", "doc-1", "--payload", "s3://bucket/doc-1").exit_code == 0
     listed = as_json(invoke(home, "source", "list", "--json"))["sources"]
     assert listed[0]["id"] == "doc-1"
-    assert listed[0]["queued"] is True
+    assert listed[0]["in_worker_queue"] is True
+    assert "queued" not in listed[0]  # issue 33: never `"state": "queued", "queued": false`
     assert as_json(invoke(home, "source", "pause", "doc-1", "--json"))["state"] == "paused"
     refused = invoke(home, "reserve", "doc-1", "--model", "alpha/small", "--json")
     assert as_json(refused)["error"]["code"] == "source_paused"
@@ -272,3 +273,13 @@ def test_sql_injection_shaped_id_round_trips(home: Path) -> None:
     assert invoke(home, "reserve", sid, "--model", "alpha/small").exit_code == 0
     shown = as_json(invoke(home, "source", "show", sid, "--json"))
     assert shown["id"] == sid
+
+
+def test_issue33_source_show_json_has_no_contradicting_queued_flag(home: Path) -> None:
+    """A source made by `reserve` (not `source add`) showed `"state": "queued", "queued": false`:
+    the flag says what it means, `in_worker_queue`."""
+    assert invoke(home, "reserve", "only-api", "--model", "alpha/small").exit_code == 0
+    shown = as_json(invoke(home, "source", "show", "only-api", "--json"))
+    assert shown["state"] == "queued"
+    assert shown["in_worker_queue"] is False
+    assert "queued" not in shown

@@ -78,7 +78,7 @@ def test_issue20_item15_clear_says_what_still_blocks(home: Path) -> None:
     assert "still refused until 2027-01-15T08:15:00.000Z (15m)" in text
     assert "ledger cooldown clear alpha --force" in text
     assert (forced["removed"], forced["until"], forced["cooldowns"]) == (1, None, [])
-    assert "no longer cooling" in gone
+    assert "is not cooling; nothing to clear" in gone  # issue 33: nothing was removed
 
 
 def test_issue20_item15_reason_is_shown_in_list_and_status(home: Path) -> None:
@@ -114,3 +114,15 @@ def test_issue20_item15_durations_at_human_resolution(home: Path) -> None:
     for output in outputs:
         assert "1h59m" in output
         assert not re.search(r"\d+s\d+ms|\dh\d+m\d+s", output), output
+
+
+def test_issue33_clear_on_a_target_that_never_cooled_says_so(home: Path) -> None:
+    """`cooldown clear` on a target that was never cooling said "no longer cooling"."""
+    result = invoke(home, "cooldown", "clear", "alpha")
+    assert result.exit_code == 0, result.output
+    assert result.output == "provider alpha is not cooling; nothing to clear\n"
+    assert "no longer" not in result.output
+    assert invoke(home, "cooldown", "set", "alpha", "1h").exit_code == 0
+    cleared = invoke(home, "cooldown", "clear", "alpha")
+    assert "removed 1 manual cooldown(s) on provider alpha" in cleared.output
+    assert "provider alpha is no longer cooling" in cleared.output  # true now

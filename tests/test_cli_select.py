@@ -77,3 +77,38 @@ def test_issue13_item6_json_keeps_the_full_list_and_adds_counts(tmp_path: Path) 
     doc = json.loads(invoke(big_home(tmp_path), "s1", "--model", "local/a", "--json").stdout)
     assert len(doc["excluded"]) == N_OFFLINE + 2
     assert doc["excluded_by_reason"] == {"unavailable": N_OFFLINE, "no_text": 1, "same_provider": 1}
+
+
+def test_issue33_unavailable_hint_names_every_missing_piece(tmp_path: Path) -> None:
+    """After a LiteLLM import the `unavailable` hint said only "set VERTEX_…_API_KEY"; once set,
+    the models were still excluded as `no_base_url`. The hint names the credential AND the
+    missing baseUrl, in select, status and their JSON."""
+    import json as json_module
+
+    from click.testing import CliRunner
+
+    from ledger.cli.main import cli as group
+
+    home = tmp_path / "h"
+    home.mkdir()
+    (home / "catalog.json").write_text(json_module.dumps({
+        "providers": {"vx": {"credentialEnv": "VX_API_KEY", "api": "openai-chat"},
+                      "ok": {"available": True, "api": "openai-chat",
+                             "baseUrl": "http://127.0.0.1:9/v1"}},
+        "models": [{"provider": "vx", "id": "m1", "contextWindow": 8000},
+                   {"provider": "ok", "id": "m2", "contextWindow": 8000}],
+    }))  # fmt: skip
+    runner = CliRunner(env={"VX_API_KEY": None})
+
+    def run(*args: str) -> str:
+        result = runner.invoke(group, ["--home", str(home), *args])
+        assert result.exit_code in (0, 3), result.output
+        return result.output
+
+    shown = run("select", "s1", "--all")
+    assert "vx/m1  unavailable (set VX_API_KEY and a baseUrl)" in shown
+    assert "1 also need a baseUrl in catalog.json" in run("select", "s1")
+    doc = json_module.loads(run("status", "--json"))
+    vx = next(e for e in doc["excluded"] if e["model"] == "vx/m1")
+    assert (vx["credential_env"], vx["base_url_missing"]) == ("VX_API_KEY", True)
+    assert "unavailable (set VX_API_KEY and a baseUrl)" in run("status")

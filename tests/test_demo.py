@@ -96,7 +96,8 @@ def test_spec_14_cli_demo_text_ends_with_status(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     home = tmp_path / "d"
     assert result.output.startswith(
-        "[worker] 13 items: 10 done, 1 failed (retry later), 2 paused; 6 fallbacks, 1 correction\n"
+        "[worker] 13 items: 10 done, 1 failed (retry later), 2 paused; 6 fallbacks, 1 correction;"
+        " failed calls: 1x auth/http_401 on acme, "
     )
     assert f"$ ledger --home {home} status" in result.output
 
@@ -113,7 +114,9 @@ def test_issue15_item1_demo_keeps_its_state_and_prints_the_follow_up_commands(
     assert result.exit_code == 0, result.output
     (home,) = tmp_path.glob("ledger-demo-*")
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
-    tail = result.output.splitlines()[-8:]
+    lines = result.output.splitlines()
+    tail = lines[-12:-4]  # then the four lines of issue 33's `ledger standin` follow-up
+    assert lines[-3].startswith("  ledger standin --port ")
     assert tail == [
         f"[demo] state kept in {home}; look around with:",
         f"  ledger --home {home} status",
@@ -211,3 +214,87 @@ def test_r_gw_demo_ends_with_one_gateway_request_shown() -> None:
     last = [line for line in result.output.splitlines() if line.startswith("[demo] gateway:")]
     assert len(last) == 1
     assert "POST /openai/v1/chat/completions model=acme/swift-1 -> 200, answered by" in last[0]
+
+
+def test_issue33_summary_says_why_calls_failed() -> None:
+    """The text summary said "2 failed (retry later)" without why: it counts the failed calls
+    by kind/subkind and provider (most frequent first; the rest are in --json `failures`)."""
+    from ledger.kinds import AttemptRole
+    from ledger.queue import AttemptReport, ItemOutcome, ItemReport
+
+    summary = DrainSummary()
+    connect = AttemptReport(
+        1, "local/m1", AttemptRole.PRIMARY, "transport", subkind="connect_error"
+    )
+    for _ in range(2):
+        summary.add(ItemReport("s", ItemOutcome.FAILED, (connect,)))
+    summary.add(ItemReport("t", ItemOutcome.DONE, (
+        AttemptReport(2, "acme/x", AttemptRole.PRIMARY, "rate_limit", subkind="http_429"),
+        AttemptReport(3, "local/m1", AttemptRole.FALLBACK, None))))  # fmt: skip
+    line = summary.progress_line()
+    assert line.endswith(
+        "; failed calls: 2x transport/connect_error on local, 1x rate_limit/http_429 on acme"
+    )
+    assert summary.to_json()["failures"] == {
+        "rate_limit/http_429 on acme": 1, "transport/connect_error on local": 2}  # fmt: skip
+
+
+def test_issue33_demo_suggests_a_serve_that_works_with_what_is_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the Quickstart's `pip install -e .` the demo's suggested `ledger --home … serve`
+    answered "needs the serve extra": without the extra, the line installing it comes first."""
+    from ledger.cli import demo_cmd
+
+    monkeypatch.setattr(demo_cmd, "serve_extra_installed", lambda: False)
+    result = CliRunner().invoke(cli, ["demo", "--home", str(tmp_path / "d")])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    serve = lines.index(f"  ledger --home {tmp_path / 'd'} serve")
+    assert lines[serve - 1].startswith("  python -m pip install -e '.[serve]'")
+    monkeypatch.setattr(demo_cmd, "serve_extra_installed", lambda: True)
+    again = CliRunner().invoke(cli, ["demo", "--home", str(tmp_path / "e")])
+    assert "pip install" not in again.output
+
+
+def test_issue33_ledger_standin_lets_the_kept_demo_ledger_go_on_working(tmp_path: Path) -> None:
+    """The kept demo directory's catalog points at the stand-in's dead port, so `worker run`
+    there only cooled models: `ledger standin --port N` (SPEC 13) runs the stand-in on its own,
+    and the demo's next steps, followed as printed, drain a new source against it."""
+    import re
+    import shlex
+    import signal
+
+    home = tmp_path / "d"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    demo = subprocess.run([sys.executable, "-m", "ledger", "demo", "--home", str(home)],
+                          capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert demo.returncode == 0, demo.stderr
+    steps = demo.stdout.split("to go on working against it", 1)[1].splitlines()[1:4]
+    port = re.fullmatch(r"  ledger standin --port (\d+)", steps[0])
+    assert port is not None, steps
+    standin = subprocess.Popen(
+        [sys.executable, "-m", "ledger", "standin", "--port", port[1]],
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env,
+    )
+    try:
+        assert standin.stderr is not None
+        line = standin.stderr.readline()
+        assert line.startswith(f"stand-in listening on http://127.0.0.1:{port[1]} "), line
+        for step in steps[1:]:
+            words = shlex.split(step)
+            extra = dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("-"))
+            argv = [w for w in words if w not in {f"{k}={v}" for k, v in extra.items()}]
+            assert argv[0] == "ledger"
+            ran = subprocess.run([sys.executable, "-m", "ledger", *argv[1:], "--json"]
+                                 if "worker" in argv else [sys.executable, "-m", "ledger",
+                                                           *argv[1:]],
+                                 capture_output=True, text=True, timeout=300,
+                                 env={**env, **extra}, check=False)  # fmt: skip
+            assert ran.returncode == 0, ran.stdout + ran.stderr
+        assert json.loads(ran.stdout)["done"] == 1  # more-1 was worked against the stand-in
+    finally:
+        standin.send_signal(signal.SIGTERM)
+        assert standin.wait(timeout=30) == 0
+        if standin.stderr is not None:
+            standin.stderr.close()

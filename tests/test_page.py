@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import json
 import re
 import shlex
@@ -16,7 +17,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from ledger.durations import human_duration_ms
+from ledger.kinds import FailureKind
 from ledger.page import render_assets, render_page
+from ledger.page.chart import PATTERNS, build_chart, pattern_of
 from ledger.page.render import health_rows, left
 from tests.conftest import Clock, LedgerFactory, write_policy
 
@@ -160,9 +164,12 @@ def test_r_srv_8_page_shows_budgets_cooldowns_and_paused(doc: dict[str, Any]) ->
     assert "safety" in html
 
 
-def test_r_srv_8_left_format() -> None:
+def test_r_srv_8_left_format_is_the_cli_duration_format() -> None:
+    """Issue 33: one duration format for the CLI, the page and simulate (was `1m 01s` here)."""
     assert [left(s) for s in (0, 0.2, 59, 61, 3600, 5400.5, -3)] == [
-        "0s", "1s", "59s", "1m 01s", "1h 00m", "1h 30m", "0s"]
+        "0s", "1s", "59s", "1m1s", "1h", "1h30m", "0s"]
+    for seconds in (1, 61, 3599, 3601, 86_400 + 7200):
+        assert left(seconds) == human_duration_ms(seconds * 1000)
 
 
 def test_r_srv_8_status_html_writes_whole_file_atomically(
@@ -230,3 +237,127 @@ def test_r_srv_8_a_spent_source_names_the_cap_to_raise_before_resume(doc: dict[s
     card = html[html.index("spent-one"):]
     assert "it used its <code>sourceCalls</code>" in card[: card.index("</li>")]
     assert html.count("raise it in recovery.json") == 1  # not for the source paused by safety
+
+
+def test_r_srv_8_page_says_work_can_run_with_the_routes(doc: dict[str, Any]) -> None:
+    """Issue 33: the page answers "can work run now?" from the document: yes with the routes a
+    fresh source would get, in order, and each excluded model with its reason."""
+    assert doc["routes"]  # alpha is cooling; others are eligible
+    html = render_page(doc)
+    section = html[html.index('id="now"') : html.index('id="budgets"')]
+    assert "<strong>Yes.</strong>" in section
+    shown = re.findall(r"<code>([^<]+)</code>", section[: section.index("</p>")])
+    assert shown == doc["routes"]
+    for e in doc["excluded"]:
+        row = section[section.index(f"<code>{e['model']}</code>") :]
+        assert e["reason"] in row[: row.index("</tr>")]
+
+
+def test_r_srv_8_page_says_no_route_and_when_the_first_frees(
+    home: Path, make_ledger: LedgerFactory
+) -> None:
+    write_policy(home, defaultModel="alpha/small")
+    make_ledger()
+    for provider, span in (("alpha", "2h"), ("beta", "30m"), ("gamma", "45m")):
+        assert cli(home, "cooldown", "set", provider, span).exit_code == 0
+    doc = json.loads(cli(home, "status", "--json").output)
+    assert doc["routes"] == []
+    assert doc["routes_retry_at"]
+    html = render_page(doc)
+    section = html[html.index('id="now"') : html.index('id="budgets"')]
+    assert "<strong>Yes.</strong>" not in section
+    answer = section[section.index('class="answer"') : section.index("</p>")]
+    assert "no eligible route; the first frees at" in answer
+    assert f'datetime="{doc["routes_retry_at"]}"' in answer
+    assert ">30m<" in answer  # the countdown to the first route, in the one duration format
+    rows = section[section.index("<tbody>") :]
+    assert re.findall(r"<tr><td><code>([^<]+)</code>", rows) == [
+        e["model"] for e in doc["excluded"]
+    ]
+    for e in doc["excluded"]:
+        row = rows[rows.index(f"<code>{e['model']}</code>") :]
+        assert f"<td>{e['reason']}" in row[: row.index("</tr>")]
+
+
+def test_r_srv_8_queue_due_next_due_and_why_the_oldest_wait(
+    home: Path, make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    """Issue 33: the queue block (status --json `queue`) and its section on the page: due now,
+    next due, the oldest queued sources in claim order and why each waits."""
+    write_policy(home, defaultModel="alpha/small")
+    led = make_ledger()
+    for sid in ("q-old", "q-held", "q-later", "q-new"):
+        led.add_source(sid)
+        clock.advance(1000)
+    claim = led.claim("w1")
+    assert claim is not None
+    assert claim.source_id == "q-old"
+    assert led.finish("q-old", "w1")
+    held = led.claim("w1")
+    assert held is not None
+    assert held.source_id == "q-held"
+    later = led.claim("w2")
+    assert later is not None
+    assert later.source_id == "q-later"
+    failure = led.commit_failed("q-later", "w2", "alpha/small")
+    assert failure is not None
+    led.release("q-later", "w2")  # queued again, behind its retry time
+    doc = json.loads(cli(home, "status", "--json").output)
+    queue = doc["queue"]
+    assert queue["due_now"] == 1  # q-new; q-held is leased, q-later waits for its retry time
+    assert queue["next_due_at"] is not None
+    assert queue["next_due_at"] > doc["now"]
+    waits = {row["id"]: row["waits"] for row in queue["oldest"]}
+    assert waits == {"q-held": "leased", "q-new": "waiting_for_worker", "q-later": "retry_later"}
+    assert [row["id"] for row in queue["oldest"]][-1] == "q-later"  # checked last: claim order
+    html = render_page(doc)
+    section = html[html.index('id="queue"') : html.index('id="hours"')]
+    assert "<strong>1</strong> due now" in section
+    assert f'datetime="{queue["next_due_at"]}"' in section
+    for text in ("a worker holds it", "due; no worker has claimed it yet",
+                 "waits for its retry time"):  # fmt: skip
+        assert text in section
+
+
+def test_r_srv_8_page_shows_notices_last_attempts_and_the_store(doc: dict[str, Any]) -> None:
+    html = render_page(doc)
+    notices = html[html.index('id="notices"') : html.index('id="attempts"')]
+    assert doc["notices"]
+    assert all(n["message"] in notices for n in doc["notices"])
+    attempts = html[html.index('id="attempts"') : html.index('id="store"')]
+    assert attempts.count("<tr><td>") == min(10, len(doc["recent"])) > 0
+    store = html[html.index('id="store"') : html.index('id="writers"')]
+    st = doc["store"]
+    assert f"backend <strong>{st['backend']}</strong>" in store
+    assert f"revision <strong>{st['revision']}</strong>" in store
+    assert f"journal mode <strong>{st['journal_mode']}</strong>" in store
+
+
+def test_r_srv_8_every_failure_kind_has_a_pattern_of_its_own() -> None:
+    """Issue 33: `auth` and `transport` looked the same (6 patterns cycled for 7+ kinds): every
+    kind of the policy table has its own pattern geometry, not only its own colour."""
+    kinds = [k.value for k in FailureKind]
+    geometry = {(PATTERNS[pattern_of(k)].transform, PATTERNS[pattern_of(k)].shapes) for k in kinds}
+    assert len(geometry) == len(kinds)
+    hours = [
+        {"start": "2026-01-01T00:00:00.000Z", "end": "2026-01-01T01:00:00.000Z", "attempts": 11,
+         "succeeded": 0, "failed": dict.fromkeys(kinds, 1), "other": 0, "spent_usd": 0.0}
+    ]  # fmt: skip
+    chart = build_chart(hours)
+    assert len({css for _kind, css in chart.kinds}) == len(kinds)
+    assert pattern_of("not-a-kind") == pattern_of("unknown")
+
+
+def test_r_srv_8_cost_is_a_step_per_hour_on_a_titled_axis(doc: dict[str, Any]) -> None:
+    """Issue 33: the cost line ramped from $0 an hour ago to now; it is cost per hour, flat
+    across each hour, on a right axis titled so."""
+    hours = doc["hours_24"]
+    assert hours[-1]["spent_usd"] > 0
+    chart = build_chart(hours)
+    points = [tuple(map(float, p.split(","))) for p in chart.cost_points.split()]
+    for (x0, y0), (x1, y1) in itertools.pairwise(points):
+        assert x0 == x1 or y0 == y1  # horizontal within an hour, vertical between hours
+    html = render_page(doc)
+    assert ">cost per hour</text>" in html
+    assert ">calls per hour</text>" in html
+    assert "estimated cost per hour (right axis)" in html

@@ -131,10 +131,10 @@ def page_server(home: Path) -> Iterator[str]:
 
 
 def seconds_left(text: str) -> int:
-    """`1h 05m`, `4m 09s`, `12s` as seconds."""
+    """`1h5m`, `4m9s`, `12s`, `2d3h` as seconds."""
     total = 0
-    for value, unit in re.findall(r"(\d+)([hms])", text):
-        total += int(value) * {"h": 3600, "m": 60, "s": 1}[unit]
+    for value, unit in re.findall(r"(\d+)([dhms])", text):
+        total += int(value) * {"d": 86400, "h": 3600, "m": 60, "s": 1}[unit]
     return total
 
 
@@ -353,3 +353,121 @@ def test_r_srv_8_pixel_variance_detects_a_blank_page(browser: Any) -> None:
     page.set_content("<html><body style='background:#fff'></body></html>")
     assert pixel_variance(browser, page.screenshot()) < 1
     page.close()
+
+
+MISSING_GLYPH = """(chars) => {
+    // each character drawn in the page's own font (with the browser's fallback), compared with
+    // a code point no font has: equal pixels mean a missing-glyph box (tofu)
+    const font = getComputedStyle(document.body).fontFamily;
+    const draw = (ch) => {
+        const c = document.createElement('canvas'); c.width = 48; c.height = 48;
+        const g = c.getContext('2d'); g.font = '32px ' + font; g.fillStyle = '#000';
+        g.fillText(ch, 4, 38);
+        return Array.from(g.getImageData(0, 0, 48, 48).data).join(',');
+    };
+    const box = draw('\\u{10FFFD}');
+    return chars.filter((ch) => draw(ch) === box);
+}"""
+
+
+def _health_rows(now: str, n: int) -> list[dict[str, Any]]:
+    states = ("healthy", "cooling", "probing")
+    return [
+        {"scope": "model", "target": f"provider-{i}/model-name-{i}", "state": states[i % 3],
+         "consecutive_failures": i % 4, "last_failure_kind": "request_rejected",
+         "last_failure_at": now, "last_success_at": now, "attempts_1h": 12, "failures_1h": 3,
+         "probe_streak": i % 2}
+        for i in range(n)
+    ]  # fmt: skip
+
+
+def test_r_srv_8_every_character_is_drawn_by_debians_default_fonts(
+    demo: Demo, browser: Any, tmp_path: Path
+) -> None:
+    """Issue 33: the `cooling` badge used U+23F8, which Debian's fonts lack (a missing-glyph
+    box). Every character of the page's text (every health state included) and of the
+    stylesheet's generated content is drawn by an installed font."""
+    path = tmp_path / "glyphs.html"
+    path.write_text(render_page({**demo.doc, "health": _health_rows(demo.doc["now"], 3)},
+                                inline=True))
+    page = open_page(browser, path.as_uri()).page
+    text = page.inner_text("body")
+    css = render_page.__globals__["render_assets"]().css.decode()
+    generated = "".join(re.findall(r'content:\s*"([^"]*)"', css))
+    chars = sorted({ch for ch in text + generated if ord(ch) > 0x7E})
+    assert "\u2192" in chars  # the check sees the page's non-ASCII characters (from -> to)
+    assert page.evaluate(MISSING_GLYPH, chars) == []
+    assert page.evaluate(MISSING_GLYPH, ["\u23f8"]) == ["\u23f8"]  # the check can fail
+
+
+def test_r_srv_8_failure_kinds_differ_by_pattern_without_colour(
+    demo: Demo, browser: Any, tmp_path: Path
+) -> None:
+    """Issue 33: every failure kind's legend swatch is distinct even with all colours made
+    equal (pattern alone), so `auth` and `transport` no longer look the same."""
+    from ledger.kinds import FailureKind
+
+    hours = [dict(h) for h in demo.doc["hours_24"]]
+    hours[-1] = {**hours[-1], "failed": {k.value: 1 for k in FailureKind}}
+    path = tmp_path / "kinds.html"
+    path.write_text(render_page({**demo.doc, "hours_24": hours}, inline=True))
+    page = open_page(browser, path.as_uri()).page
+    page.evaluate(  # one colour for every pattern (CSSOM writes are allowed by the CSP)
+        """() => {
+            const set = (sel, prop, value) => document.querySelectorAll(sel).forEach(
+                (e) => e.style.setProperty(prop, value, 'important'));
+            set('pattern .pbg', 'fill', '#777'); set('pattern .pdot', 'fill', '#fff');
+            set('pattern .pfg', 'stroke', '#fff');
+        }"""
+    )
+    swatches = page.locator(".legend li", has_text="failed:")
+    assert swatches.count() == len(FailureKind)
+    shots = {swatches.nth(i).locator("svg").screenshot() for i in range(swatches.count())}
+    assert len(shots) == len(FailureKind)
+
+
+def test_r_srv_8_chart_text_readable_and_health_compact_at_390px(
+    demo: Demo, browser: Any, tmp_path: Path
+) -> None:
+    """Issue 33: at 390 px the chart's axis text was ~6 px and health took ten screens for ten
+    targets: axis text is drawn at 11 px or more, and ten health rows fit one screen."""
+    path = tmp_path / "narrow.html"
+    path.write_text(render_page({**demo.doc, "health": _health_rows(demo.doc["now"], 10)},
+                                inline=True))
+    page = open_page(browser, path.as_uri(), width=390, height=844).page
+    sizes = page.evaluate(
+        """() => Array.from(document.querySelectorAll('.chart text')).map((t) => {
+            const svg = t.ownerSVGElement;
+            const scale = svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
+            return parseFloat(getComputedStyle(t).fontSize) * scale; })"""
+    )
+    assert sizes
+    assert min(sizes) >= 11, sizes
+    health = page.locator("#health").bounding_box()
+    assert health is not None
+    assert health["height"] < 844
+    box = page.locator("#health .scroll")
+    assert box.evaluate("(e) => e.scrollWidth <= e.clientWidth")  # no sideways scrolling
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+
+
+def test_r_srv_8_iso_like_24_hour_times_and_the_one_duration_format(
+    demo: Demo, browser: Any
+) -> None:
+    """Issue 33: times read `12/01/2026, 05:48:29 PM UTC` and countdowns `51m 13s`: local times
+    are ISO-like 24-hour with the offset, and the script's countdowns use the CLI's format."""
+    from ledger.durations import human_duration_ms
+
+    page = open_page(browser, demo.page.as_uri(), timezone="America/New_York",
+                     clock_ms=1_900_000_000_000).page
+    texts = page.locator("main time").all_text_contents()  # some are in a closed <details>
+    assert texts
+    for text in texts:
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d [0-2]\d:[0-5]\d:[0-5]\d [+-]\d\d:\d\d", text), text
+    assert page.locator("header time").inner_text().endswith(("-05:00", "-04:00"))
+    page.clock.run_for(3_000)  # the page's ledger clock: the document's time plus 3 s
+    for i, c in enumerate(demo.doc["cooldowns"]):
+        shown = page.locator("#cooldowns .left").nth(i).inner_text()
+        seconds = seconds_left(shown)
+        assert shown == human_duration_ms(seconds * 1000)  # the CLI's format, exactly
+        assert abs(seconds - (c["remaining_s"] - 3)) <= 15  # and the time left (a busy machine)

@@ -137,11 +137,20 @@ def test_issue25_quickstart_demo_runs_and_its_follow_up_commands_work(tmp_path: 
     assert shown is not None
     readme_commands = [line.strip() for line in shown[2].splitlines()]
     printed = output.split(kept[0], 1)[1].strip().splitlines()
-    assert [line.strip().replace(str(home), shown[1]) for line in printed] == readme_commands
-    follow_ups = [  # `serve` runs until stopped: tests/test_service*.py start it for real
-        (line.strip(), 0)
+    readme_port = re.search(r"ledger standin --port (\d+)", section)
+    assert readme_port is not None
+
+    def as_in_readme(line: str) -> str:  # the example's directory and stand-in port
+        line = line.strip().replace(str(home), shown[1])
+        return re.sub(r"--port \d+", f"--port {readme_port[1]}", line)
+
+    assert [as_in_readme(line) for line in printed] == readme_commands
+    follow_ups = [  # `serve` and `standin` run until stopped (tests/test_service*.py and
+        (line.strip(), 0)  # test_demo.py start them for real)
         for line in printed
-        if line.strip().startswith("ledger ") and not line.strip().endswith(" serve")
+        if line.strip().startswith("ledger ")
+        and not line.strip().endswith(" serve")
+        and not line.strip().startswith("ledger standin")
     ]
     assert follow_ups
     _run_session(follow_ups, env, tmp_path / "codes-follow-ups")
@@ -173,3 +182,55 @@ def test_issue25_item1_every_rule_id_in_readme_code_and_test_names_is_a_design_r
             kind, number = name.split("_")
             cited.add(f"R-{kind.upper()}-{number}")
     assert cited - rules == set()
+
+
+def _cron_script() -> str:
+    section = _section("Service")
+    block = section.split("From a shell cron job, with nothing but curl", 1)[1]
+    return block.split("```sh\n", 1)[1].split("```", 1)[0]
+
+
+def test_issue33_curl_cron_example_tells_a_refusal_from_an_error(tmp_path: Path) -> None:
+    """The curl cron example used a model missing from the example catalog and `-sf … || exit 0`
+    took every error for a refusal. Run as written against a real `ledger serve` with the
+    example catalog: a reservation is settled, a refusal exits 0, an error exits 1 and says so."""
+    import json
+    import shutil
+
+    from ledger.catalog import example_catalog
+    from tests.serving import running
+
+    if shutil.which("curl") is None:
+        import pytest
+
+        pytest.skip("curl is not installed")
+    home = tmp_path / "state"
+    home.mkdir(mode=0o700)
+    catalog = example_catalog()
+    (home / "catalog.json").write_text(json.dumps(catalog.to_json()))
+    script = _cron_script()
+    model = re.search(r'"model": "([^"]+)"', script)
+    assert model is not None
+    assert model[1] in {m.key for m in catalog.models}  # a model the example catalog has
+    env = {**os.environ, "OPENAI_API_KEY": "sk-test-not-a-key"}
+    with running(home, env=env) as served:
+        def cron(text: str, sock: Path) -> subprocess.CompletedProcess[str]:
+            body = "run_my_job() { true; }\n" + re.sub(r"^SOCK=.*$", f"SOCK={sock}", text,
+                                                       flags=re.M)  # fmt: skip
+            return subprocess.run(["sh", "-c", body], capture_output=True, text=True,
+                                  timeout=60, check=False)  # fmt: skip
+
+        first = cron(script, served.socket)
+        assert first.returncode == 0, first.stderr
+        with served.client() as http:
+            shown = http.get("/v1/sources/nightly-42").json()
+        assert shown["state"] == "done"
+        assert [a["status"] for a in shown["attempts"]] == ["succeeded"]
+        again = cron(script, served.socket)  # done: a 409 refusal, the run ends quietly
+        assert (again.returncode, again.stderr) == (0, "")
+        unknown = cron(script.replace(model[1], "openai/not-in-the-catalog"), served.socket)
+        assert unknown.returncode == 1
+        assert "reserve answered HTTP 400" in unknown.stderr
+        nowhere = cron(script, tmp_path / "no.sock")
+        assert nowhere.returncode == 1
+        assert "HTTP 000" in nowhere.stderr

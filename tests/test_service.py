@@ -253,12 +253,12 @@ def _readme_block(after: str, lang: str) -> str:
 def test_r_srv_2_readme_cron_and_client_examples_run_against_a_service(home: Path) -> None:
     """The README's curl cron job and its Python client example, as written, on a real service
     (only the socket path and the model key are this test's)."""
-    curl_job = _readme_block("From a shell cron job, with nothing but curl:", "sh")
+    curl_job = _readme_block("From a shell cron job, with nothing but curl", "sh")
     client_code = _readme_block("### The Python client and workers", "python")
     with running(home) as served:
         script = curl_job.replace(
             "SOCK=$HOME/.local/state/ledger/ledger.sock", f"SOCK={served.socket}"
-        ).replace("openai/gpt-4o-mini", "alpha/small")
+        ).replace("openai/gpt-4.1-mini", "alpha/small")
         for job_result in ("true", "false"):
             result = subprocess.run(
                 ["bash", "-c", f"run_my_job() {{ {job_result}; }}\n{script}"],

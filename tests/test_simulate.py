@@ -180,3 +180,43 @@ def test_r_sim_2_scenario_schema_is_printed() -> None:
     assert "windows" in schema["properties"]
     trace = json.loads(CliRunner().invoke(cli, ["simulate", "schema", "--of", "trace"]).output)
     assert trace["title"] == "ledger trace"
+
+
+def test_r_sim_1_timeline_has_time_labels_and_durations_use_the_cli_format(
+    tmp_path: Path,
+) -> None:
+    """Issue 33: the timeline picture had no time labels on its x-axis, and simulate wrote
+    durations as `5h21m18s619ms` where the CLI and the page write `5h21m`: the axis is labelled
+    with the time since the start, and every duration is `human_duration_ms`."""
+    import re
+
+    from ledger.durations import human_duration_ms
+    from ledger.simulate.timeline import render_svg, time_ticks
+
+    catalog = Catalog.model_validate(CATALOG)
+    scenario = _scenario(
+        tmp_path, arrivals=[{"at": "00:00", "count": 30}],
+        windows=[{"target": "alpha", "from": "00:00", "for": "20m", "status": 503,
+                  "probability": 0.5}],
+    )  # fmt: skip
+    sim = simulate(scenario, _policy(callsPerHour=40), catalog,
+                   candidate=_policy(callsPerHour=20), drain_for_ms=0)
+    svg = render_svg(sim.comparison)
+    labels = re.findall(r'<text [^>]*class="tick">([^<]+)</text>', svg)
+    assert labels[0] == "0"
+    assert len(labels) >= 2 * 3  # both panels, several ticks each
+    for label in labels[1:]:
+        if label != "0":
+            assert label == "+" + human_duration_ms(parse_ms(label[1:]))
+    assert time_ticks(150 * 60_000) == [m * 60_000 for m in range(0, 151, 30)]
+    for run in (sim.document["current"], sim.document["candidate"]):
+        longest = run["longestCooldown"]
+        assert run["timeToDrain"] == human_duration_ms(run["timeToDrainMs"])
+        assert longest is not None
+        assert longest["duration"] == human_duration_ms(longest["ms"])
+
+
+def parse_ms(text: str) -> int:
+    from ledger.durations import parse_duration_ms
+
+    return parse_duration_ms(text)

@@ -24,7 +24,7 @@ from ledger.records import (
     micro_to_usd,
 )
 from ledger.select import Selection, exclusion_json
-from ledger.status_text import credential_hint
+from ledger.status_text import credential_hint, missing_pieces
 
 NONNEG = click.IntRange(min=0, max=MAX_TOKENS)
 
@@ -298,6 +298,10 @@ def _echo_excluded(
         counts = selection.excluded_by_reason()
         width = max(len(r) for r in counts)
         variables = credential_hint(str(d.get("credential_env") or "") for d in docs)
+        no_url = sum(1 for d in docs if d.get("base_url_missing"))
+        if no_url:
+            more = f"{no_url} also need a baseUrl in catalog.json"
+            variables += ("; " if variables else "") + more
         for reason, count in counts.items():
             note = f"  {variables}" if reason == ExclusionReason.UNAVAILABLE and variables else ""
             click.echo(f"  {reason.ljust(width)}  {count}{note}")
@@ -305,5 +309,5 @@ def _echo_excluded(
         click.echo("excluded:" if show_all else "named models excluded:")
         width = max(len(str(d["model"])) for d in shown)
         for d in shown:
-            need = f" (set {d['credential_env']})" if d.get("credential_env") else ""
+            need = missing_pieces(d)
             click.echo(f"  {str(d['model']).ljust(width)}  {d['reason']}{need}")

@@ -74,6 +74,10 @@ COMMANDS: dict[str, LazyCommand] = {
         "ledger.cli.demo_cmd:demo",
         "Run the real worker against a local provider stand-in; no setup, no network.",
     ),
+    "standin": LazyCommand(
+        "ledger.cli.standin_cmd:standin",
+        "Run the demo's provider stand-in on 127.0.0.1 until SIGINT or SIGTERM.",
+    ),
     "trace": LazyCommand(
         "ledger.cli.trace_cmd:trace_group", "Traces of provider behaviour for `ledger simulate`."
     ),

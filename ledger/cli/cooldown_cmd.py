@@ -113,6 +113,9 @@ def clear_cooldown(app: AppContext, target: str, force: bool, as_json: bool) -> 
     if as_json:
         emit_json({**change_json(change), "target": target, "removed": change.removed})
         return
+    if change.removed == 0 and change.in_force is None:  # never cooling: nothing to say is over
+        click.echo(f"{change.scope.value} {change.target} is not cooling; nothing to clear")
+        return
     kinds = "cooldown(s)" if force else "manual cooldown(s)"
     click.echo(f"removed {change.removed} {kinds} on {change.scope.value} {change.target}")
     for line in _still_refused(change):

@@ -69,8 +69,25 @@ def follow_up(result: DemoResult, command: str) -> str:
     return f"ledger --home {shlex.quote(result.home)} {command}"
 
 
-def next_steps(result: DemoResult) -> list[str]:
-    """Where the state is and what to run next (or that it is gone)."""
+def serve_extra_installed() -> bool:
+    """Whether `ledger serve` can start here (the serve extra: FastAPI and uvicorn)."""
+    from importlib.util import find_spec
+
+    return all(find_spec(name) is not None for name in ("fastapi", "uvicorn"))
+
+
+SERVE_EXTRA_STEP = (
+    "  python -m pip install -e '.[serve]'    # once, in the checkout (the Quickstart's install "
+    "has no service)"
+)
+
+
+def next_steps(result: DemoResult, serve_installed: bool | None = None) -> list[str]:
+    """Where the state is and what to run next (or that it is gone); the suggested `serve`
+    works with what is installed: without the serve extra the line installing it comes first
+    (issue 33)."""
+    if serve_installed is None:
+        serve_installed = serve_extra_installed()
     if not result.kept:
         return [f"[demo] state directory {result.home} removed (--discard)"]
     sources: list[dict[str, Any]] = result.status["sources"]["list"]
@@ -88,6 +105,17 @@ def next_steps(result: DemoResult) -> list[str]:
         f"  rm -r {shlex.quote(result.home)}    # when done",
         "[demo] its status page, as one file or served at / by the service:",
         f"  {follow_up(result, 'status --html ' + shlex.quote(page))}",
+        *([] if serve_installed else [SERVE_EXTRA_STEP]),
         f"  {follow_up(result, 'serve')}",
     ]
+    if result.standin_port:
+        from ledger.demo import DEMO_KEY, DEMO_KEY_ENV
+
+        lines += [
+            "[demo] its catalog points at the stand-in, which stopped with the demo; to go on "
+            "working against it, run it again on the same port (in another terminal):",
+            f"  ledger standin --port {result.standin_port}",
+            f"  {follow_up(result, 'source add more-1')}",
+            f"  {DEMO_KEY_ENV}={DEMO_KEY} {follow_up(result, 'worker run --once')}",
+        ]
     return lines

@@ -81,9 +81,19 @@ class AppContext:
 pass_app = click.make_pass_decorator(AppContext)
 
 
+JSON_CHUNK = 16 * 1024
+
+
 def emit_json(document: Any) -> None:
-    """Print one JSON document."""
-    click.echo(json.dumps(document, indent=2, sort_keys=False))
+    """Print one JSON document, in chunks flushed one by one as the text views print their lines,
+    so a reader that goes away (`… --json | head -c 10`) is noticed while writing and the command
+    stops with status 141 as the text does (one large write could end in a short write and exit
+    0; issue 33)."""
+    text = json.dumps(document, indent=2, sort_keys=False) + "\n"
+    out = click.get_text_stream("stdout")
+    for start in range(0, len(text), JSON_CHUNK):
+        out.write(text[start : start + JSON_CHUNK])
+        out.flush()
 
 
 def fail(error: LedgerError, as_json: bool = False) -> NoReturn:

@@ -92,15 +92,21 @@ def run_cmd(
     if worker_id is not None and not (1 <= len(worker_id) <= 200 and worker_id.isprintable()):
         raise click.BadParameter("must be 1 to 200 printable characters", param_hint="--worker-id")
     handler = run(as_json, lambda: load_handler(handler_spec))
-    catalog = run(as_json, lambda: load_catalog(app.state.path))
-    if not catalog.models:  # bad configuration, not a budget refusal (R-Q-3): nothing is written
-        fail(UsageError(NO_CATALOG), as_json)
     ledger: WorkerLedger
     if server is None:
+        catalog = run(as_json, lambda: load_catalog(app.state.path))
+        if not catalog.models:  # bad configuration, not a refusal (R-Q-3): nothing is written
+            fail(UsageError(NO_CATALOG), as_json)
         ledger = app.ledger(catalog=catalog)
     else:  # many workers share the service's one warm writer (R-SRV-7)
         policy = run(as_json, lambda: load_policy(app.state.path))
-        ledger = LedgerClient(server, home=app.state.path, policy=policy, catalog=catalog)
+        # the served ledger's catalog (issue 33): the models the service reserves, not a
+        # catalog.json of this worker's own state directory
+        with LedgerClient(server, home=app.state.path, policy=policy) as first:
+            served = run(as_json, first.served_catalog)
+        if not served.models:
+            fail(UsageError(NO_CATALOG), as_json)
+        ledger = LedgerClient(server, home=app.state.path, policy=policy, catalog=served)
     for warning in config_findings(ledger.policy, ledger.catalog, ledger.env).warnings():
         click.echo(f"warning: {warning}", err=True)  # issue 15 item 8: inert entries at start
     stopper = Stopper()

@@ -1,9 +1,11 @@
 """The last 24 h per hour as an SVG chart (R-SRV-8): geometry only, computed from the status
 document's `hours_24`; the template draws it. Pure: hours in, shapes out.
 
-Calls stack per hour (succeeded, failed by kind, other outcomes) on the left axis; cost is a line
-on its own right axis. Each failure kind has a fill pattern as well as a colour, and every bar
-carries a title with its numbers, so colour is never the only signal.
+Calls per hour stack (succeeded, failed by kind, other outcomes) on the left axis; the estimated
+cost per hour is a step line (flat across each hour, no ramp between hours) on its own right axis,
+and each axis is titled. Every failure kind of the policy table has a fill pattern of its own (no
+two kinds share a pattern, whatever the colours) as well as a colour, and every bar carries a
+title with its numbers, so colour is never the only signal.
 """
 
 from __future__ import annotations
@@ -12,10 +14,48 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ledger.kinds import FailureKind
+
 WIDTH = 720
-HEIGHT = 240
-LEFT, RIGHT, TOP, BOTTOM = 44, 76, 14, 28
-PATTERNS = 6  # fill patterns cycle after this many failure kinds
+HEIGHT = 260
+LEFT, RIGHT, TOP, BOTTOM = 50, 84, 34, 34
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """A fill pattern: an 8x8 tile of `shapes` (SVG markup drawn in the foreground class) over a
+    background of `tone` (bad, warn or alt), optionally rotated. The geometry (`transform`,
+    `shapes`) alone tells every kind apart; the tone is a second signal."""
+
+    transform: str
+    shapes: str
+    tone: str
+
+
+# One pattern per failure kind of the policy table, in FailureKind order; a kind outside the
+# table (an old database) is drawn as `unknown`.
+PATTERNS: tuple[Pattern, ...] = (
+    Pattern("rotate(45)", '<line class="pfg" x1="0" y1="0" x2="0" y2="8"/>', "bad"),  # auth
+    Pattern("", '<circle class="pdot" cx="4" cy="4" r="1.6"/>', "warn"),  # quota
+    Pattern("rotate(-45)", '<line class="pfg" x1="0" y1="0" x2="0" y2="8"/>', "bad"),  # rate
+    Pattern("", '<line class="pfg" x1="0" y1="4" x2="8" y2="4"/>', "alt"),  # transport
+    Pattern("", '<path class="pfg" d="M0 0L8 8M8 0L0 8"/>', "warn"),  # request_rejected
+    Pattern("", '<line class="pfg" x1="4" y1="0" x2="4" y2="8"/>', "bad"),  # invalid_output
+    Pattern("", '<path class="pfg" d="M0 4H8M4 0V8"/>', "alt"),  # safety
+    Pattern("", '<rect class="pdot" width="4" height="4"/><rect class="pdot" x="4" y="4" '
+            'width="4" height="4"/>', "bad"),  # write_rejected
+    Pattern("", '<circle class="pdot" cx="2" cy="2" r="1"/><circle class="pdot" cx="6" cy="6" '
+            'r="1"/>', "alt"),  # stale
+    Pattern("", '<path class="pfg" d="M0 6L2 2L4 6L6 2L8 6"/>', "warn"),  # cancelled
+    Pattern("", '<rect class="pdot" x="1" y="1" width="6" height="6"/>', "alt"),  # unknown
+)
+KIND_PATTERN: dict[str, int] = {kind.value: i for i, kind in enumerate(FailureKind)}
+assert len(PATTERNS) == len(KIND_PATTERN), "every failure kind needs a pattern of its own"
+
+
+def pattern_of(kind: str) -> int:
+    """The pattern index of a failure kind (a kind the table does not know draws as unknown)."""
+    return KIND_PATTERN.get(kind, KIND_PATTERN[FailureKind.UNKNOWN.value])
 
 
 @dataclass(frozen=True)
@@ -44,9 +84,10 @@ class Chart:
     width: int
     height: int
     bars: tuple[Bar, ...]
-    cost_points: str  # an SVG polyline
+    cost_points: str  # an SVG polyline: a step per hour
     calls_max: int
     cost_max: float
+    cost_mid: float  # the right axis' middle tick
     ticks: tuple[tuple[float, str], ...]  # x position, label
     kinds: tuple[tuple[str, str], ...]  # failure kind, its series class
     plot: tuple[float, float, float, float]  # left, top, right, bottom
@@ -66,7 +107,7 @@ def nice_ceiling(value: float) -> float:
 def failure_kinds(hours: list[dict[str, Any]]) -> tuple[tuple[str, str], ...]:
     """Every failure kind of the window, in name order, with its series class."""
     kinds = sorted({kind for h in hours for kind in h["failed"]})
-    return tuple((kind, f"fail-{i % PATTERNS}") for i, kind in enumerate(kinds))
+    return tuple((kind, f"fail-{pattern_of(kind)}") for kind in kinds)
 
 
 def build_chart(hours: list[dict[str, Any]]) -> Chart:
@@ -106,8 +147,8 @@ def build_chart(hours: list[dict[str, Any]]) -> Chart:
             + f", ${hour['spent_usd']:.4f}"
         )
         bars.append(Bar(tuple(segments), round(left + i * span, 2), round(span, 2), title))
-        cy = bottom - hour["spent_usd"] / cost_max * (bottom - top)
-        points.append(f"{round(left + (i + 0.5) * span, 2)},{round(cy, 2)}")
+        cy = round(bottom - hour["spent_usd"] / cost_max * (bottom - top), 2)
+        points.append(f"{round(left + i * span, 2)},{cy} {round(left + (i + 1) * span, 2)},{cy}")
     n = len(hours)
     ticks = tuple(
         (round(left + i * span, 2), "now" if i == n else f"-{n - i}h") for i in range(0, n + 1, 6)
@@ -119,6 +160,7 @@ def build_chart(hours: list[dict[str, Any]]) -> Chart:
         " ".join(points),
         calls_max,
         cost_max,
+        cost_max / 2,
         ticks,
         kinds,
         (left, top, right, bottom),

@@ -15,13 +15,15 @@ import hashlib
 import shlex
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from functools import cache
 from importlib import resources
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from ledger.page.chart import build_chart
+from ledger.durations import human_duration_ms
+from ledger.page.chart import PATTERNS, build_chart
 
 REFRESH_SECONDS = 5
 # what the service sends with the page; the standalone file's meta CSP is stricter (no connect)
@@ -56,6 +58,7 @@ def _environment() -> Environment:
     )
     env.filters["usd"] = usd
     env.filters["left"] = left
+    env.filters["axis_usd"] = axis_usd
     return env
 
 
@@ -67,16 +70,17 @@ def usd(value: float | None) -> str:
     return "none" if value is None else f"${value:,.4f}"
 
 
+def axis_usd(value: float) -> str:
+    """An axis label in dollars with no trailing zeros (`$0.05`, `$2`, `$0.0002`)."""
+    text = format(Decimal(str(value)).normalize(), "f")
+    return f"${text}"
+
+
 def left(seconds: float) -> str:
-    """Time left as the page shows it (`1h 05m`, `4m 09s`, `12s`); the script keeps it moving."""
-    total = max(0, int(-(-seconds // 1)))
-    hours, rest = divmod(total, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h {minutes:02d}m"
-    if minutes:
-        return f"{minutes}m {secs:02d}s"
-    return f"{secs}s"
+    """Time left as the page shows it, in the one duration format of the CLI and `simulate`
+    (`human_duration_ms`: `1h5m`, `4m9s`, `12s`), whole seconds rounded up; page.js mirrors it
+    to keep it moving."""
+    return human_duration_ms(max(0, int(-(-seconds // 1))) * 1000)
 
 
 def _percent(used: float, limit: float | None) -> float | None:
@@ -125,6 +129,82 @@ def health_rows(health: Any) -> list[dict[str, Any]]:
     return rows
 
 
+WAITS = {
+    "leased": "a worker holds it",
+    "retry_later": "waits for its retry time",
+    "no_route": "due, but no route is eligible",
+    "hourly_budget": "due, but the hourly call budget is used up",
+    "daily_ceiling": "due, but the daily cost ceiling is reached",
+    "waiting_for_worker": "due; no worker has claimed it yet",
+}
+"""The page's words for the document's `queue.oldest[].waits` codes."""
+RECENT_SHOWN = 10
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """One reason work cannot run now, with the time it ends when known."""
+
+    text: str
+    at: str | None = None
+    in_s: float = 0.0
+
+
+def run_now(doc: dict[str, Any]) -> dict[str, Any]:
+    """Whether a fresh source could be worked now, from the document alone: the routes it would
+    get, or every reason it could not (no eligible route and when the first frees, the hourly
+    budget used up, the daily ceiling reached)."""
+    hourly, daily = doc["hourly"], doc["daily"]
+    blocked: list[Blocker] = []
+    if not doc["routes"]:
+        at = doc.get("routes_retry_at")
+        blocked.append(
+            Blocker("no eligible route; the first frees at", at, _seconds_between(doc["now"], at))
+            if at
+            else Blocker("no eligible route (none frees by itself: see the reasons below)")
+        )
+    if hourly["next_free_at"]:
+        blocked.append(
+            Blocker(
+                "the hourly call budget is used up; the next slot frees at",
+                hourly["next_free_at"],
+                _seconds_between(doc["now"], hourly["next_free_at"]),
+            )
+        )
+    ceiling = daily["ceiling_usd"]
+    if ceiling is not None and daily["spent_usd"] >= ceiling:
+        blocked.append(Blocker(f"the daily cost ceiling ({usd(ceiling)}) is reached"))
+    return {"can_run": not blocked, "blocked": blocked}
+
+
+def queue_view(doc: dict[str, Any]) -> dict[str, Any]:
+    """The document's `queue` block with the page's words for why each source waits."""
+    queue = doc.get("queue") or {"due_now": 0, "next_due_at": None, "oldest": []}
+    oldest = []
+    for row in queue["oldest"]:
+        why = WAITS.get(row["waits"], row["waits"])
+        if row["waits"] == "retry_later" and row["retry_at"]:
+            why += f" ({row['retry_at'][:10]} {row['retry_at'][11:19]} UTC)"
+        elif row["waits"] == "leased" and row["lease_expires"]:
+            why += f" (lease until {row['lease_expires'][:10]} {row['lease_expires'][11:19]} UTC)"
+        oldest.append({**row, "why": why})
+    return {
+        **queue,
+        "oldest": oldest,
+        "next_due_s": _seconds_between(doc["now"], queue["next_due_at"]),
+    }
+
+
+def recent_view(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The newest attempts with their outcome (`kind/subkind` for a failure) and duration."""
+    rows = []
+    for a in doc.get("recent", [])[:RECENT_SHOWN]:
+        outcome = a["status"] if not a["kind"] else f"{a['kind']}/{a['subkind'] or '-'}"
+        took = "-" if a["duration_ms"] is None else human_duration_ms(a["duration_ms"])
+        rows.append({**a, "outcome": outcome + (" (late)" if a["late"] else ""), "took": took})
+    return rows
+
+
 def view(
     doc: dict[str, Any], home: str | None = None, db_url_given: bool = False
 ) -> dict[str, Any]:
@@ -145,7 +225,11 @@ def view(
         "hour_pct": _percent(hourly["used"], hourly["limit"]),
         "day_pct": _percent(daily["spent_usd"], daily["ceiling_usd"]),
         "chart": build_chart(doc.get("hours_24") or []),
+        "patterns": PATTERNS,
         "paused": paused,
+        "run": run_now(doc),
+        "q": queue_view(doc),
+        "recent": recent_view(doc),
         "health": health_rows(doc["health"]) if "health" in doc else None,
         "stale": [w for w in doc["policy"]["writers"] if not w["current"]],
     }

@@ -31,6 +31,7 @@ from ledger.service import admin, calls, ops, page_routes, queue_routes
 from ledger.service.db_watch import DatabaseWatch
 from ledger.service.errors import error_response, install
 from ledger.service.group_commit import GroupCommit
+from ledger.service.models import finish_openapi
 from ledger.service.sessions import SESSION_COOKIE, PageSessions, sign_in_page
 from ledger.store.keys import verify_key
 
@@ -70,6 +71,7 @@ def create_app(
     app.state.ledger = ledger
     # R-SC-3: the gateway's key check (a key never opens /v1 or the page; the Gate knows none)
     app.state.key_verifier = partial(verify_key, ledger.db)
+    app.openapi = lambda: app.openapi_schema or _openapi(app)  # type: ignore[method-assign]
     app.state.metrics = ops.RequestMetrics()
     app.state.group = GroupCommit(ledger.write_steps, observe=app.state.metrics.batch.observe)
     app.state.metrics.waiting.set_function(app.state.group.pending)
@@ -283,6 +285,12 @@ def _is_sign_in(scope: Scope) -> bool:
         and scope["path"] == "/"
         and b"token=" in scope.get("query_string", b"")
     )
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """The OpenAPI document, built once: FastAPI's, finished by `models.finish_openapi`."""
+    app.openapi_schema = finish_openapi(FastAPI.openapi(app))
+    return app.openapi_schema
 
 
 def _cookie(header: bytes, name: bytes) -> bytes | None:

@@ -22,8 +22,9 @@ from ledger.clock import now_ms
 from ledger.records import Cancelled, Failed, Outcome, Success
 from ledger.service.group_commit import GroupCommit
 from ledger.service.models import (
+    GATE,
+    WITH_BODY,
     CancelledOutcome,
-    ErrorOut,
     EvolveBody,
     FailedOutcome,
     HttpOutcome,
@@ -34,12 +35,12 @@ from ledger.service.models import (
     SettleBody,
     SettleOut,
     SuccessOutcome,
+    errors,
 )
 
 router = APIRouter(prefix="/v1", tags=["calls"])
-ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorOut} for status in (400, 401, 404, 409, 413, 422, 503)
-}
+ERRORS: dict[int | str, dict[str, Any]] = errors(*GATE, json_ref=True)
+"""What any route can answer before it runs (the gate): for routes whose answer is not JSON."""
 
 
 async def ledger_of(request: Request) -> Ledger:
@@ -92,7 +93,12 @@ def outcome_of(
     )
 
 
-@router.post("/reserve", responses={200: {"model": ReservationOut}, **ERRORS})
+@router.post(
+    "/reserve",
+    operation_id="reserve",
+    response_model=ReservationOut,
+    responses=errors(*WITH_BODY, 404, 409),
+)
 async def reserve(body: ReserveBody, ledger: LedgerDep, group: GroupDep) -> JSONResponse:
     """Permission for one provider call, or 409 with the refusal's reason code."""
     step = ledger.reserve_step(
@@ -110,7 +116,10 @@ async def reserve(body: ReserveBody, ledger: LedgerDep, group: GroupDep) -> JSON
     return JSONResponse((await group.submit(step)).to_json())
 
 
-@router.post("/evolve", responses={200: {"model": ReservationOut}, **ERRORS})
+@router.post(
+    "/evolve", operation_id="evolve", response_model=ReservationOut,
+    responses=errors(*WITH_BODY, 404, 409),
+)  # fmt: skip
 async def evolve(body: EvolveBody, ledger: LedgerDep, group: GroupDep) -> JSONResponse:
     """One explicit override attempt on a known source (R-RES-9): 404 `unknown source` for an
     id the ledger does not know (nothing is created, no call is spent)."""
@@ -118,7 +127,9 @@ async def evolve(body: EvolveBody, ledger: LedgerDep, group: GroupDep) -> JSONRe
     return JSONResponse((await group.submit(step)).to_json())
 
 
-@router.post("/settle", responses={200: {"model": SettleOut}, **ERRORS})
+@router.post(
+    "/settle", operation_id="settle", response_model=SettleOut, responses=errors(*WITH_BODY, 404)
+)
 async def settle(body: SettleBody, ledger: LedgerDep, group: GroupDep) -> JSONResponse:
     """Record a reservation's outcome; the answer lists every action the policy table applied."""
     outcome = outcome_of(body.outcome, now_ms())
@@ -126,7 +137,9 @@ async def settle(body: SettleBody, ledger: LedgerDep, group: GroupDep) -> JSONRe
     return JSONResponse((await group.submit(step)).to_json())
 
 
-@router.post("/select", responses={200: {"model": SelectionOut}, **ERRORS})
+@router.post(
+    "/select", operation_id="select", response_model=SelectionOut, responses=errors(*WITH_BODY)
+)
 def select(body: SelectBody, ledger: LedgerDep) -> JSONResponse:
     """Ordered eligible routes and every exclusion (an empty route list is still a 200)."""
     for key in body.tried:

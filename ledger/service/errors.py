@@ -90,9 +90,16 @@ def ledger_error_response(error: LedgerError) -> JSONResponse:
     extra: dict[str, Any] = {}
     code = type(error).__name__
     if isinstance(error, Refused):
+        from ledger.refusal_text import retry_text
+
         code = error.reason
-        if error.retry_at_ms is not None:
-            extra["retry_at"] = iso(error.retry_at_ms)
+        # as the CLI's --json: when to retry, or (when waiting does not help) what clears it
+        extra["retry_at"] = iso(error.retry_at_ms)
+        extra["hint"] = (
+            None
+            if error.retry_at_ms is not None
+            else retry_text(error.reason, error.retry_at_ms, error.now_ms)
+        )
         if error.scope is not None:  # R-SC-1: the scope that refused
             extra["scope"] = error.scope
     return JSONResponse(error_body(code, error.message, **extra), status_code=status_for(error))

@@ -20,8 +20,9 @@ from prometheus_client import (
 )
 
 from ledger.errors import StoreError
-from ledger.service.calls import ERRORS, LedgerDep
+from ledger.service.calls import LedgerDep
 from ledger.service.errors import error_response
+from ledger.service.models import GATE, HealthzOut, ReadyOut, StatusOut, errors
 from ledger.status import build_status, render_prometheus
 from ledger.store.migrate import HEAD_REVISION, current_revision
 
@@ -82,13 +83,20 @@ class RequestMetrics:
         return generate_latest(self.registry).decode()
 
 
-@router.get("/v1/status", responses=ERRORS)
+@router.get(
+    "/v1/status", operation_id="status", response_model=StatusOut, responses=errors(*GATE)
+)
 def status(ledger: LedgerDep) -> JSONResponse:
     """The whole status document (`ledger status --json`)."""
     return JSONResponse(build_status(ledger))
 
 
-@router.get("/metrics", response_class=PlainTextResponse)
+@router.get(
+    "/metrics",
+    operation_id="metrics",
+    response_class=PlainTextResponse,
+    responses=errors(*GATE, json_ref=True),
+)
 def metrics(request: Request, ledger: LedgerDep) -> PlainTextResponse:
     """Prometheus text exposition: status gauges plus request counts and latency histograms."""
     gauges = render_prometheus(build_status(ledger))
@@ -96,13 +104,15 @@ def metrics(request: Request, ledger: LedgerDep) -> PlainTextResponse:
     return PlainTextResponse(gauges + requests.exposition(), media_type=EXPOSITION)
 
 
-@router.get("/healthz")
+@router.get(
+    "/healthz", operation_id="healthz", response_model=HealthzOut, responses=errors(*GATE)
+)
 async def healthz() -> dict[str, Any]:
     """The process answers."""
     return {"status": "ok"}
 
 
-@router.get("/readyz", responses={503: {"model": ERRORS[503]["model"]}})
+@router.get("/readyz", operation_id="readyz", response_model=ReadyOut, responses=errors(*GATE))
 def readyz(request: Request, ledger: LedgerDep) -> JSONResponse:
     """Database file in place (R-SRV-10), reachable and at the head revision, else 503."""
     problem = request.app.state.db_watch.check()

@@ -23,7 +23,7 @@ _HEADERS = {
 }
 
 
-@router.get("/", response_class=HTMLResponse)
+@router.get("/", operation_id="page", response_class=HTMLResponse)
 def page(ledger: LedgerDep) -> HTMLResponse:
     """The status page of this ledger (refreshed in place every few seconds by its script)."""
     state = ledger.state

@@ -6,14 +6,31 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from ledger.service.calls import ERRORS, LedgerDep
-from ledger.service.models import ClaimBody, CommitFailedBody, CompactBody, LeaseBody, RenewBody
+from ledger.service.calls import LedgerDep
+from ledger.service.models import (
+    GATE,
+    WITH_BODY,
+    ClaimBody,
+    ClaimOut,
+    CommitFailedBody,
+    CommitFailedOut,
+    CompactBody,
+    CompactOut,
+    DeferOut,
+    HeldOut,
+    LeaseBody,
+    QueueTimesOut,
+    ReleaseSpentOut,
+    RenewBody,
+    errors,
+)
 from ledger.wire import claim_json, times_json
 
-router = APIRouter(prefix="/v1/queue", tags=["queue"], responses=ERRORS)
+router = APIRouter(prefix="/v1/queue", tags=["queue"])
+BODY_ERRORS = errors(*WITH_BODY)
 
 
-@router.post("/claim")
+@router.post("/claim", operation_id="claim", response_model=ClaimOut, responses=BODY_ERRORS)
 def claim(body: ClaimBody, ledger: LedgerDep) -> JSONResponse:
     """Lease the due source checked longest ago (`{"claim": null}` when nothing is due)."""
     return JSONResponse(
@@ -21,7 +38,7 @@ def claim(body: ClaimBody, ledger: LedgerDep) -> JSONResponse:
     )
 
 
-@router.post("/renew")
+@router.post("/renew", operation_id="renew", response_model=HeldOut, responses=BODY_ERRORS)
 def renew(body: RenewBody, ledger: LedgerDep) -> JSONResponse:
     """Extend a lease this worker holds; `held: false` when it was lost (or paused)."""
     held = ledger.renew(
@@ -30,32 +47,46 @@ def renew(body: RenewBody, ledger: LedgerDep) -> JSONResponse:
     return JSONResponse({"held": held})
 
 
-@router.post("/finish")
+@router.post("/finish", operation_id="finish", response_model=HeldOut, responses=BODY_ERRORS)
 def finish(body: LeaseBody, ledger: LedgerDep) -> JSONResponse:
     """Mark the leased source done; `held: false` when the lease was lost."""
     return JSONResponse({"held": ledger.finish(body.source, body.worker_id)})
 
 
-@router.post("/release")
+@router.post(
+    "/release", operation_id="release", response_model=HeldOut, responses=BODY_ERRORS
+)
 def release(body: LeaseBody, ledger: LedgerDep) -> JSONResponse:
     """Give the lease back."""
     return JSONResponse({"held": ledger.release(body.source, body.worker_id)})
 
 
-@router.post("/release-spent")
+@router.post(
+    "/release-spent",
+    operation_id="release_spent",
+    response_model=ReleaseSpentOut,
+    responses=BODY_ERRORS,
+)
 def release_spent(body: LeaseBody, ledger: LedgerDep) -> JSONResponse:
     """Give the lease back after a `source_calls` / `source_time` refusal; a source that has used
     that cap is paused with it (`paused`: the reason, null when released as usual)."""
     return JSONResponse({"paused": ledger.release_spent(body.source, body.worker_id)})
 
 
-@router.post("/defer")
+@router.post(
+    "/defer", operation_id="defer_owed_fallback", response_model=DeferOut, responses=BODY_ERRORS
+)
 def defer(body: LeaseBody, ledger: LedgerDep) -> JSONResponse:
     """No alternate for an owed fallback: the generic backoff; the new retry time."""
     return JSONResponse({"retry_at_ms": ledger.defer_owed_fallback(body.source, body.worker_id)})
 
 
-@router.post("/commit-failed")
+@router.post(
+    "/commit-failed",
+    operation_id="commit_failed",
+    response_model=CommitFailedOut,
+    responses=BODY_ERRORS,
+)
 def commit_failed(body: CommitFailedBody, ledger: LedgerDep) -> JSONResponse:
     """The handler's commit raised: one failure of the source with its backoff; `held: false`
     when the lease was lost meanwhile."""
@@ -67,13 +98,17 @@ def commit_failed(body: CommitFailedBody, ledger: LedgerDep) -> JSONResponse:
     )
 
 
-@router.get("/times")
+@router.get(
+    "/times", operation_id="queue_times", response_model=QueueTimesOut, responses=errors(*GATE)
+)
 def times(ledger: LedgerDep) -> JSONResponse:
     """Ledger time now and when queued work next becomes due."""
     return JSONResponse(times_json(ledger.queue_times()))
 
 
-@router.post("/compact")
+@router.post(
+    "/compact", operation_id="compact", response_model=CompactOut, responses=BODY_ERRORS
+)
 def compact(body: CompactBody, ledger: LedgerDep) -> JSONResponse:
     """One bounded compaction step (R-DB-6)."""
     return JSONResponse({"folded": ledger.compact(body.batch)})

@@ -11,7 +11,7 @@ from collections import Counter
 from typing import Any
 
 from ledger.clock import iso
-from ledger.durations import format_duration_ms
+from ledger.durations import human_duration_ms
 from ledger.simulate.runner import Comparison, RunRecord
 
 REPORT_FORMAT = "ledger-simulation"
@@ -46,7 +46,7 @@ def run_figures(run: RunRecord, start_ms: int) -> dict[str, Any]:
         "fallbacks": dict(sorted(fallbacks.items())),
         "refusals": dict(sorted(run.refusals.items())),
         "timeToDrainMs": drained,
-        "timeToDrain": None if drained is None else format_duration_ms(drained),
+        "timeToDrain": None if drained is None else human_duration_ms(drained),
         "longestCooldown": None
         if longest is None
         else {
@@ -55,7 +55,7 @@ def run_figures(run: RunRecord, start_ms: int) -> dict[str, Any]:
             "kind": longest.kind,
             "origin": longest.origin,
             "ms": longest.until_ms - longest.created_ms,
-            "duration": format_duration_ms(longest.until_ms - longest.created_ms),
+            "duration": human_duration_ms(longest.until_ms - longest.created_ms),
         },
         "unobservedCalls": run.unobserved_calls,
     }

@@ -2,8 +2,9 @@
 
 One panel per run (current above, candidate below), sharing the time axis: a line per model of
 the calls it received in each minute, and under it one band row per cooled target spanning each
-cooldown (model cooldowns in the model's colour, provider cooldowns in grey). A standalone SVG
-with no script and no external asset.
+cooldown (model cooldowns in the model's colour, provider cooldowns in grey). The time axis is
+labelled under each panel with the time since the start, in the one duration format of the CLI
+and the page (`+1h30m`). A standalone SVG with no script and no external asset.
 
 Invariant: pure text rendering of the runs' own history; the same runs give the same bytes.
 """
@@ -14,6 +15,7 @@ from collections import Counter
 from html import escape
 
 from ledger.clock import iso
+from ledger.durations import human_duration_ms
 from ledger.simulate.runner import Comparison, RunRecord
 
 WIDTH = 960
@@ -25,6 +27,18 @@ MINUTE_MS = 60_000
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
            "#17becf", "#bcbd22", "#7f7f7f")
 PROVIDER_GREY = "#999999"
+TICK_STEPS_MS = tuple(m * MINUTE_MS for m in (1, 2, 5, 10, 15, 30, 60, 120, 180, 360, 720, 1440,
+                                              2880, 10080))
+MAX_TICKS = 8
+
+
+def time_ticks(span_ms: int) -> list[int]:
+    """Offsets from the start for the time axis labels: the finest round step that gives at
+    most MAX_TICKS intervals over `span_ms` (the start included)."""
+    step = next((s for s in TICK_STEPS_MS if span_ms / s <= MAX_TICKS), TICK_STEPS_MS[-1])
+    while span_ms / step > MAX_TICKS:
+        step *= 2
+    return list(range(0, span_ms + 1, step))
 
 
 def render_svg(result: Comparison) -> str:
@@ -98,9 +112,16 @@ def _panel(parts: list[str], name: str, run: RunRecord, start: int, end: int, to
         )
         parts.append(f'<polyline fill="none" stroke="{colour[model]}" stroke-width="1.2" '
                      f'points="{points}"><title>{escape(model)}</title></polyline>')
+    for offset in time_ticks(end - start):
+        x = x_of(start + offset)
+        parts.append(f'<line x1="{x:.1f}" y1="{base}" x2="{x:.1f}" y2="{base + 4}" '
+                     f'stroke="#888888"/>')
+        label = "0" if offset == 0 else "+" + human_duration_ms(offset)
+        parts.append(f'<text x="{x:.1f}" y="{base + 15}" text-anchor="middle" '
+                     f'class="tick">{label}</text>')
     targets = sorted({(b.scope, b.target) for b in run.bands.values()})
     row_of = {t: i for i, t in enumerate(targets)}
-    band_top = base + 8
+    band_top = base + 22
     for (scope, target), i in row_of.items():
         parts.append(f'<text x="{WIDTH - PLOT_RIGHT + 6}" y="{band_top + i * (BAND_H + 2) + 9}">'
                      f'{escape(scope)} {escape(target)}</text>')

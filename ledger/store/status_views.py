@@ -12,7 +12,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, case, func, select
+from sqlalchemy import Connection, and_, case, func, select
 
 from ledger.budgets import DAY_MS, HOUR_MS
 from ledger.config import Policy
@@ -37,6 +37,7 @@ SOURCE_LIST_LIMIT = 50
 RECENT_LIMIT = 20
 NOTICE_LIMIT = 10
 FAILOVER_LIMIT = 20
+QUEUE_OLDEST_LIMIT = 5
 HOURS = DAY_MS // HOUR_MS  # the per-hour buckets of the rolling 24 h window
 HISTORY_DAYS = 30
 # Leased work first, then what needs an operator (paused), then what waits (queued).
@@ -164,6 +165,26 @@ class PolicyWriter:
 
 
 @dataclass(frozen=True)
+class QueuedRow:
+    """A source in the worker queue, in claim order (R-Q-2): what a claim would look at next."""
+
+    id: str
+    state: str
+    last_checked_ms: int
+    retry_at_ms: int | None
+    lease_expires_ms: int | None
+
+
+@dataclass(frozen=True)
+class QueueData:
+    """The worker queue (R-Q-2): due now, when the next one is due, the first few in claim order."""
+
+    due_now: int
+    next_due_ms: int | None
+    oldest: list[QueuedRow]
+
+
+@dataclass(frozen=True)
 class StatusData:
     """Everything status reads, taken in one read transaction at ledger time `now_ms`."""
 
@@ -188,6 +209,7 @@ class StatusData:
     journal_mode_chosen: str | None
     revision: str | None
     scopes: list[ScopeUse] = field(default_factory=list)  # R-SC-2: each scope's use
+    queue: QueueData | None = None
 
 
 def status_data(db: Database, calls_per_hour: int, policy: Policy | None = None) -> StatusData:
@@ -227,7 +249,43 @@ def status_data(db: Database, calls_per_hour: int, policy: Policy | None = None)
             journal_mode_chosen=db.journal_mode if db.is_sqlite else None,
             revision=read_revision(conn),  # a plain read: status never loads alembic
             scopes=[] if policy is None else scopes.status_uses(conn, now, policy),
+            queue=queue_data(conn, now),
         )
+
+
+def queue_data(conn: Connection, now: int, limit: int = QUEUE_OLDEST_LIMIT) -> QueueData:
+    """The worker queue as a claim sees it (R-Q-2), read through the claim index: how many
+    sources are due now, when the next one waiting for its retry time becomes due,
+    and the first `limit` queued or leased sources in claim order (oldest check first)."""
+    from ledger.store.queue import _CLAIM_ORDER, _NEXT_RETRY, _due
+
+    s = sources.c
+    waiting = and_(s.in_queue.is_(True), s.state.in_([SourceState.QUEUED.value,
+                                                      SourceState.LEASED.value]))
+    due_now = int(
+        conn.execute(select(func.count()).select_from(sources).where(_due(now))).scalar_one()
+    )
+    retry = conn.execute(_NEXT_RETRY, {"now": now}).scalar_one()
+    rows = conn.execute(
+        select(s.id, s.state, s.last_checked_ms, s.retry_at_ms, s.lease_expires_ms)
+        .where(waiting)
+        .order_by(*_CLAIM_ORDER)
+        .limit(limit)
+    ).all()
+    return QueueData(
+        due_now=due_now,
+        next_due_ms=None if retry is None else int(retry),
+        oldest=[
+            QueuedRow(
+                str(r.id),
+                str(r.state),
+                int(r.last_checked_ms),
+                None if r.retry_at_ms is None else int(r.retry_at_ms),
+                None if r.lease_expires_ms is None else int(r.lease_expires_ms),
+            )
+            for r in rows
+        ],
+    )
 
 
 def probe_states(conn: Connection) -> list[ProbeState]:

@@ -7,10 +7,14 @@
   var loadedAt = Date.now();
   var refreshUrl = body.getAttribute("data-refresh");
   var refreshMs = 1000 * (parseInt(body.getAttribute("data-refresh-seconds") || "5", 10) || 5);
-  var fmt = new Intl.DateTimeFormat(undefined, {
-    year: "numeric", month: "2-digit", day: "2-digit",
-    hour: "2-digit", minute: "2-digit", second: "2-digit", timeZoneName: "short"
-  });
+  // ISO-like 24-hour local time with its UTC offset: 2026-12-01 17:48:29 +09:00
+  function localTime(date) {
+    var off = -date.getTimezoneOffset(), sign = off < 0 ? "-" : "+";
+    off = Math.abs(off);
+    return date.getFullYear() + "-" + pad(date.getMonth() + 1) + "-" + pad(date.getDate()) + " " +
+      pad(date.getHours()) + ":" + pad(date.getMinutes()) + ":" + pad(date.getSeconds()) + " " +
+      sign + pad(Math.floor(off / 60)) + ":" + pad(off % 60);
+  }
 
   // the ledger's clock as the page knows it: the document's time plus what passed since
   function ledgerNow() {
@@ -19,12 +23,23 @@
 
   function pad(n) { return (n < 10 ? "0" : "") + n; }
 
+  // the one duration format of the CLI, the page and simulate (ledger.durations.human_duration_ms):
+  // the largest unit and the one below it, no spaces: 1h5m, 4m9s, 12s (whole seconds, rounded up)
+  var UNITS = [["d", 86400], ["h", 3600], ["m", 60], ["s", 1]];
   function left(ms) {
     var total = Math.max(0, Math.ceil(ms / 1000));
-    var h = Math.floor(total / 3600), m = Math.floor((total % 3600) / 60), s = total % 60;
-    if (h) { return h + "h " + pad(m) + "m"; }
-    if (m) { return m + "m " + pad(s) + "s"; }
-    return s + "s";
+    if (!total) { return "0s"; }
+    for (var i = 0; i < UNITS.length; i++) {
+      if (total >= UNITS[i][1]) {
+        var text = Math.floor(total / UNITS[i][1]) + UNITS[i][0];
+        if (i + 1 < UNITS.length) {
+          var finer = Math.floor((total % UNITS[i][1]) / UNITS[i + 1][1]);
+          if (finer) { text += finer + UNITS[i + 1][0]; }
+        }
+        return text;
+      }
+    }
+    return total + "s";
   }
 
   function localTimes(root) {
@@ -32,7 +47,7 @@
     for (var i = 0; i < times.length; i++) {
       var t = Date.parse(times[i].getAttribute("datetime"));
       if (!isNaN(t)) {
-        times[i].textContent = fmt.format(new Date(t));
+        times[i].textContent = localTime(new Date(t));
       }
     }
   }
@@ -75,7 +90,7 @@
         tick();
         window.scrollTo(x, y);
         restoreFocus(focus);
-        note("refreshed " + fmt.format(new Date()));
+        note("refreshed " + localTime(new Date()));
       })
       .catch(function () { note("refresh failed; showing the last page"); });
   }
