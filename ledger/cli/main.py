@@ -90,7 +90,7 @@ def emit_json(document: Any) -> None:
     stops with status 141 as the text does (one large write could end in a short write and exit
     0; issue 33)."""
     text = json.dumps(document, indent=2, sort_keys=False) + "\n"
-    out = click.get_text_stream("stdout")
+    out = sys.stdout  # (CliRunner swaps it; click.get_text_stream is deprecated in click 8.5)
     for start in range(0, len(text), JSON_CHUNK):
         out.write(text[start : start + JSON_CHUNK])
         out.flush()

@@ -15,10 +15,10 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-import anyio
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ledger.gateway.wire import Format, error_document
+from ledger.service.bodies import read_body, replay
 
 PREFIXES: dict[str, Format] = {"/openai/": Format.OPENAI, "/anthropic/": Format.ANTHROPIC}
 MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -86,11 +86,11 @@ class GatewayGate:
         if _is_tcp(scope) and not self.authenticated(scope.get("client")):
             await error(fmt, 503, send)
             return
-        body = await _body(scope, receive)
+        body = await read_body(scope, receive, MAX_BODY_BYTES, BODY_TIMEOUT_S)
         if isinstance(body, int):
             await error(fmt, body, send)
             return
-        await self.app(scope, _replay(body, receive), send)
+        await self.app(scope, replay(body, receive), send)
 
     def _authenticated(self, scope: Scope) -> bool:
         if not _is_tcp(scope):  # the unix socket: its mode is the authentication
@@ -124,38 +124,3 @@ def _presented(headers: dict[bytes, bytes]) -> bytes | None:
         return auth[7:].strip()
     key = headers.get(b"x-api-key")
     return key.strip() if key else None
-
-
-async def _body(scope: Scope, receive: Receive) -> bytes | int:
-    length = dict(scope["headers"]).get(b"content-length")
-    if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
-        return 413 if length.isdigit() else 400
-    chunks: list[bytes] = []
-    size = 0
-    with anyio.move_on_after(BODY_TIMEOUT_S):
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return 400
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > MAX_BODY_BYTES:
-                return 413
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
-    return 408
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A receive that hands the route the body already read, then reports the disconnect."""
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay

@@ -21,13 +21,13 @@ from functools import partial
 from typing import Any
 from urllib.parse import parse_qs
 
-import anyio
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger import gateway
 from ledger.api import Ledger
 from ledger.service import admin, calls, ops, page_routes, queue_routes
+from ledger.service.bodies import read_body, replay
 from ledger.service.db_watch import DatabaseWatch
 from ledger.service.errors import error_response, install
 from ledger.service.group_commit import GroupCommit
@@ -164,7 +164,7 @@ class Gate:
                 if isinstance(body, int):
                     refusal = body
                 else:
-                    await self.app(_as_json(scope), _replay(body, receive), counted)
+                    await self.app(_as_json(scope), replay(body, receive), counted)
             if refusal is not None:
                 await error_response(refusal)(scope, receive, counted)
         except asyncio.CancelledError:
@@ -251,24 +251,7 @@ class Gate:
 
     async def _body(self, scope: Scope, receive: Receive) -> bytes | int:
         """The whole body, or 413 (over 64 KiB) / 408 (not arrived within BODY_TIMEOUT_S)."""
-        length = dict(scope["headers"]).get(b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
-            return 413 if length.isdigit() else 400
-        chunks: list[bytes] = []
-        size = 0
-        with anyio.move_on_after(BODY_TIMEOUT_S):
-            while True:
-                message = await receive()
-                if message["type"] != "http.request":
-                    return 400  # the client left
-                chunk = message.get("body", b"")
-                size += len(chunk)
-                if size > MAX_BODY_BYTES:
-                    return 413
-                chunks.append(chunk)
-                if not message.get("more_body", False):
-                    return b"".join(chunks)
-        return 408
+        return await read_body(scope, receive, MAX_BODY_BYTES, BODY_TIMEOUT_S)
 
 
 def _is_tcp(scope: Scope) -> bool:
@@ -307,18 +290,3 @@ def _as_json(scope: Scope) -> Scope:
     headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
     scope["headers"] = [*headers, (b"content-type", b"application/json")]
     return scope
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A receive that hands the app the body already read, then waits for a disconnect."""
-    sent = False
-
-    async def replay() -> dict[str, Any]:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        message: dict[str, Any] = dict(await receive())
-        return message
-
-    return replay
