@@ -23,6 +23,9 @@ from ledger.page import render_assets, render_page
 from ledger.page.chart import PATTERNS, build_chart, pattern_of
 from ledger.page.render import health_rows, left
 from tests.conftest import Clock, LedgerFactory, write_policy
+from tests.routing_fixtures import RoutingFactory, routing_ledger
+
+__all__ = ["routing_ledger"]
 
 HOSTILE = "<script>alert('x')</script>&\"$(rm -rf ~)"
 
@@ -361,3 +364,67 @@ def test_r_srv_8_cost_is_a_step_per_hour_on_a_titled_axis(doc: dict[str, Any]) -
     assert ">cost per hour</text>" in html
     assert ">calls per hour</text>" in html
     assert "estimated cost per hour (right axis)" in html
+
+
+PAGE_POOLS = {
+    "p": {"candidates": [{"model": "acct1/m", "tier": 0}, {"model": "acct2/m", "effort": "low"},
+                         {"model": "acct3/m", "tier": 1}],
+          "strategy": "round-robin", "sticky": "on"},
+}  # fmt: skip
+
+
+def section(page: str, ident: str) -> str:
+    """The HTML of one `<section id=...>` of the page."""
+    start = page.index(f'<section id="{ident}"')
+    return page[start : page.index("</section>", start)]
+
+
+def test_r_rt_7_page_shows_pools_with_cursor_candidates_and_sticky_leases(
+    routing_ledger: RoutingFactory,
+) -> None:
+    from ledger.kinds import CooldownScope
+    from ledger.records import Success
+    from ledger.status import build_status
+
+    led = routing_ledger(pools=PAGE_POOLS, scopes={"nightly": {"callsPerHour": 5}})
+    first = led.reserve("src-1", "pool/p", input_bytes=10, scopes=["nightly"])
+    led.settle(first.id, Success(input_tokens=1, output_tokens=1))
+    led.store.set_cooldown(CooldownScope.MODEL, "acct3/m", 3_600_000, None)
+    doc = build_status(led)
+    page = render_page(doc)
+    pools = section(page, "pools")
+    assert '<h2 id="pools-h">Pools</h2>' in pools
+    assert "<code>pool/p</code>" in pools
+    assert "strategy <strong>round-robin</strong>" in pools
+    assert "sticky <strong>on</strong> (per source)" in pools
+    cursor = doc["pools"][0]["cursor"]
+    assert cursor is not None
+    on = doc["pools"][0]["candidates"][cursor]["model"]
+    assert f"cursor <strong>{cursor}</strong> (on <code>{on}</code>)" in pools
+    rows = re.findall(r'<tr data-candidate="([^"]+)">(.*?)</tr>', pools)
+    assert [model for model, _ in rows] == ["acct1/m", "acct2/m", "acct3/m"]
+    cells = {m: re.findall(r"<td[^>]*>(.*?)</td>", row) for m, row in rows}
+    assert '<span class="tag eligible">eligible</span>' in cells["acct1/m"][4]
+    assert cells["acct2/m"][3] == "low"  # effort
+    assert cells["acct3/m"][2] == "1"  # tier
+    assert "model_cooldown" in cells["acct3/m"][4]
+    assert "<time" in cells["acct3/m"][5]  # the cooldown's end
+    assert "Live sticky leases" in pools
+    assert f"source <code>src-1</code></td><td><code>{first.model}</code>" in pools
+    assert "until it fails or cools" in pools
+    scopes = section(page, "scopes")  # R-SC-2: the scope's calls against its limit
+    assert '<tr data-scope="nightly">' in scopes
+    assert "<td>1 / 5</td>" in scopes
+    assert {ch for ch in pools if ord(ch) > 0x7E} <= {"\u00b7"}  # ASCII and the page's dot
+
+
+def test_r_rt_7_no_pools_no_pools_section(routing_ledger: RoutingFactory) -> None:
+    from ledger.status import build_status
+
+    led = routing_ledger()
+    led.reserve("src-1", "acct1/m", input_bytes=10)
+    doc = build_status(led)
+    assert "pools" not in doc
+    page = render_page(doc)
+    assert 'id="pools"' not in page
+    assert "Pools" not in page

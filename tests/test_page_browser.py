@@ -381,6 +381,20 @@ def _health_rows(now: str, n: int) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+def _pools(now: str) -> list[dict[str, Any]]:
+    """A pool in the status document's JSON shape (R-RT-7): a cooled candidate and a lease."""
+    return [
+        {"pool": "p", "strategy": "round-robin", "sticky": "on", "sticky_scope": "source",
+         "cursor": 0,
+         "candidates": [
+             {"model": "a/m", "tier": 0, "effort": "low", "state": "eligible", "until": None},
+             {"model": "b/m", "tier": 1, "effort": None, "state": "model_cooldown",
+              "until": now}],
+         "leases": [{"scope": "s1", "model": "a/m", "until": None},
+                    {"scope": "pool", "model": "a/m", "until": now}]}
+    ]  # fmt: skip
+
+
 def test_r_srv_8_every_character_is_drawn_by_debians_default_fonts(
     demo: Demo, browser: Any, tmp_path: Path
 ) -> None:
@@ -388,10 +402,12 @@ def test_r_srv_8_every_character_is_drawn_by_debians_default_fonts(
     box). Every character of the page's text (every health state included) and of the
     stylesheet's generated content is drawn by an installed font."""
     path = tmp_path / "glyphs.html"
-    path.write_text(render_page({**demo.doc, "health": _health_rows(demo.doc["now"], 3)},
-                                inline=True))
+    now = demo.doc["now"]
+    path.write_text(render_page({**demo.doc, "health": _health_rows(now, 3),
+                                 "pools": _pools(now)}, inline=True))  # fmt: skip
     page = open_page(browser, path.as_uri()).page
     text = page.inner_text("body")
+    assert "until it fails or cools" in text  # the pools section is drawn too
     css = render_page.__globals__["render_assets"]().css.decode()
     generated = "".join(re.findall(r'content:\s*"([^"]*)"', css))
     chars = sorted({ch for ch in text + generated if ord(ch) > 0x7E})
