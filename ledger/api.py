@@ -363,8 +363,13 @@ class Ledger:
 
         if source is not None:
             check_source_id(source)
-        chosen = model if model is not None else self.policy.default_model
-        target = None if chosen is None else self.target(chosen)
+        if model is not None:
+            target: Target | None = self.target(model)
+        elif self.policy.default_model is not None:
+            # the policy's own default: one the catalog lacks is reported inert, never refused
+            target = parse_target(self.policy.default_model)
+        else:
+            target = None
         if failed_model is not None:
             self.model(failed_model)
         after_failure = check_optional_enum(FailureKind, after_failure, "after_failure")
