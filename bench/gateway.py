@@ -8,7 +8,13 @@ side by side in one run.
   direct, one overhead per pair), the overhead's p99 ≤ 4 x its p50;
 - time to first byte of a stream through the gateway - direct, p50 (≤ one in-process reserve
   + 2 ms);
-- LiteLLM's proxy beside it, when `litellm[proxy]` is installed (else the row says so).
+- LiteLLM's proxy beside it (full mode only; `--quick` skips it with a note): the bench starts
+  `litellm --config CONFIG --port PORT --host 127.0.0.1` (no database) against the same stand-in
+  and measures its overhead the same way (proxy call - the same call straight to the stand-in,
+  p50 at concurrency 1), alternating with the gateway's pairs in the same loop; ledger's overhead
+  ÷ LiteLLM's ≤ 1.0, while every ledger call is two durable commits. LiteLLM is a bench-only
+  tool, not a dependency: `pip install 'litellm[proxy]'` (plain pip, same environment); without
+  it the row says so.
 
 Invariant: the service is a real `ledger serve` subprocess over TCP on its own state directory;
 the upstream is the stand-in; budgets are large enough that nothing is refused.
@@ -16,13 +22,13 @@ the upstream is the stand-in; budgets are large enough that nothing is refused.
 
 from __future__ import annotations
 
-import importlib.util
+import contextlib
 import json
 import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +48,7 @@ from bench.common import (
     time_row,
 )
 from bench.contention import percentile
+from bench.litellm_proxy import MASTER_KEY, ProxyError, available, litellm_proxy
 from ledger.standin import Scripted, StandIn
 from tests.gateway_setup import gateway_catalog
 from tests.serving import running
@@ -49,6 +56,7 @@ from tests.serving import running
 OVERHEAD_TARGET = 2.0
 TAIL_TARGET = 4.0
 TTFB_SLACK_S = 0.002
+LITELLM_TARGET = 1.0
 CLIENTS = 16
 BODY: dict[str, Any] = {"model": "acme/a1", "messages": [{"role": "user", "content": "hello"}]}
 
@@ -142,14 +150,30 @@ def run(root: Path, settings: Settings) -> list[Row]:
             gw_url = served.url + "/openai/v1/chat/completions"
             direct_url = standin.base_url_openai + "/chat/completions"
             over: list[float] = []
+            litellm_over: list[float] = []
             with httpx.Client(headers=auth, timeout=60) as client:
-                for _ in range(5):  # warm both paths
-                    _timed_post(client, gw_url, BODY)
-                    _timed_post(client, direct_url, _direct_body(False))
-                for _ in range(calls):
-                    gw = _timed_post(client, gw_url, BODY)
-                    direct = _timed_post(client, direct_url, _direct_body(False))
-                    over.append(gw - direct)
+                with (  # LiteLLM's proxy runs only for the concurrency-1 pairs
+                    httpx.Client(
+                        headers={"authorization": f"Bearer {MASTER_KEY}"}, timeout=60
+                    ) as to_litellm,
+                    _maybe_litellm(Path(short), standin, settings) as proxy,
+                ):
+                    ll_url = proxy.url + "/v1/chat/completions" if proxy.url else None
+                    for _ in range(5):  # warm every path
+                        _timed_post(client, gw_url, BODY)
+                        _timed_post(client, direct_url, _direct_body(False))
+                        if ll_url:
+                            _timed_post(to_litellm, ll_url, BODY)
+                    # LiteLLM's "same call direct" is exactly the body it sent upstream
+                    ll_direct = standin.bodies[-1] if ll_url else None
+                    for _ in range(calls):  # alternating: gateway pair, then LiteLLM pair
+                        gw = _timed_post(client, gw_url, BODY)
+                        direct = _timed_post(client, direct_url, _direct_body(False))
+                        over.append(gw - direct)
+                        if ll_url and ll_direct is not None:
+                            ll = _timed_post(to_litellm, ll_url, BODY)
+                            direct = _timed_post(to_litellm, direct_url, ll_direct)
+                            litellm_over.append(ll - direct)
                 ttfb: list[float] = []
                 for _ in range(calls // 2):
                     g_first, _ = _timed_stream(client, gw_url, {**BODY, "stream": True})
@@ -195,22 +219,53 @@ def run(root: Path, settings: Settings) -> list[Row]:
             f"<= reserve {ms(reserve_s)} + 2 ms",
             ttfb_p50 <= reserve_s + TTFB_SLACK_S,
         ),
-        _litellm_row(),
+        *_litellm_rows(p50, litellm_over, proxy.reason, calls),
     ]
 
 
-def _litellm_row() -> Row:
-    if importlib.util.find_spec("litellm") is None:  # a bench-only tool: typed or not
-        return Row(
-            "gateway: LiteLLM proxy overhead, same run",
-            "skipped",
-            "",
-            note="litellm is not installed (pip install 'litellm[proxy]'); "
-            "ledger's overhead not compared",
-        )
-    return Row(
-        "gateway: LiteLLM proxy overhead, same run",
-        "not measured",
-        "",
-        note="litellm is installed but the proxy run is not built yet",
-    )
+class _Proxy:
+    """LiteLLM's proxy for one run: its base URL, or why there is none."""
+
+    def __init__(self, url: str | None = None, reason: str = "") -> None:
+        self.url = url
+        self.reason = reason
+
+
+@contextlib.contextmanager
+def _maybe_litellm(workdir: Path, standin: StandIn, settings: Settings) -> Iterator[_Proxy]:
+    if settings.quick:
+        yield _Proxy(reason="skipped in --quick mode (run `python -m bench --only gateway`)")
+        return
+    if available() is None:
+        yield _Proxy(reason="litellm[proxy] is not installed: pip install 'litellm[proxy]'")
+        return
+    with contextlib.ExitStack() as stack:  # the proxy is stopped when the run ends
+        try:
+            proxy = litellm_proxy(workdir, BODY["model"], "a1", standin.base_url_openai)
+            url: str | None = stack.enter_context(proxy)
+            reason = ""
+        except ProxyError as e:
+            url, reason = None, str(e)
+        yield _Proxy(url, reason)
+
+
+LITELLM_FIGURE = "gateway: LiteLLM proxy overhead p50"
+
+
+def _litellm_rows(ledger_p50: float, over: list[float], reason: str, calls: int) -> list[Row]:
+    if not over:
+        return [Row(LITELLM_FIGURE, "skipped", "", note=reason)]
+    p50 = percentile(over, 0.5)
+    ratio = Stats.of([ledger_p50 / p50]) if p50 > 0 else Stats.of([float("inf")])
+    return [
+        time_row(LITELLM_FIGURE, Stats.of([p50])).with_note(
+            f"n={calls}, alternating with the gateway's pairs; no database"
+        ),
+        ratio_row(
+            "gateway: ledger overhead / LiteLLM overhead",
+            ratio,
+            f"<= {LITELLM_TARGET:.1f}",
+            ratio.median <= LITELLM_TARGET,
+            note="each ledger call makes two durable commits; LiteLLM's none",
+        ),
+    ]
