@@ -32,6 +32,12 @@ def test_bench_quick_mode_runs_and_writes_a_table(tmp_path: Path) -> None:
         "simulate: a day of",  # issue 23: the simulator's speed and memory figure
         "simulate: read the largest trace",  # issue 29 item 17: streamed, bounded memory
         "scopes: reserve under 3 scopes / plain reserve",  # issue 32
+        # issue 32: the burst beside snipz (its rows measured when its venv exists, else skipped)
+        "| scopes burst: ledger overshoot (160 reservations from 4 processes, $1 daily limit) "
+        "| $0.000000 |",
+        "scopes burst: ledger reservations/s",
+        "scopes burst: snipz overshoot",
+        "scopes burst: ledger / snipz reservations/s",
     ):
         assert figure in text
     # issue 31: LiteLLM's proxy runs only in full mode; the smoke run says so and needs no litellm
@@ -77,3 +83,44 @@ def test_issue33_quick_runs_never_overwrite_the_published_results() -> None:
     assert parse_args([]).out == Path("bench/results.md")
     assert parse_args(["--quick"]).out == Path("bench/results-quick.md")
     assert parse_args(["--quick", "--out", "bench/results.md"]).out == Path("bench/results.md")
+
+
+def test_issue32_quick_mode_never_installs_snipz(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CI smoke run reuses a snipz venv that exists and never creates one: its rows are
+    skipped with the reason, and no interpreter is even looked for."""
+    from bench import snipz_venv
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("LEDGER_BENCH_CACHE", str(cache))
+
+    def no_search() -> str | None:
+        raise AssertionError("--quick looked for a Python 3.13 to install snipz with")
+
+    monkeypatch.setattr(snipz_venv, "find_python313", no_search)
+    python, why = snipz_venv.snipz_python(quick=True)
+    assert python is None
+    assert "skipped in --quick mode" in why
+    assert not cache.exists()
+
+
+def test_issue32_burst_plan_and_overshoot_are_the_same_for_both_libraries() -> None:
+    """Every attempt is made once across the children; usages stay within the estimate; the
+    overshoot counts whichever of granted estimates and committed cost went past the limit."""
+    from bench import snipz_driver as plan
+    from bench.scope_burst import Burst
+
+    for procs, attempts in ((16, 1000), (4, 160), (3, 10)):
+        assert sum(plan.attempts_of(n, procs, attempts) for n in range(procs)) == attempts
+    tokens = [plan.usage_tokens(n, i) for n in range(16) for i in range(63)]
+    assert min(tokens) >= 1
+    assert max(tokens) <= plan.REPLY_TOKENS
+    assert plan.cost_micro(plan.REPLY_TOKENS) == plan.ESTIMATE_MICRO
+    burst = Burst(10, 6, 5_000_100, 4_000_000, 1.0, 1.0, [])
+    assert burst.overshoot_usd(5) == pytest.approx(0.0001)
+    assert Burst(10, 6, 4_000_000, 5_000_200, 1.0, 1.0, []).overshoot_usd(5) == pytest.approx(
+        0.0002
+    )
+    assert Burst(10, 6, 5_000_000, 4_000_000, 2.0, 1.0, []).overshoot_usd(5) == 0
+    assert burst.per_second() == 10
