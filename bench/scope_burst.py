@@ -7,8 +7,10 @@ same run, on scratch files in the same directory (one disk), each with the durab
 uses by default: every child reserves after a barrier and holds its grants until all children
 have reserved, then commits (settles) each grant's real usage. Reservations per second are all
 the attempts (granted or refused) over the wall time from the first child's start to the last
-child's end of reserving. snipz runs in its own Python 3.13 venv (bench/snipz_venv.py); when it
-is unavailable its rows say why and are skipped, never failing the bench.
+child's end of reserving. A full run adds snipz at synchronous=FULL (ledger's durability) as a
+second comparison, since snipz's own default does not sync a commit. snipz runs in its own
+Python 3.13 venv (bench/snipz_venv.py); when it is unavailable its rows say why and are skipped,
+never failing the bench.
 """
 
 from __future__ import annotations
@@ -24,7 +26,15 @@ from typing import Any
 
 from bench import snipz_driver as plan
 from bench import snipz_venv
-from bench.common import Row, Settings, bench_policy, make_home, open_ledger
+from bench.common import (
+    Row,
+    Settings,
+    Stats,
+    bench_policy,
+    make_home,
+    open_ledger,
+    ratio_row,
+)
 from ledger.errors import LedgerError, Refused
 from ledger.records import Success
 from ledger.status import build_status
@@ -33,6 +43,7 @@ from ledger.store.engine import chosen_journal_mode
 MODEL = "alpha/m0"  # output $2/MTok, 4096-token reply allowance: an 8,192 micro-USD estimate
 DRIVER = Path(plan.__file__).resolve()
 DRIVER_TIMEOUT_S = 1800.0
+ROUNDS = 3  # full mode: ledger, snipz, snipz at synchronous=FULL, three times over
 
 
 @dataclass(frozen=True)
@@ -141,14 +152,16 @@ def ledger_burst(root: Path, procs: int, attempts: int, limit_usd: int) -> tuple
     return burst, ", ".join(f"{k} {v}" for k, v in sorted(reasons.items()))
 
 
-def snipz_burst(root: Path, python: Path, procs: int, attempts: int, limit_usd: int) -> tuple[
-    Burst, dict[str, Any]
-]:
-    """The burst on a fresh snipz SQLite file in `root` (the driver under `python`)."""
+def snipz_burst(
+    root: Path, python: Path, procs: int, attempts: int, limit_usd: int, sync: str = "default"
+) -> tuple[Burst, dict[str, Any]]:
+    """The burst on a fresh snipz SQLite file in `root` (the driver under `python`); `sync`
+    "FULL" runs it at ledger's synchronous=FULL instead of snipz's own NORMAL."""
     root.mkdir(parents=True, exist_ok=True)
     db = root / "snipz.db"
     done = subprocess.run(
-        [str(python), "-I", str(DRIVER), str(db), str(procs), str(attempts), str(limit_usd)],
+        [str(python), "-I", str(DRIVER), str(db), str(procs), str(attempts), str(limit_usd),
+         sync],
         env=snipz_venv._clean_env(), capture_output=True, timeout=DRIVER_TIMEOUT_S, cwd=root,
     )  # fmt: skip
     if done.returncode != 0:
@@ -170,43 +183,87 @@ def _burst_note(burst: Burst, extra: str) -> str:
     )
 
 
+def _rate_row(figure: str, bursts: list[Burst]) -> Row:
+    rates = Stats.of([b.per_second() for b in bursts])
+    return Row(
+        figure, f"{rates.median:,.0f}/s", f"{rates.low:,.0f}-{rates.high:,.0f} (n={rates.runs})",
+        note="reserving " + ", ".join(f"{b.reserve_s:.2f}" for b in bursts) + " s; committing "
+        + ", ".join(f"{b.granted / b.commit_s:,.0f}" for b in bursts) + "/s",
+    )
+
+
+def _overshoot_row(figure: str, bursts: list[Burst], limit: int, note: str, target: str) -> Row:
+    worst = max(b.overshoot_usd(limit) for b in bursts)
+    errors = sum(len(b.errors) for b in bursts)
+    met = (worst == 0 and errors == 0) if target else None
+    return Row(figure, f"${worst:.6f}", f"worst of n={len(bursts)}", target, met, note)
+
+
 def run(root: Path, settings: Settings) -> list[Row]:
-    """Both bursts in one run; the overshoot and rate rows (snipz's skipped when unavailable)."""
+    """Both bursts, interleaved round by round in one run; the overshoot and rate rows (snipz's
+    skipped with the reason when unavailable)."""
     procs = plan.QUICK_PROCS if settings.quick else plan.PROCS
     attempts = plan.QUICK_ATTEMPTS if settings.quick else plan.ATTEMPTS
     limit = plan.QUICK_LIMIT_USD if settings.quick else plan.LIMIT_USD
+    rounds = 1 if settings.quick else ROUNDS
     what = f"{attempts:,} reservations from {procs} processes, ${limit} daily limit"
     python, why = snipz_venv.snipz_python(settings.quick)
-    mine, reasons = ledger_burst(root, procs, attempts, limit)
-    ledger_note = _burst_note(
-        mine, f"refused: {reasons or 'none'}; SQLite journal {chosen_journal_mode()}, "
-        "synchronous=FULL, write-lock file"
-    )
+    syncs = ["default"] if settings.quick else ["default", "FULL"]
+    mine: list[Burst] = []
+    theirs: dict[str, list[Burst]] = {sync: [] for sync in syncs}
+    reasons = ""
+    found: dict[str, Any] = {}
+    for k in range(rounds):  # interleaved, so a change in machine load hits both alike
+        burst, reasons = ledger_burst(root / f"round-{k}", procs, attempts, limit)
+        mine.append(burst)
+        if python is not None:
+            for sync in syncs:
+                burst, found = snipz_burst(root / f"round-{k}" / f"snipz-{sync}", python, procs,
+                                           attempts, limit, sync)
+                theirs[sync].append(burst)
+    last = mine[-1]
     rows = [
-        Row(f"scopes burst: ledger overshoot ({what})", f"${mine.overshoot_usd(limit):.6f}",
-            "n=1", "$0", mine.overshoot_usd(limit) == 0 and not mine.errors, ledger_note),
-        Row(f"scopes burst: ledger reservations/s ({what})", f"{mine.per_second():,.0f}/s",
-            "n=1", note=f"reserving {mine.reserve_s:.2f} s; settling "
-            f"{mine.granted / mine.commit_s:,.0f}/s"),
+        _overshoot_row(
+            f"scopes burst: ledger overshoot ({what})", mine, limit,
+            _burst_note(last, f"refused: {reasons or 'none'}; SQLite journal "
+                        f"{chosen_journal_mode()}, synchronous=FULL, write-lock file"),
+            "$0",
+        ),
+        _rate_row(f"scopes burst: ledger reservations/s ({what})", mine),
     ]
     if python is None:
         for figure in ("snipz overshoot", "snipz reservations/s", "ledger / snipz reservations/s"):
             rows.append(Row(f"scopes burst: {figure} ({what})", "skipped", "", note=why))
         return rows
-    theirs, found = snipz_burst(root / "snipz", python, procs, attempts, limit)
-    snipz_note = _burst_note(
-        theirs, f"snipz {found['version']} on Python {found['python']}, its SQLite backend as "
-        f"documented: journal {found['journal_mode']}, synchronous=NORMAL, BEGIN IMMEDIATE, "
-        "busy_timeout 5 s, a new aiosqlite connection per transaction"
-    )
+    default = theirs["default"]
     rows += [
-        Row(f"scopes burst: snipz overshoot ({what})", f"${theirs.overshoot_usd(limit):.6f}",
-            "n=1", note=snipz_note),
-        Row(f"scopes burst: snipz reservations/s ({what})", f"{theirs.per_second():,.0f}/s",
-            "n=1", note=f"reserving {theirs.reserve_s:.2f} s; committing "
-            f"{theirs.granted / theirs.commit_s:,.0f}/s"),
-        Row(f"scopes burst: ledger / snipz reservations/s ({what})",
-            f"{mine.per_second() / theirs.per_second():.2f}x", "n=1",
-            note="same run, same disk, same plan; one burst each, so the spread is unknown"),
+        _overshoot_row(
+            f"scopes burst: snipz overshoot ({what})", default, limit,
+            _burst_note(default[-1], f"snipz {found['version']} on Python {found['python']}, "
+                        f"its SQLite backend as documented: journal {found['journal_mode']}, "
+                        "synchronous=NORMAL, BEGIN IMMEDIATE, busy_timeout 5 s, a new aiosqlite "
+                        "connection per transaction"),
+            "",
+        ),
+        _rate_row(f"scopes burst: snipz reservations/s ({what})", default),
+        _ratio(f"scopes burst: ledger / snipz reservations/s ({what})", mine, default,
+               "same run, same disk, same plan, rounds interleaved; snipz at its default "
+               "synchronous=NORMAL (WAL: a commit is not synced to disk)"),
     ]
+    if "FULL" in theirs:
+        full = theirs["FULL"]
+        rows += [
+            _overshoot_row(f"scopes burst: snipz overshoot at synchronous=FULL ({what})", full,
+                           limit, _burst_note(full[-1], "snipz's WAL with its synchronous "
+                                              "pragma replaced by FULL (ledger's)"), ""),
+            _rate_row(f"scopes burst: snipz reservations/s at synchronous=FULL ({what})", full),
+            _ratio(f"scopes burst: ledger / snipz at synchronous=FULL, reservations/s ({what})",
+                   mine, full, "both sync every commit; snipz still in WAL, ledger in "
+                   f"{chosen_journal_mode()} journal mode (its choice on this SQLite)"),
+        ]
     return rows
+
+
+def _ratio(figure: str, mine: list[Burst], theirs: list[Burst], note: str) -> Row:
+    ratio = Stats.of([a.per_second() / b.per_second() for a, b in zip(mine, theirs, strict=True)])
+    return ratio_row(figure, ratio, "", None, note=note)

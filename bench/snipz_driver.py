@@ -3,8 +3,10 @@
 Stdlib only at import time: the ledger side of the figure (bench/scope_burst.py) imports the
 plan and the usages from here, so both libraries reserve the same estimates and commit the same
 deterministic real usages. snipz itself is imported only inside `main()`, under the 3.13
-interpreter of its own venv (`python -I bench/snipz_driver.py DB PROCS ATTEMPTS LIMIT_USD`);
-it prints one JSON object on stdout.
+interpreter of its own venv (`python -I bench/snipz_driver.py DB PROCS ATTEMPTS LIMIT_USD
+[SYNC]`); it prints one JSON object on stdout. SYNC "default" keeps snipz's own SQLite pragmas
+(WAL, synchronous=NORMAL); "FULL" swaps in synchronous=FULL, ledger's setting, for a second
+figure at the same durability (snipz has no option for it, so its pragma list is replaced).
 
 Invariant: as the ledger side, every child starts reserving after a barrier, holds what it was
 granted until every child has finished reserving (a second barrier), then commits each grant's
@@ -47,18 +49,35 @@ def cost_micro(tokens: int) -> int:
     return tokens * OUTPUT_USD_PER_MTOK
 
 
-def _snipz() -> Any:
+def _snipz_module(name: str) -> Any:
     # imported by name: snipz exists only in the 3.13 venv, never where mypy checks the bench
     import importlib
 
-    return importlib.import_module("snipz")
+    return importlib.import_module(name)
 
 
-def _child(n: int, barrier: Any, out: Any, db: str, procs: int, attempts: int) -> None:
+def _snipz() -> Any:
+    return _snipz_module("snipz")
+
+
+def _durability(sync: str) -> None:
+    if sync == "default":
+        return
+    sqlite_backend = _snipz_module("snipz.storage.sqlite")
+    sqlite_backend._PRAGMAS = tuple(
+        f"PRAGMA synchronous = {sync}" if "synchronous" in p else p
+        for p in sqlite_backend._PRAGMAS
+    )
+
+
+def _child(
+    n: int, barrier: Any, out: Any, db: str, procs: int, attempts: int, sync: str
+) -> None:
     import asyncio
     from decimal import Decimal
 
     snipz = _snipz()
+    _durability(sync)
     scope = snipz.Scope("scope", "burst", window="day")
     estimate = Decimal(ESTIMATE_MICRO) / Decimal(10_000)  # cents
     budget = snipz.Budget(db)
@@ -108,7 +127,7 @@ def _totals(db: str) -> dict[str, Any]:
             "SELECT state, CAST(estimated_cents AS TEXT), CAST(actual_cents AS TEXT)"
             " FROM snipz_ledger WHERE scope_id = 'burst'"
         ).fetchall()
-        journal = con.execute("PRAGMA journal_mode").fetchone()[0]
+        journal = con.execute("PRAGMA journal_mode").fetchone()[0]  # WAL persists in the file
     finally:
         con.close()
     granted = sum((Decimal(est) for _, est, _ in rows), Decimal(0))
@@ -129,6 +148,8 @@ def main(argv: list[str]) -> int:
 
     snipz = _snipz()
     db, procs, attempts, limit_usd = argv[0], int(argv[1]), int(argv[2]), int(argv[3])
+    sync = argv[4] if len(argv) > 4 else "default"
+    _durability(sync)
 
     async def setup() -> None:
         budget = snipz.Budget(db)
@@ -142,7 +163,7 @@ def main(argv: list[str]) -> int:
     barrier = ctx.Barrier(procs)
     out = ctx.Queue()
     children = [
-        ctx.Process(target=_child, args=(n, barrier, out, db, procs, attempts))
+        ctx.Process(target=_child, args=(n, barrier, out, db, procs, attempts, sync))
         for n in range(procs)
     ]
     for child in children:
