@@ -19,7 +19,7 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -130,6 +130,8 @@ class StandIn:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._closed_early = 0
+        self._open = 0
+        self._most_open = 0
         self._requests: list[ReceivedRequest] = []
         self._bodies: list[Any] = []
         self._port = port
@@ -239,6 +241,38 @@ class StandIn:
         with self._lock:
             self._closed_early += 1
 
+    def opened(self) -> Callable[[], None]:
+        """Count one request as being answered now; returns its close (idempotent).
+
+        `most_open` is the most requests answered at once (R-SC-1's `inFlight` test reads it).
+        A stream closes just before its last event is written, so a caller that settles on that
+        event never sees its slot counted here after it settled."""
+        with self._lock:
+            self._open += 1
+            self._most_open = max(self._most_open, self._open)
+        closed = False
+
+        def close() -> None:
+            nonlocal closed
+            with self._lock:
+                if not closed:
+                    closed = True
+                    self._open -= 1
+
+        return close
+
+    @property
+    def open_now(self) -> int:
+        """Requests being answered now."""
+        with self._lock:
+            return self._open
+
+    @property
+    def most_open(self) -> int:
+        """The most requests answered at once so far."""
+        with self._lock:
+            return self._most_open
+
     @property
     def stopping(self) -> threading.Event:
         """Set when the stand-in is shutting down."""
@@ -256,6 +290,7 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+    _close_open: Callable[[], None]
     protocol_version = "HTTP/1.0"
     timeout = 10  # a stuck client cannot hold a handler thread forever
 
@@ -263,7 +298,14 @@ class _Handler(BaseHTTPRequestHandler):
         """No access log: requests carry caller text."""
 
     def do_POST(self) -> None:
-        """Serve one scripted reply in the wire format of the path."""
+        """Serve one scripted reply in the wire format of the path (counted while open)."""
+        self._close_open = self.server.standin.opened()
+        try:
+            self._answer()
+        finally:
+            self._close_open()
+
+    def _answer(self) -> None:
         standin = self.server.standin
         path = self.path.split("?", 1)[0]
         if path not in (_OPENAI_PATH, _ANTHROPIC_PATH):
@@ -379,12 +421,15 @@ class _Handler(BaseHTTPRequestHandler):
         stopping = self.server.standin.stopping
         if reply.first_event_delay_s and stopping.wait(reply.first_event_delay_s):
             return
-        for event in _faulted(events, reply):
+        faulted = _faulted(events, reply)
+        for i, event in enumerate(faulted):
             if event is _STALL:
                 stopping.wait(600)
                 return
             if event is _CUT:
                 return
+            if i == len(faulted) - 1:
+                self._close_open()  # see StandIn.opened
             self.wfile.write(event[1])
             self.wfile.flush()
             if reply.event_delay_s and stopping.wait(reply.event_delay_s):

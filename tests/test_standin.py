@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -192,3 +193,29 @@ def test_r_http_2_standin_trickles_until_stopped_and_stops_promptly() -> None:
         delayed.close()
     with pytest.raises(RuntimeError):
         _ = server.port
+
+
+def test_standin_counts_the_requests_it_answers_at_once() -> None:
+    """`most_open` (R-SC-1's gateway test reads it): two slow requests at once, then a stream
+    whose count ends before its last event is written (so a caller settling on that event is
+    never still counted)."""
+    with StandIn(default=Scripted(delay_s=1.0)) as server:
+        threads = [threading.Thread(target=post, args=(server, OPENAI)) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        end = time.monotonic() + 60
+        while server.open_now < 2:
+            assert time.monotonic() < end
+            time.sleep(0.01)
+        for thread in threads:
+            thread.join(60)
+        assert (server.open_now, server.most_open) == (0, 2)
+        server.default = Scripted(stream_pieces=2, event_delay_s=0.3)
+        seen: list[int] = []
+        body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+        with httpx.stream("POST", server.base_url_openai + "/chat/completions", json=body) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    seen.append(server.open_now)
+        assert seen[-1] == 0  # `data: [DONE]` arrives after the count ended
+        assert (server.open_now, server.most_open) == (0, 2)
