@@ -208,6 +208,8 @@ def outcome_json(outcome: Outcome) -> dict[str, Any]:
             "cache_read_tokens": outcome.cache_read_tokens,
         }
     if isinstance(outcome, Cancelled):
+        if outcome.usage_seen or outcome.usage_estimated:
+            raise errors.UsageError("the service's cancelled outcome carries no usage")
         return {"result": "cancelled"}
     c = outcome.classification
     return {

@@ -35,7 +35,7 @@ def check_tokens(value: object) -> None:
         raise UsageError(f"token counts must be integers from 0 to {MAX_TOKENS}")
 
 
-def check_usage(outcome: Success | Failed) -> None:
+def check_usage(outcome: Success | Failed | Cancelled) -> None:
     """Every reported token count of an outcome is absent or plausible."""
     for value in (
         outcome.input_tokens,
@@ -123,7 +123,34 @@ class Success:
 
 @dataclass(frozen=True)
 class Cancelled:
-    """The call was cancelled (shutdown, reload): no failure is added; the slot still counts."""
+    """The call was cancelled (shutdown, reload, a caller that left): no failure is added; the
+    slot still counts.
+
+    Usage seen before the cut (a gateway stream's `message_start`, R-GW-7) may be given: it is
+    recorded, and the cost is the actual one only when both token counts are known, else the
+    reservation's estimate, marked `usage_estimated` (never less than the call may have cost)."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    usage_estimated: bool = False
+    """The cost is the estimate because the usage seen is incomplete or none (R-GW-7)."""
+
+    def __post_init__(self) -> None:
+        """Usage is validated as for a success."""
+        check_usage(self)
+        if not isinstance(self.usage_estimated, bool):
+            raise UsageError("usage_estimated must be True or False")
+
+    @property
+    def usage_seen(self) -> bool:
+        """Some token count was reported."""
+        return any(
+            v is not None
+            for v in (self.input_tokens, self.output_tokens, self.cache_write_tokens,
+                      self.cache_read_tokens)
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,9 @@ import openai
 import pytest
 
 from ledger.api import Ledger
+from ledger.client import outcome_json
+from ledger.errors import UsageError
+from ledger.records import Cancelled
 from ledger.standin import Scripted, StandIn
 from tests.gateway_setup import gateway
 
@@ -115,6 +118,7 @@ def test_r_gw_5_stream_without_usage_is_settled_at_its_estimate_marked(home: Pat
 
 
 def test_r_gw_7_disconnect_closes_upstream_and_settles_cancelled(home: Path) -> None:
+    # OpenAI: no usage chunk arrived before the cut, so nothing was seen: the estimate, marked
     slow = Scripted(text="x" * 60, stream_pieces=60, event_delay_s=0.2)
     with StandIn({"a1": [slow]}) as standin, gateway(home, standin) as gw:
         stream = gw.openai().chat.completions.create(
@@ -124,13 +128,62 @@ def test_r_gw_7_disconnect_closes_upstream_and_settles_cancelled(home: Path) -> 
             if n == 2:
                 break
         stream.close()
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and (
-            standin.closed_early == 0 or _reservations(home)[0][1] == "open"
-        ):
-            time.sleep(0.1)
-        assert standin.closed_early == 1
-    assert _reservations(home)[0][:2] == ("acme/a1", "cancelled")
+        _wait_closed_and_settled(home, standin)
+    assert _reservations(home) == [("acme/a1", "cancelled", None, None, "usage_estimated")]
+    cost, estimate = _costs(home)[0]
+    assert cost == estimate > 0  # never free
+
+
+def test_r_gw_7_anthropic_disconnect_settles_with_the_input_tokens_seen(home: Path) -> None:
+    # message_start carried the input tokens; the output count (message_delta) never came
+    slow = Scripted(text="y" * 60, stream_pieces=60, event_delay_s=0.2, input_tokens=7)
+    with StandIn({"b1": [slow]}) as standin, gateway(home, standin) as gw:
+        with gw.anthropic().messages.create(
+            model="bolt/b1", max_tokens=50, messages=[{"role": "user", "content": "x"}],
+            stream=True,
+        ) as stream:  # fmt: skip
+            for event in stream:
+                if event.type == "content_block_delta":
+                    break
+        _wait_closed_and_settled(home, standin)
+    assert _reservations(home) == [("bolt/b1", "cancelled", 7, None, "usage_estimated")]
+    cost, estimate = _costs(home)[0]
+    assert cost == estimate > 0  # incomplete usage: never less than the call may have cost
+
+
+def test_r_gw_7_disconnect_after_the_final_usage_settles_at_the_actual_cost(home: Path) -> None:
+    # the caller leaves after message_delta (both counts seen), before message_stop
+    slow = Scripted(text="z z", stream_pieces=2, event_delay_s=1.5, input_tokens=7,
+                    output_tokens=9)  # fmt: skip
+    with StandIn({"b1": [slow]}) as standin, gateway(home, standin) as gw:
+        with gw.anthropic().messages.create(
+            model="bolt/b1", max_tokens=50, messages=[{"role": "user", "content": "x"}],
+            stream=True,
+        ) as stream:  # fmt: skip
+            for event in stream:
+                if event.type == "message_delta":
+                    break
+        _wait_closed_and_settled(home, standin)
+    assert _reservations(home) == [("bolt/b1", "cancelled", 7, 9, None)]
+    cost, estimate = _costs(home)[0]
+    assert cost == 7 * 3 + 9 * 6 < estimate  # b1: 3 and 6 USD/MTok, in micro-USD
+
+
+def _wait_closed_and_settled(home: Path, standin: StandIn) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and (
+        standin.closed_early == 0 or _reservations(home)[0][1] == "open"
+    ):
+        time.sleep(0.1)
+    assert standin.closed_early == 1
+
+
+def _costs(home: Path) -> list[tuple[int, int]]:
+    with Ledger.open(home).db.engine.connect() as conn:
+        rows = conn.exec_driver_sql(
+            "SELECT cost_micro, estimate_micro FROM reservations ORDER BY id"
+        ).all()
+    return [(int(r[0]), int(r[1])) for r in rows]
 
 
 def _reservations(home: Path) -> list[tuple[object, ...]]:
@@ -173,3 +226,10 @@ def test_r_gw_7_non_streaming_caller_that_leaves_settles_cancelled(home: Path) -
             time.sleep(0.1)
         assert _reservations(home)[0][:2] == ("acme/a1", "cancelled")
         assert gw.models_asked() == ["a1"]  # nothing more was sent
+
+
+def test_r_gw_7_the_service_client_refuses_usage_it_cannot_send() -> None:
+    # the service's `cancelled` outcome has no usage fields: never dropped silently
+    assert outcome_json(Cancelled()) == {"result": "cancelled"}
+    with pytest.raises(UsageError):
+        outcome_json(Cancelled(input_tokens=7))

@@ -172,6 +172,33 @@ def test_cancelled_changes_no_counter_but_still_counts(make_ledger: LedgerFactor
         led.reserve("s1", "alpha/small")
 
 
+def test_r_gw_7_cancelled_records_the_usage_seen_and_moves_the_cost_only_when_complete(
+    make_ledger: LedgerFactory,
+) -> None:
+    led = make_ledger()
+    partial = led.reserve("s1", "alpha/small")
+    assert partial.estimate_micro is not None
+    result = led.settle(partial.id, Cancelled(input_tokens=7, usage_estimated=True))
+    assert result.cost_micro == partial.estimate_micro  # incomplete usage: the estimate
+    complete = led.reserve("s2", "alpha/small")
+    result = led.settle(complete.id, Cancelled(input_tokens=7, output_tokens=9))
+    assert result.cost_micro == 7 * 1 + 9 * 2  # alpha/small: 1 and 2 USD/MTok, in micro-USD
+    assert stored(
+        led.db.url,
+        "SELECT status, input_tokens, output_tokens, subkind, cost_micro FROM reservations"
+        " ORDER BY id",
+    ) == [
+        ("cancelled", 7, None, "usage_estimated", partial.estimate_micro),
+        ("cancelled", 7, 9, None, 25),
+    ]
+    # the hour's total follows the settled costs (R-RES-2)
+    assert stored(led.db.url, "SELECT sum(cost_micro) FROM cost_hours") == [
+        (partial.estimate_micro + 25,)
+    ]
+    with pytest.raises(UsageError):
+        Cancelled(output_tokens=-1)
+
+
 def test_r_pol_7_side_effects_forbid_fallback(make_ledger: LedgerFactory, clock: Clock) -> None:
     led = make_ledger()
     res = led.reserve("s1", "alpha/small")

@@ -137,7 +137,7 @@ class Tracker:
         elif kind == "message_start":
             message = data.get("message")
             usage = message.get("usage") if isinstance(message, dict) else None
-            if isinstance(usage, dict):
+            if isinstance(usage, dict):  # its output_tokens is a placeholder, not a count
                 self.input_tokens = token_count(usage.get("input_tokens"))
         elif kind == "content_block_start":
             block = data.get("content_block")

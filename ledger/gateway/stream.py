@@ -9,7 +9,7 @@ the failure it is and never replayed or continued on another model.
 
 Invariant: the reservation of an opened stream is settled exactly once, by `relay`: success with
 the stream's usage (none: the estimate, marked `usage_estimated`), the failure, or `cancelled`
-when the caller left (the upstream request is closed first).
+when the caller left (the upstream request is closed first) with the usage seen so far (R-GW-7).
 """
 
 from __future__ import annotations
@@ -186,7 +186,18 @@ async def relay(
             with anyio.CancelScope(shield=True):
                 await opened.response.aclose()
                 await routing.settle(ctx.ledger, ctx.group, attempt.reservation.id,
-                                     Cancelled(), None)  # fmt: skip
+                                     cancelled(tracker), None)  # fmt: skip
+
+
+def cancelled(tracker: Tracker) -> Cancelled:
+    """R-GW-7: the caller left; the usage the stream carried so far (Anthropic's input tokens
+    from `message_start`, the final counts if they had arrived), the cost at the estimate and
+    marked `usage_estimated` unless both counts were seen."""
+    return Cancelled(
+        input_tokens=tracker.input_tokens,
+        output_tokens=tracker.output_tokens,
+        usage_estimated=not tracker.usage_known,
+    )
 
 
 async def _settle_failure(

@@ -694,11 +694,24 @@ def settle(
         probe_actions = probes.settle_probes(
             conn, now, held, FailureKind.CANCELLED, (), claimed_ms=int(row.created_ms)
         )
+        # usage seen before the cut (R-GW-7) is recorded; the cost moves only when it is complete
+        usage = _usage(model, outcome) if outcome.usage_seen else {}
+        actual = usage.get("actual_micro")
+        cost = actual if actual is not None else row.cost_micro
+        marked = {"subkind": "usage_estimated"} if outcome.usage_estimated else {}
         conn.execute(
             update(reservations)
             .where(where)
-            .values(status=AttemptStatus.CANCELLED.value, kind=FailureKind.CANCELLED.value, **base)
+            .values(
+                status=AttemptStatus.CANCELLED.value,
+                kind=FailureKind.CANCELLED.value,
+                **usage,
+                **({"cost_micro": cost} if actual is not None else {}),
+                **marked,
+                **base,
+            )
         )
+        _cost_changed(conn, row, cost)
         return SettleResult(
             reservation_id,
             row.source_id,
@@ -708,12 +721,12 @@ def settle(
             kind=FailureKind.CANCELLED.value,
             subkind="cancelled",
             actions=("cancelled: no failure added; the reservation still counts", *probe_actions),
-            cost_micro=row.cost_micro,
+            cost_micro=cost,
         )
     return _settle_failure(conn, now, row, model, outcome, late, base, jitter, pace)
 
 
-def _usage(model: Model | None, outcome: Success | Failed) -> dict[str, int | None]:
+def _usage(model: Model | None, outcome: Success | Failed | Cancelled) -> dict[str, int | None]:
     """The reported usage columns and its actual cost (a reported USD cost wins), or None.
 
     Cache writes and reads are priced on top of the (uncached) input tokens; unreported ones are
