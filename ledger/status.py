@@ -417,7 +417,7 @@ def _provider_of(target: str) -> str:
     return split_model_key(target)[0] if "/" in target else target
 
 
-_HEALTH_STATES = ("healthy", "cooling", "probing")
+_HEALTH_STATES = ("healthy", "failing", "cooling", "probing")
 
 
 def _health_families(out: _Exposition, rows: list[dict[str, Any]]) -> None:
@@ -435,7 +435,8 @@ def _health_families(out: _Exposition, rows: list[dict[str, Any]]) -> None:
 
     out.family(
         "ledger_health_state",
-        "1 for the state each provider and model is in (healthy, cooling, probing), else 0.",
+        "1 for the state each provider and model is in (healthy, failing, cooling, probing), "
+        "else 0.",
         [
             ({"scope": h["scope"], "target": h["target"], "state": state}, int(h["state"] == state))
             for h in rows
