@@ -208,7 +208,8 @@ def test_issue33_every_marked_block_is_checked_and_every_shown_output_is_marked(
             for i, line in enumerate(lines)
         )
         if match.group(0).startswith("```console") or shows_output:
-            assert match["body"] in marked_bodies, f"unchecked README output:\n{match['body'][:200]}"
+            unchecked = match["body"][:200]
+            assert match["body"] in marked_bodies, f"unchecked README output:\n{unchecked}"
 
 
 def test_issue33_an_edited_readme_output_fails_the_comparison() -> None:
