@@ -1,7 +1,9 @@
 """Health per provider and per model (R-DIAG-6): pure, over rows status reads in one transaction.
 
 A target is `cooling` while a cooldown on it runs, `probing` once a policy or hint cooldown ended
-until a recovery probe on it succeeds (R-POL-9), else `healthy`. Nothing here reads the clock.
+until a recovery probe on it succeeds (R-POL-9), `failing` when neither but its last attempt
+failed (consecutive failures >= 1 since its last success: "healthy" beside "3 failures in a row"
+contradicted itself, issue 33), else `healthy`. Nothing here reads the clock.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ class HealthState(StrEnum):
     HEALTHY = "healthy"
     COOLING = "cooling"
     PROBING = "probing"
+    FAILING = "failing"
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,8 @@ def health_view(
             state = HealthState.COOLING
         elif probe is not None:
             state = HealthState.PROBING
+        elif count is not None and count.consecutive_failures > 0:
+            state = HealthState.FAILING
         attempts, failures = per_hour.get(key, (0, 0))
         rows.append(
             Health(

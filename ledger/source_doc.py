@@ -32,6 +32,21 @@ def source_json(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def correction_label(doc: dict[str, Any]) -> str | None:
+    """What `source show` says about the source's one correction (the same model asked again with
+    the output error; policy_table offers it on a source's first `invalid_output` only). Issue 33:
+    "correction available" on a done source or after a 429 offered what could not apply; None when
+    nothing can be said (the source is done and never used it)."""
+    if doc["correction_used"]:
+        reason = doc.get("correction_reason")
+        return f"used ({reason})" if reason else "used"
+    if doc["state"] == "done":
+        return None
+    if doc["output_failures"]:
+        return "not offered (only on a first invalid output)"
+    return "unused (offered if an output fails validation)"
+
+
 def attempt_json(a: dict[str, Any]) -> dict[str, Any]:
     """One attempt of `source show --json`."""
     return {

@@ -8,7 +8,7 @@ times, money) and never configuration values, credentials, provider error bodies
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -17,6 +17,7 @@ from ledger.budgets import DAY_MS, HOUR_MS
 from ledger.catalog import split_model_key
 from ledger.clock import iso
 from ledger.config import Policy
+from ledger.durations import human_duration_ms
 from ledger.inert import ConfigFindings, config_findings
 from ledger.records import micro_to_usd
 from ledger.scope_budgets import ScopeUse
@@ -26,6 +27,7 @@ from ledger.store.pending import no_database_yet
 from ledger.store.status_views import (
     HOURS,
     HourOutcome,
+    PolicyWriter,
     QueueData,
     QueuedRow,
     StatusData,
@@ -179,6 +181,27 @@ def queue_json(
     }
 
 
+LIVE_WRITER_MS = 15 * 60_000
+"""How recently another policy's stamp must be for its process to count as still running."""
+
+
+def live_other_writers(writers: Sequence[PolicyWriter], fingerprint: str, now: int) -> set[str]:
+    """Fingerprints other than `fingerprint` whose process is still running, as far as the
+    reservations' stamps can tell (R-HOME-3; issue 33): a stamp within the last LIVE_WRITER_MS
+    and, once this policy has stamped anything, after its first stamp. A process that wrote
+    under the old recovery.json and exited (every CLI command) stops counting as soon as a
+    command under the new one has written, or LIVE_WRITER_MS after its last stamp; a worker or
+    service still running the old file keeps stamping and keeps being shown."""
+    first_current = next((w.first_seen_ms for w in writers if w.fingerprint == fingerprint), None)
+    return {
+        w.fingerprint
+        for w in writers
+        if w.fingerprint != fingerprint
+        and w.last_seen_ms > now - LIVE_WRITER_MS
+        and (first_current is None or w.last_seen_ms > first_current)
+    }
+
+
 def status_document(
     data: StatusData,
     policy: Policy,
@@ -192,18 +215,21 @@ def status_document(
     ceiling = policy.daily_estimated_usd
     config = config or ConfigFindings()
     ordered = sorted(data.writers, key=lambda w: (-w.last_seen_ms, w.fingerprint))
+    live = live_other_writers(data.writers, fingerprint, now)
     writers: list[dict[str, Any]] = [
         {
             "fingerprint": w.fingerprint,
             "last_seen": iso(w.last_seen_ms),
             "reservations": w.reservations,
             "current": w.fingerprint == fingerprint,
+            "live": w.fingerprint in live,
         }
         for w in ordered
     ]
-    stale = [w.fingerprint for w in ordered if w.fingerprint != fingerprint]
+    stale = [w.fingerprint for w in ordered if w.fingerprint in live]
     policy_warning = (
-        f"reservations in the last 24 h were written under another policy ({', '.join(stale)}); "
+        f"a process still writes reservations under another policy ({', '.join(stale)}; "
+        f"within the last {human_duration_ms(LIVE_WRITER_MS)}, after this policy's first): "
         "restart processes that still run an old recovery.json"
         if stale
         else None
@@ -417,7 +443,7 @@ def _provider_of(target: str) -> str:
     return split_model_key(target)[0] if "/" in target else target
 
 
-_HEALTH_STATES = ("healthy", "cooling", "probing")
+_HEALTH_STATES = ("healthy", "failing", "cooling", "probing")
 
 
 def _health_families(out: _Exposition, rows: list[dict[str, Any]]) -> None:
@@ -435,7 +461,8 @@ def _health_families(out: _Exposition, rows: list[dict[str, Any]]) -> None:
 
     out.family(
         "ledger_health_state",
-        "1 for the state each provider and model is in (healthy, cooling, probing), else 0.",
+        "1 for the state each provider and model is in (healthy, failing, cooling, probing), "
+        "else 0.",
         [
             ({"scope": h["scope"], "target": h["target"], "state": state}, int(h["state"] == state))
             for h in rows
@@ -637,8 +664,8 @@ def render_prometheus(doc: dict[str, Any]) -> str:
     )
     out.family(
         "ledger_policy_mismatch",
-        "1 when a reservation in the last 24 h was written under another policy (R-HOME-3).",
-        [({}, int(any(not w["current"] for w in writers)))],
+        "1 when a process still writes under another policy (R-HOME-3; issue 33: recent stamps).",
+        [({}, int(any(w["live"] for w in writers)))],
     )
     st = doc["store"]
     out.family(

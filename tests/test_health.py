@@ -59,8 +59,8 @@ def _rows(doc: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
 
 # target, state and failures in a row of every health row of the scene, in the order shown
 SCENE_TABLE = [
-    ["alpha", "healthy", "2"],
-    ["beta", "healthy", "2"],
+    ["alpha", "failing", "2"],  # issue 33: not `healthy` beside 2 failures in a row
+    ["beta", "failing", "2"],
     ["gamma", "healthy", "0"],
     ["alpha/small", "cooling", "2"],
     ["beta/mid", "probing", "2"],
@@ -87,7 +87,8 @@ def test_r_diag_6_health_json_per_provider_and_model(
     assert (alpha["consecutive_failures"], alpha["last_failure_kind"]) == (2, "transport")
     assert alpha["last_failure_at"] == iso(health_scene["alpha_failed"])
     assert (alpha["last_success_at"], alpha["attempts_1h"], alpha["failures_1h"]) == (None, 2, 2)
-    assert rows["provider", "alpha"]["state"] == "healthy"  # the model cools, not the provider
+    # the model cools, not the provider; its failures in a row make it `failing` (issue 33)
+    assert rows["provider", "alpha"]["state"] == "failing"
     assert rows["provider", "alpha"]["consecutive_failures"] == 2
     beta = rows["model", "beta/mid"]
     assert beta["state"] == "probing"
@@ -197,3 +198,38 @@ def test_r_diag_6_a_dead_probes_past_deadline_is_not_shown_as_probe_until(
     clock.ms = probe.deadline_ms + 1
     beta = _rows(build_status(led))["model", "beta/mid"]
     assert (beta["state"], beta["probe_until"]) == ("probing", None)
+
+
+def test_r_diag_6_issue33_failures_in_a_row_are_never_shown_as_healthy(
+    make_ledger: LedgerFactory, clock: Clock, home: Path
+) -> None:
+    """Issue 33: `healthy` beside "3 failures in a row" contradicted itself. A target that is
+    neither cooling nor probing but failed since its last success is `failing`, in the status
+    JSON, the text, Prometheus and the page; a success makes it `healthy` again."""
+    led = make_ledger()
+    for n in range(3):  # unknown failures: counted, no cooldown on gamma or gamma/g1
+        res = led.reserve(f"s{n}", "gamma/g1")
+        led.settle(res.id, Failed(classify_kind("unknown")))
+        clock.advance(1000)
+    rows = _rows(status_json(home))
+    for key in (("provider", "gamma"), ("model", "gamma/g1")):
+        assert (rows[key]["state"], rows[key]["consecutive_failures"]) == ("failing", 3)
+    table = _health_table(cli_ok(home, "status"))
+    assert [row[:3] for row in table] == [["gamma", "failing", "3"], ["gamma/g1", "failing", "3"]]
+    page = home / "status.html"
+    cli_ok(home, "status", "--html", str(page))
+    html = page.read_text()
+    assert '<span class="tag state failing">failing</span>' in html
+    assert '<span class="tag state healthy">' not in html
+    failing = {
+        s.labels["target"]
+        for family in text_string_to_metric_families(cli_ok(home, "status", "--prometheus"))
+        for s in family.samples
+        if s.name == "ledger_health_state" and s.labels["state"] == "failing" and s.value == 1
+    }
+    assert failing == {"gamma", "gamma/g1"}
+    res = led.reserve("ok", "gamma/g1")
+    led.settle(res.id, Success(input_tokens=1, output_tokens=1))
+    rows = _rows(status_json(home))
+    gamma = rows["model", "gamma/g1"]
+    assert (gamma["state"], gamma["consecutive_failures"]) == ("healthy", 0)

@@ -222,7 +222,7 @@ def test_r_srv_8_stale_policy_writer_stands_out(doc: dict[str, Any]) -> None:
     writers = [
         *doc["policy"]["writers"],
         {"fingerprint": "0ld0ld0ld0ld", "last_seen": doc["now"], "reservations": 2,
-         "current": False},
+         "current": False, "live": True},
     ]  # fmt: skip
     html = render_page({**doc, "policy": {**doc["policy"], "writers": writers}})
     section = html[html.index('id="writers"') :]

@@ -145,6 +145,19 @@ def test_issue25_quickstart_demo_runs_and_its_follow_up_commands_work(tmp_path: 
         return re.sub(r"--port \d+", f"--port {readme_port[1]}", line)
 
     assert [as_in_readme(line) for line in printed] == readme_commands
+    # issue 33 (tests/test_readme_outputs.py): the summary lines above the status the README
+    # elides with `…` (block "quickstart-demo") are what the demo prints; only the measured
+    # seconds of its HTTP requests and its directory differ per run
+    shown_summary = re.search(
+        r"<!-- readme-check: quickstart-demo -->\n```text\n(.*?)\n\n", section, re.S
+    )
+    assert shown_summary is not None
+
+    def timeless(line: str) -> str:
+        return re.sub(r" in \d+\.\d s;", " in N s;", as_in_readme(line))
+
+    summary = [timeless(line) for line in output.split("\n\n", 1)[0].splitlines()]
+    assert summary == [timeless(line) for line in shown_summary[1].splitlines()]
     follow_ups = [  # `serve` and `standin` run until stopped (tests/test_service*.py and
         (line.strip(), 0)  # test_demo.py start them for real)
         for line in printed

@@ -9,7 +9,7 @@ import click
 from ledger.cli.main import AppContext, emit_json, pass_app, run
 from ledger.clock import iso
 from ledger.errors import NotFoundError
-from ledger.source_doc import source_document, source_json
+from ledger.source_doc import correction_label, source_document, source_json
 from ledger.status_text import WIDTH, Column, cut, short_time, table, took
 from ledger.store.views import source_detail, source_rows
 
@@ -97,11 +97,7 @@ def show(app: AppContext, source_id: str, as_json: bool) -> None:
 def _show_lines(doc: dict[str, Any]) -> list[str]:
     """The text of `source show`: a header, counters, then a table of attempts (<= 100 cols)."""
     state = doc["state"] + (f" (paused: {doc['pause_reason']})" if doc["pause_reason"] else "")
-    correction = (
-        f"used ({doc['correction_reason']})"
-        if doc["correction_used"] and doc["correction_reason"]
-        else ("used" if doc["correction_used"] else "available")
-    )
+    correction = correction_label(doc)
     lines = [
         f"source {doc['id']}",
         f"  state {state}",
@@ -110,7 +106,7 @@ def _show_lines(doc: dict[str, Any]) -> list[str]:
         *_allowance(doc),
         "  models " + (", ".join(doc["models"]) or "none"),
         f"  backoff steps {doc['backoff_steps']}  retry at {doc['retry_at'] or '-'}"
-        f"  correction {correction}",
+        + (f"  correction {correction}" if correction else ""),
     ]
     if doc["finished"]:
         lines.append(f"  finished {doc['finished']}")

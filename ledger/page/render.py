@@ -231,7 +231,7 @@ def view(
         "q": queue_view(doc),
         "recent": recent_view(doc),
         "health": health_rows(doc["health"]) if "health" in doc else None,
-        "stale": [w for w in doc["policy"]["writers"] if not w["current"]],
+        "stale": [w for w in doc["policy"]["writers"] if w.get("live")],
     }
 
 

@@ -642,6 +642,7 @@ class WriterOut(Answer):
     last_seen: str | None
     reservations: int
     current: bool
+    live: bool  # issue 33: another policy's process that still writes (ledger/status.py)
 
 
 class PolicyOut(Answer):

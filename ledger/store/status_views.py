@@ -162,6 +162,7 @@ class PolicyWriter:
     fingerprint: str
     last_seen_ms: int
     reservations: int
+    first_seen_ms: int
 
 
 @dataclass(frozen=True)
@@ -233,7 +234,7 @@ def status_data(db: Database, calls_per_hour: int, policy: Policy | None = None)
             hours=hour_outcomes(conn, now),
             failovers=recent_failovers(conn, now),
             notices=recent_notices(conn),
-            writers=[PolicyWriter(fp, last, n) for fp, last, n in policy_writers(conn, now)],
+            writers=[PolicyWriter(*row) for row in policy_writers(conn, now)],
             health=health_view(
                 now,
                 [(c.scope, c.target, c.until_ms) for c in cooling],

@@ -248,15 +248,17 @@ def source_rows(db: Database, limit: int = 1000) -> list[dict[str, Any]]:
         return [dict(r._mapping) for r in rows]
 
 
-def policy_writers(conn: Connection, now: int) -> list[tuple[str, int, int]]:
-    """Policy fingerprints stamped on reservations in the last 24 h: (fp, last seen, count)."""
+def policy_writers(conn: Connection, now: int) -> list[tuple[str, int, int, int]]:
+    """Policy fingerprints stamped on reservations in the last 24 h: (fp, last seen, count, first
+    seen)."""
     rows = conn.execute(
         select(
             reservations.c.policy_fp,
             func.max(reservations.c.created_ms),
             func.count(),
+            func.min(reservations.c.created_ms),
         )
         .where(reservations.c.created_ms > now - DAY_MS)
         .group_by(reservations.c.policy_fp)
     ).all()
-    return [(str(fp), int(last), int(n)) for fp, last, n in rows]
+    return [(str(fp), int(last), int(n), int(first)) for fp, last, n, first in rows]
