@@ -218,3 +218,55 @@ def _drain_one(client: Any, models: Any, calls: dict[str, Any]) -> None:
     assert answer.error.retry_at is None  # waiting does not help: the hint says what does
     assert isinstance(answer.error.hint, str)
     assert answer.error.hint
+
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _readme_queue_rows() -> list[tuple[str, str, str, set[str], set[str], str]]:
+    """The rows of the README's "Draining the queue from another language" table:
+    (operation id, method, path, required body fields, optional body fields, answer's key)."""
+    text = README.read_text(encoding="utf-8")
+    section = text.split("### Draining the queue from another language", 1)[1].split("\n### ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or not cells[0].startswith("`") or " `" not in cells[0]:
+            continue
+        op_id, route = cells[0].split(" ", 1)
+        method, path = route.strip("`").split(" ", 1)
+        fields = cells[1].strip("`{}").split(", ")
+        answer = cells[2].split("`{", 1)[1].split("}", 1)[0].split(":", 1)[0]
+        rows.append((
+            op_id.strip("`"), method.lower(), path,
+            {f for f in fields if not f.endswith("?")},
+            {f.rstrip("?") for f in fields if f.endswith("?")},
+            answer,
+        ))  # fmt: skip
+    return rows
+
+
+def _resolve(document: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    ref = node.get("$ref")
+    if ref is None:
+        return node
+    found: dict[str, Any] = document
+    for part in ref.removeprefix("#/").split("/"):
+        found = found[part]
+    return found
+
+
+def test_r_srv_7_readme_queue_operations_are_the_served_ones(document: dict[str, Any]) -> None:
+    """Issue 33: the README's table of the four lease operations a Go worker needs names each
+    operation id, route, body field (required or `?` optional) and answer key exactly as the
+    served document declares them, so a worker written from the README talks to the service."""
+    rows = _readme_queue_rows()
+    assert [r[0] for r in rows] == ["claim", "renew", "release", "finish"]
+    for op_id, method, path, required, optional, answer in rows:
+        op = document["paths"][path][method]
+        assert op["operationId"] == op_id, path
+        body = _resolve(document, op["requestBody"]["content"]["application/json"]["schema"])
+        assert set(body["properties"]) == required | optional, op_id
+        assert set(body.get("required", [])) == required, op_id
+        ok = _resolve(document, op["responses"]["200"]["content"]["application/json"]["schema"])
+        assert answer in ok["properties"], op_id
