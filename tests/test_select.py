@@ -584,4 +584,5 @@ def test_r_sel_8_r_res_2_a_provider_run_with_mixed_models_is_decided_per_model()
     assert_partition(selection, mixed)
     priced = run({"dailyEstimatedUsd": 5}, available, mixed, input_tokens=100)
     assert reasons(priced)["wide/unpriced"] == R.UNKNOWN_PRICE
-    assert "wide/big" in priced.routes and "wide/small" in priced.routes
+    assert "wide/big" in priced.routes
+    assert "wide/small" in priced.routes
