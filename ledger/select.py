@@ -272,10 +272,30 @@ class _CatalogIndex:
     models: list[Model]  # the catalog's own list: a copied catalog with other models rebuilds
     entries: tuple[_Entry, ...]
     by_key: dict[str, _Entry]
+    groups: tuple[_Group, ...]  # runs of one provider's entries, in `entries` order
     input_limits: dict[int, tuple[int | None, ...]] = field(default_factory=dict)
     denied: dict[tuple[tuple[str, ...], tuple[str, ...]], frozenset[str]] = field(
         default_factory=dict
     )
+    # per reply-token setting, each group's smallest known input limit (None: none known)
+    group_limits: dict[int, tuple[int | None, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Group:
+    """A run of consecutive entries (key order) of one provider, with what the fast path of
+    `select` needs to decide the whole run at once (derived once per catalog)."""
+
+    provider: str
+    start: int  # the position of its first entry in `_CatalogIndex.entries`
+    entries: tuple[_Entry, ...]
+    keys: frozenset[str]
+    text: tuple[_Entry, ...]  # the text-capable entries, in key order
+    no_text: tuple[Exclusion, ...]  # the others, excluded with no_text (R-SEL-1), in key order
+    # each entry excluded by its first reason when every text model is outside the fallback
+    # list (no_text, else not_in_fallback_list), in key order
+    outside: tuple[Exclusion, ...]
+    price_known: bool  # every text entry has a known price
 
 
 _MEMO_KEY = "ledger.select"
@@ -303,9 +323,53 @@ def _index(catalog: Catalog) -> _CatalogIndex:
         )
         for m in keyed
     )
-    index = _CatalogIndex(catalog.models, entries, {e.key: e for e in entries})
+    index = _CatalogIndex(catalog.models, entries, {e.key: e for e in entries}, _groups(entries))
     catalog._memo[_MEMO_KEY] = index
     return index
+
+
+def _groups(entries: tuple[_Entry, ...]) -> tuple[_Group, ...]:
+    """The runs of consecutive entries sharing a provider."""
+    runs: list[list[_Entry]] = []
+    starts: list[int] = []
+    for n, entry in enumerate(entries):
+        if runs and runs[-1][0].provider == entry.provider:
+            runs[-1].append(entry)
+        else:
+            runs.append([entry])
+            starts.append(n)
+    return tuple(
+        _Group(
+            provider=run[0].provider,
+            start=start,
+            entries=tuple(run),
+            keys=frozenset(e.key for e in run),
+            text=tuple(e for e in run if e.text_capable),
+            no_text=tuple(e.excluded(R.NO_TEXT) for e in run if not e.text_capable),
+            outside=tuple(
+                e.excluded(R.NOT_IN_FALLBACK_LIST if e.text_capable else R.NO_TEXT) for e in run
+            ),
+            price_known=all(e.price_known for e in run if e.text_capable),
+        )
+        for run, start in zip(runs, starts, strict=True)
+    )
+
+
+def _group_limits(index: _CatalogIndex, reply_tokens: int) -> tuple[int | None, ...]:
+    """Per group, the smallest input limit among its text entries with a known window."""
+    limits = index.group_limits.get(reply_tokens)
+    if limits is None:
+        per_entry = _input_limits(index, reply_tokens)
+        mins: list[int | None] = []
+        for group in index.groups:
+            run = zip(group.entries, per_entry[group.start :], strict=False)
+            known = [n for e, n in run if e.text_capable and n is not None]
+            mins.append(min(known) if known else None)
+        limits = tuple(mins)
+        if len(index.group_limits) > 16:  # bounded, as `input_limits`
+            index.group_limits.clear()
+        index.group_limits[reply_tokens] = limits
+    return limits
 
 
 def _input_limits(index: _CatalogIndex, reply_tokens: int) -> tuple[int | None, ...]:
@@ -451,61 +515,95 @@ def select(
     backups: list[_Entry] = []
     excluded: list[Exclusion] = []
     frees_at: list[tuple[int, _Entry]] = []  # (cooldown end, model) of models only cooling
-    for entry, limit in zip(index.entries, _input_limits(index, policy.reply_tokens), strict=True):
-        key, provider = entry.key, entry.provider
-        early: ExclusionReason | None = None
-        if provider not in available:
-            early = R.UNAVAILABLE
-        elif provider in no_base_url:
-            early = R.NO_BASE_URL
-        elif not entry.text_capable:
-            early = R.NO_TEXT
-        elif key in denied:
-            early = R.DENIED_BY_ROUTE
-        elif key in tried:
-            early = R.ALREADY_TRIED
-        elif provider in special or key in primaries:
-            if not fresh or key not in primaries:
-                early = _fallback_reason(ctx, key, provider)
-        elif confined or (listed is not None and key not in listed):
-            early = R.NOT_IN_FALLBACK_LIST  # R-SEL-3, R-SEL-5 (confinement_reason's answer here)
-        if early is not None:
-            excluded.append(entry.excluded(early))
-            continue
-        late: ExclusionReason | None = None
-        if models_full and key not in used:
-            late = R.SOURCE_MODELS
-        elif limit is not None and tokens > limit:
-            late = R.CONTEXT_TOO_SMALL
-        elif price_needed and not entry.price_known:
-            late = R.UNKNOWN_PRICE
-        provider_until = provider_cooling.get(provider)
-        model_until = model_cooling.get(key)
-        if provider_until is not None:
-            reason = R.PROVIDER_COOLDOWN
-            until = provider_until if model_until is None else max(provider_until, model_until)
-        elif model_until is not None:
-            reason, until = R.MODEL_COOLDOWN, model_until
-        elif provider in provider_probing or key in model_probing:
-            # the probe frees the target when it settles, at the latest at its deadline
-            reason = R.PROBING
-            until = max(provider_probing.get(provider, 0), model_probing.get(key, 0))
-        elif late is not None:
-            excluded.append(entry.excluded(late))
-            continue
-        else:
-            (first if key in primaries else backups).append(entry)
-            continue
-        excluded.append(entry.cooling(reason, until))
-        if late is None:  # excluded only by cooldowns: it frees when they end
-            frees_at.append((until, entry))
+    limits = _input_limits(index, policy.reply_tokens)
+    # A whole provider run is decided at once when no rule needs to look at its models one by
+    # one: its provider is available, has a base URL, is neither the failed nor the default one
+    # and is not cooling or probing, and none of its keys is denied, tried, a primary, cooling
+    # or probing. The remaining rules are per-catalog data of the run. Any other run goes through
+    # the rules model by model; both ways give the same result.
+    singled = denied | tried | primaries | model_cooling.keys() | model_probing.keys()
+    for group, group_limit in zip(
+        index.groups, _group_limits(index, policy.reply_tokens), strict=True
+    ):
+        provider = group.provider
+        if (
+            provider in available
+            and provider not in no_base_url
+            and provider not in special
+            and provider not in provider_cooling
+            and provider not in provider_probing
+            and group.keys.isdisjoint(singled)
+        ):
+            if confined or (listed is not None and group.keys.isdisjoint(listed)):
+                excluded += group.outside  # R-SEL-1, then R-SEL-3/R-SEL-5
+                continue
+            if (
+                listed is None
+                and not models_full
+                and (group_limit is None or tokens <= group_limit)
+                and (group.price_known or not price_needed)
+            ):
+                excluded += group.no_text  # R-SEL-1; the text models are all eligible
+                backups += group.text
+                continue
+        first_at = group.start
+        for entry, limit in zip(
+            group.entries, limits[first_at : first_at + len(group.entries)], strict=True
+        ):
+            key, provider = entry.key, entry.provider
+            early: ExclusionReason | None = None
+            if provider not in available:
+                early = R.UNAVAILABLE
+            elif provider in no_base_url:
+                early = R.NO_BASE_URL
+            elif not entry.text_capable:
+                early = R.NO_TEXT
+            elif key in denied:
+                early = R.DENIED_BY_ROUTE
+            elif key in tried:
+                early = R.ALREADY_TRIED
+            elif provider in special or key in primaries:
+                if not fresh or key not in primaries:
+                    early = _fallback_reason(ctx, key, provider)
+            elif confined or (listed is not None and key not in listed):
+                early = R.NOT_IN_FALLBACK_LIST  # R-SEL-3, R-SEL-5 (as confinement_reason)
+            if early is not None:
+                excluded.append(entry.excluded(early))
+                continue
+            late: ExclusionReason | None = None
+            if models_full and key not in used:
+                late = R.SOURCE_MODELS
+            elif limit is not None and tokens > limit:
+                late = R.CONTEXT_TOO_SMALL
+            elif price_needed and not entry.price_known:
+                late = R.UNKNOWN_PRICE
+            provider_until = provider_cooling.get(provider)
+            model_until = model_cooling.get(key)
+            if provider_until is not None:
+                reason = R.PROVIDER_COOLDOWN
+                until = provider_until if model_until is None else max(provider_until, model_until)
+            elif model_until is not None:
+                reason, until = R.MODEL_COOLDOWN, model_until
+            elif provider in provider_probing or key in model_probing:
+                # the probe frees the target when it settles, at the latest at its deadline
+                reason = R.PROBING
+                until = max(provider_probing.get(provider, 0), model_probing.get(key, 0))
+            elif late is not None:
+                excluded.append(entry.excluded(late))
+                continue
+            else:
+                (first if key in primaries else backups).append(entry)
+                continue
+            excluded.append(entry.cooling(reason, until))
+            if late is None:  # excluded only by cooldowns: it frees when they end
+                frees_at.append((until, entry))
     match, order = cascade(policy, default, tried)
     routes, pools = _ordered(catalog, policy, request, first, backups, excluded, match, order)
     return Selection(
         routes=routes,
         excluded=tuple(excluded),
         retry_at_ms=_retry_at(
-            [(snapshot.now_ms, e) for e in first + backups] if routes else frees_at,
+            ((snapshot.now_ms, e) for e in first + backups) if routes else frees_at,
             snapshot,
             policy,
             request,
@@ -529,16 +627,18 @@ def _ordered(
     entries in order (R-RT-1; a pool entry once, as its pool key), else every eligible backup in
     R-SEL-6 order. Also the state of every pool route considered (R-RT-5)."""
     default = request.default_model
-    eligible = {e.key for e in first} | {e.key for e in backups}
     routes: list[str] = []
     views: list[PoolView] = []
     covered: set[str] = set()
     reasons: dict[str, Exclusion] | None = None
+    eligible: set[str] = set()  # filled on first use: only pools and chains look keys up
 
     def add_pool(key: str, effort: Effort | None) -> None:
         nonlocal reasons
         if reasons is None:
             reasons = {e.model: e for e in excluded}
+            if not eligible:
+                eligible.update([e.key for e in first], [e.key for e in backups])
         members = pool_members(policy, key)
         views.append(pool_view(policy, catalog, key, eligible, reasons))
         if any(m.key in eligible and m.key not in covered for m in members):
@@ -552,6 +652,8 @@ def _ordered(
         routes.append(first[0].route if effort is None else Route(first[0].key, effort))
         covered.add(first[0].key)
     if match.complete:
+        if not eligible:
+            eligible.update([e.key for e in first], [e.key for e in backups])
         placed = {default}
         for target in order:
             if target.key in placed:
@@ -569,7 +671,10 @@ def _ordered(
 
 
 def _retry_at(
-    ready: list[tuple[int, _Entry]], snapshot: Snapshot, policy: Policy, request: SelectionRequest
+    ready: Iterable[tuple[int, _Entry]],
+    snapshot: Snapshot,
+    policy: Policy,
+    request: SelectionRequest,
 ) -> int | None:
     """R-SEL-10: when waiting yields a reservable route, or None if waiting does not help.
 
@@ -578,7 +683,7 @@ def _retry_at(
     leaves room for its estimate; then the shared hourly budget must also have a slot.
     """
     hourly = snapshot.hourly_next_free_ms
-    window = snapshot.daily
+    window, now = snapshot.daily, snapshot.now_ms
     times: list[int] = []
     for at, entry in ready:
         if window is not None:
@@ -587,10 +692,10 @@ def _retry_at(
             if room is None:
                 continue  # its estimate alone exceeds the ceiling: waiting does not help
             at = max(at, room)
+        if at <= now:
+            return hourly  # a route is reservable now, budget slot permitting (no need to look on)
         times.append(at)
     if not times:
         return None
     soonest = min(times)
-    if soonest <= snapshot.now_ms:
-        return hourly  # a route is reservable now, budget slot permitting
     return soonest if hourly is None else max(soonest, hourly)

@@ -566,3 +566,23 @@ def test_issue12_item11_under_a_ceiling_only_billed_false_makes_a_zero_price_fre
     assert got.routes == ("openai/gpt-a", "own/gpu", "own/gpu-zero")
     reasons = {e.model: e.reason for e in got.excluded}
     assert reasons == {"paid/zero": R.UNKNOWN_PRICE, "paid/half": R.UNKNOWN_PRICE}
+
+
+def test_r_sel_8_r_res_2_a_provider_run_with_mixed_models_is_decided_per_model() -> None:
+    """Issue 30: a provider's run of models is decided at once only when every model in it gets
+    the same answer; one too-small window or one unknown price among them still counts."""
+    mixed = catalog_of([
+        *MODELS,
+        {"provider": "wide", "id": "big", "contextWindow": 200_000, "pricing": price(1, 2)},
+        {"provider": "wide", "id": "small", "contextWindow": 9_000, "pricing": price(1, 2)},
+        {"provider": "wide", "id": "unpriced", "contextWindow": 200_000},
+    ])  # fmt: skip
+    available = snap(available_providers=AVAILABLE | {"wide"})
+    selection = run(snapshot=available, catalog=mixed, input_tokens=20_000)
+    assert reasons(selection)["wide/small"] == R.CONTEXT_TOO_SMALL
+    assert {"wide/big", "wide/unpriced"} <= set(selection.routes)
+    assert_partition(selection, mixed)
+    priced = run({"dailyEstimatedUsd": 5}, available, mixed, input_tokens=100)
+    assert reasons(priced)["wide/unpriced"] == R.UNKNOWN_PRICE
+    assert "wide/big" in priced.routes
+    assert "wide/small" in priced.routes

@@ -250,7 +250,7 @@ def pool_view(
     views = []
     for cand in candidates(policy, key):
         if cand.is_pool:
-            ok = bool(expand(policy, cand.key) & set(eligible))
+            ok = not expand(policy, cand.key).isdisjoint(eligible)
             state = "eligible" if ok else "no_candidate"
             views.append(CandidateView(cand.key, cand.tier, cand.effort, state))
             continue
