@@ -12,6 +12,7 @@ from ledger.classify import classify_kind
 from ledger.errors import Refused
 from ledger.kinds import CooldownScope, FailureKind
 from ledger.records import Failed, Success
+from ledger.store.pool_views import pool_state
 from tests.backends import BACKENDS
 from tests.conftest import Clock
 from tests.routing_fixtures import MEMBERS, RoutingFactory, routing_ledger
@@ -195,3 +196,43 @@ def test_r_rt_6_sticky_for_a_duration_after_first_chosen_and_pool_scope(
     ok(led, same.id)  # success keeps when it was first chosen
     clock.advance(MIN + 1)
     assert led.reserve("s3", "pool/p", input_bytes=10).model != first.model
+
+
+@pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
+def test_r_rt_6_a_sticky_pick_inside_a_nested_pool_is_kept(routing_ledger: RoutingFactory) -> None:
+    """The outer pool's lease names the concrete model; the nested pool holding it goes first at
+    the outer level and the model first inside it (the outer rotation would move on otherwise);
+    a failure releases the lease as for a direct candidate."""
+    led = routing_ledger(
+        pools={
+            "inner": {"candidates": ["acct3/m", "acct4/m"], "strategy": "round-robin"},
+            "outer": {"candidates": ["pool/inner", "acct1/m"], "strategy": "round-robin",
+                      "sticky": "on"},
+        }
+    )  # fmt: skip
+    first = led.reserve("s1", "pool/outer", input_bytes=10)
+    assert first.model == "acct3/m"
+    ok(led, first.id)
+    again = [led.reserve("s1", "pool/outer", input_bytes=10) for _ in range(3)]
+    assert [r.model for r in again] == ["acct3/m"] * 3
+    assert led.reserve("s2", "pool/outer", input_bytes=10).model == "acct1/m"  # s2 rotates on
+    fail(led, again[0].id)
+    assert led.reserve("s1", "pool/outer", input_bytes=10).model != "acct3/m"
+
+
+def test_r_rt_6_a_refused_sticky_pick_inside_a_nested_pool_releases_the_lease(
+    routing_ledger: RoutingFactory,
+) -> None:
+    led = routing_ledger(
+        pools={
+            "inner": {"candidates": ["acct3/m", "acct4/m"], "strategy": "primary"},
+            "outer": {"candidates": ["pool/inner", "acct1/m"], "strategy": "primary",
+                      "sticky": "on"},
+        }
+    )  # fmt: skip
+    first = led.reserve("s1", "pool/outer", input_bytes=10)
+    ok(led, first.id)
+    assert first.model == "acct3/m"
+    led.store.set_cooldown(CooldownScope.MODEL, "acct3/m", 5 * MIN, None)
+    assert led.reserve("s1", "pool/outer", input_bytes=10).model == "acct4/m"
+    assert not pool_state(led.db).leases  # released, not only passed over

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ledger.clock import iso
+from ledger.routing.chains import pool_members
 from ledger.routing.check import target_of
 from ledger.routing.targets import Effort
 
@@ -43,6 +44,14 @@ class Candidate:
     def is_pool(self) -> bool:
         """A nested pool."""
         return self.key.startswith("pool/")
+
+
+def leads_to(policy: Policy, cand: Candidate, model_key: str) -> bool:
+    """Whether choosing `cand` can give `model_key`: it is that model, or a nested pool holding
+    it at any depth (R-RT-6: a sticky lease names the concrete model)."""
+    if not cand.is_pool:
+        return cand.key == model_key
+    return any(m.key == model_key for m in pool_members(policy, cand.key))
 
 
 def spec_of(policy: Policy, pool: str) -> PoolSpec:

@@ -567,9 +567,14 @@ def _choose(
     policy_fp: str,
     refusals: list[budgets.Refusal],
     errors: list[UsageError],
+    sticky_key: str | None = None,
 ) -> Reservation | budgets.Refusal | None:
     """Try one pool's candidates in its strategy's order; the first grant wins (a nested pool is
-    tried by its own strategy). A pool-wide refusal ends the search at once; None: no grant."""
+    tried by its own strategy). A pool-wide refusal ends the search at once; None: no grant.
+
+    `sticky_key`: the concrete model the reserved pool's live sticky lease holds (R-RT-6); at
+    every level the candidate leading to it (the model, or the nested pool holding it) goes first.
+    """
     spec = policy.pools[name]
     cands = pools.candidates(policy, name)
     cursor = None
@@ -580,23 +585,22 @@ def _choose(
         usage = _hour_usage(conn, now, [c.key for c in cands if not c.is_pool])
     seed = pools.random_seed(request.source_id, now, len(refusals))
     order = pools.try_order(spec.strategy, cands, pools.PoolState(cursor, seed, usage))
-    lease = None
     if name == plan.pool and request.sticky_scope is not None:
         lease = conn.execute(_LEASE, {"b_pool": name, "b_scope": request.sticky_scope}).first()
         ttl = plan.cache_ttl_ms.get(str(lease.model_key), 0) if lease is not None else 0
         if lease is not None and pools.holds(
             spec.sticky, int(lease.chosen_ms), lease.success_ms, ttl, now
         ):
-            sticky_key = str(lease.model_key)
-            order.sort(key=lambda c: c.key != sticky_key)  # the sticky pick first
-        elif lease is not None:
-            lease = None  # expired: the next success writes a new one
+            sticky_key = str(lease.model_key)  # (an expired one: the next success replaces it)
+    if sticky_key is not None:
+        held = sticky_key
+        order.sort(key=lambda c: not pools.leads_to(policy, c, held))  # the sticky pick first
     for cand in order:
         result: Reservation | budgets.Refusal | None
         if cand.is_pool:
             result = _choose(
                 conn, now, policy, request, plan, cand.key.removeprefix("pool/"),
-                cand.effort or effort, policy_fp, refusals, errors,
+                cand.effort or effort, policy_fp, refusals, errors, sticky_key,
             )
         else:
             model = plan.models.get(cand.key)
@@ -610,10 +614,11 @@ def _choose(
                 continue
             if isinstance(result, budgets.Refusal):
                 refusals.append(result)
-                if lease is not None and lease.model_key == cand.key:
+                if sticky_key is not None and sticky_key == cand.key:
                     # a cooling or otherwise refused sticky pick releases its lease (R-RT-6)
-                    conn.execute(_DROP_LEASE, {"b_pool": name, "b_scope": request.sticky_scope})
-                    lease = None
+                    drop = {"b_pool": plan.pool, "b_scope": request.sticky_scope}
+                    conn.execute(_DROP_LEASE, drop)
+                    sticky_key = None
                 if result.reason in _POOL_WIDE:
                     return result
                 continue
