@@ -252,36 +252,54 @@ class Ledger:
     ) -> PoolPlan:
         """The pool's candidates that can be called at all for this request: available, with a
         base URL and text, allowed by the route rules, fitting the request (R-SEL-1, 8, 9)."""
-        from ledger.routes import route_allowed
-        from ledger.routing.chains import pool_members
-        from ledger.routing.pools import cache_ttl_ms
         from ledger.tokens import estimate_tokens, tokens_for_bytes
 
-        available = self.catalog.available_providers(self.env)
-        no_url = self.catalog.providers_without_base_url()
+        available = self.catalog.available_providers(self.env)  # read each time: env may change
         tokens = estimate_tokens(text) if text is not None else tokens_for_bytes(size)
-        models: dict[str, Model] = {}
-        for member in pool_members(self.policy, key):
-            found = self.catalog.model(member.key)
-            if (
-                found is None
-                or found.provider not in available
-                or found.provider in no_url
-                or not found.text_capable
-                or not route_allowed(found.key, self.policy.routes)
-            ):
-                continue
-            if found.context_window is not None:
-                reply = found.reply_reservation(self.policy.reply_tokens)
-                if tokens > found.context_window - reply:
-                    continue
-            models[found.key] = found
+        members = self._pool_members(key)
+        models = {
+            m.key: m
+            for m, limit, _ in members
+            if m.provider in available and (limit is None or tokens <= limit)
+        }
         return PoolPlan(
             pool=key.removeprefix("pool/"),
             models=models,
             effort=None if effort is None else str(effort),
-            cache_ttl_ms={k: cache_ttl_ms(self.catalog, k) for k in models},
+            cache_ttl_ms={m.key: ttl for m, _, ttl in members if m.key in models},
         )
+
+    def _pool_members(self, key: str) -> tuple[tuple[Model, int | None, int], ...]:
+        """A pool's members that policy and catalog alone allow (in the catalog, with a base URL
+        and text, allowed by the route rules), each with its input-token limit and prompt-cache
+        TTL; worked out once per policy and catalog (both immutable), availability left out."""
+        from ledger.routes import route_allowed
+        from ledger.routing.chains import pool_members
+        from ledger.routing.pools import cache_ttl_ms
+
+        memo_key = ("pool_plan_members", key)
+        found = self.policy._memo.get(memo_key)
+        if isinstance(found, tuple) and found[0] is self.catalog:
+            members: tuple[tuple[Model, int | None, int], ...] = found[1]
+            return members
+        no_url = self.catalog.providers_without_base_url()
+        out = []
+        for member in pool_members(self.policy, key):
+            model = self.catalog.model(member.key)
+            if (
+                model is None
+                or model.provider in no_url
+                or not model.text_capable
+                or not route_allowed(model.key, self.policy.routes)
+            ):
+                continue
+            limit = None
+            if model.context_window is not None:
+                limit = model.context_window - model.reply_reservation(self.policy.reply_tokens)
+            out.append((model, limit, cache_ttl_ms(self.catalog, model.key)))
+        members = tuple(out)
+        self.policy._memo[memo_key] = (self.catalog, members)
+        return members
 
     def settle(
         self, reservation_id: int, outcome: Outcome, *, overran: bool = False
