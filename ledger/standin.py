@@ -282,6 +282,11 @@ class StandIn:
 class _Server(ThreadingHTTPServer):
     daemon_threads = False  # server_close() joins handlers; they end promptly at stop
     block_on_close = True
+    # Every reply closes its connection (HTTP/1.0), so concurrent callers arrive as a burst of
+    # new connections; socketserver's backlog of 5 dropped the SYNs past it and the kernel
+    # retried them a second later: the 1 s tail of the gateway figure (issue 31), which was
+    # the stand-in's, not the gateway's. A real provider's listener holds a burst.
+    request_queue_size = 1024
     standin: StandIn
 
     def handle_error(self, request: Any, client_address: Any) -> None:

@@ -219,3 +219,37 @@ def test_standin_counts_the_requests_it_answers_at_once() -> None:
                     seen.append(server.open_now)
         assert seen[-1] == 0  # `data: [DONE]` arrives after the count ended
         assert (server.open_now, server.most_open) == (0, 2)
+
+
+def test_standin_listener_holds_a_burst_of_connections() -> None:
+    """Issue 31: 64 callers connecting at once (each reply closes its connection, so a burst
+    of streams is a burst of connects) all get through the handshake while nothing is accepted
+    yet; with socketserver's backlog of 5 the rest were dropped and retried a second later,
+    the bench's 1 s gateway tail. Seen failing with the default backlog (6 of 64 connected)."""
+    import select
+
+    from ledger.standin import _Handler, _Server
+
+    server = _Server(("127.0.0.1", 0), _Handler)  # listening, never accepting
+    clients: list[socket.socket] = []
+    try:
+        for _ in range(64):
+            c = socket.socket()
+            c.setblocking(False)
+            c.connect_ex(server.server_address[:2])
+            clients.append(c)
+        connected: set[socket.socket] = set()
+        deadline = time.monotonic() + 3
+        while len(connected) < len(clients) and time.monotonic() < deadline:
+            waiting = [c for c in clients if c not in connected]
+            _, writable, _ = select.select([], waiting, [], 0.2)
+            connected |= {c for c in writable if not _error(c)}
+        assert len(connected) == len(clients)
+    finally:
+        for c in clients:
+            c.close()
+        server.server_close()
+
+
+def _error(c: socket.socket) -> int:
+    return c.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
