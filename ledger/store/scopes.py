@@ -41,36 +41,38 @@ _SOURCE_SCOPES = select(source_scopes.c.scope).where(
 _INSERT_SCOPE_ROW = insert(reservation_scopes)
 _INSERT_SOURCE_SCOPE = insert(source_scopes)
 
-_HOURLY = (
-    select(func.count())
-    .select_from(reservation_scopes)
-    .where(_RS.scope == bindparam("scope"), _RS.created_ms > bindparam("hour_since"))
-    .scalar_subquery()
-)
-# The scope's rolling 24 h cost, exact, as reads._DAILY_COST: the partial first hour of the window
-# summed row by row, every hour from the boundary on from the scope's cost_hours totals.
-_DAILY = (
-    select(func.coalesce(func.sum(_R.cost_micro), 0))
-    .select_from(reservation_scopes.join(reservations, _R.id == _RS.reservation_id))
-    .where(
-        _RS.scope == bindparam("scope"),
-        _RS.created_ms > bindparam("day_since"),
-        _RS.created_ms < bindparam("boundary"),
+def _hourly_q(scope: str) -> Any:
+    """The scope's reservations in the rolling hour (bind `scope` names the scope's parameter)."""
+    return (
+        select(func.count())
+        .select_from(reservation_scopes)
+        .where(_RS.scope == bindparam(scope), _RS.created_ms > bindparam("hour_since"))
+        .scalar_subquery()
     )
-    .scalar_subquery()
-    + select(func.coalesce(func.sum(scope_cost_hours.c.cost_micro), 0))
-    .where(
-        scope_cost_hours.c.scope == bindparam("scope"),
-        scope_cost_hours.c.hour_start_ms >= bindparam("boundary"),
+
+
+def _daily_q(scope: str) -> Any:
+    """The scope's rolling 24 h cost, exact, as reads._DAILY_COST: the partial first hour of the
+    window summed row by row, every hour from the boundary on from the scope's cost_hours totals."""
+    return (
+        select(func.coalesce(func.sum(_R.cost_micro), 0))
+        .select_from(reservation_scopes.join(reservations, _R.id == _RS.reservation_id))
+        .where(
+            _RS.scope == bindparam(scope),
+            _RS.created_ms > bindparam("day_since"),
+            _RS.created_ms < bindparam("boundary"),
+        )
+        .scalar_subquery()
+        + select(func.coalesce(func.sum(scope_cost_hours.c.cost_micro), 0))
+        .where(
+            scope_cost_hours.c.scope == bindparam(scope),
+            scope_cost_hours.c.hour_start_ms >= bindparam("boundary"),
+        )
+        .scalar_subquery()
     )
-    .scalar_subquery()
-)
+
+
 _SCH = scope_cost_hours.c
-_ADD_SCOPE_COST = (
-    update(scope_cost_hours)
-    .where(_SCH.scope == bindparam("b_scope"), _SCH.hour_start_ms == bindparam("b_hour"))
-    .values(cost_micro=_SCH.cost_micro + bindparam("b_cost"))
-)
 _INSERT_SCOPE_COST = insert(scope_cost_hours)
 # a settle moves the hour totals of every scope its reservation is under
 _SETTLED_COST = (
@@ -83,16 +85,37 @@ _SETTLED_COST = (
     )
     .values(cost_micro=_SCH.cost_micro + bindparam("b_cost"))
 )
-# open and before its deadline: a settled or expired reservation frees its slot at once
-_OPEN = (
-    reservation_scopes.join(reservations, _R.id == _RS.reservation_id),
-    (
-        _RS.scope == bindparam("scope"),
-        _R.status == AttemptStatus.OPEN.value,
-        _R.deadline_ms > bindparam("now"),
-    ),
+_ADD_SCOPES_COST = (
+    update(scope_cost_hours)
+    .where(
+        _SCH.scope.in_(bindparam("b_scopes", expanding=True)),
+        _SCH.hour_start_ms == bindparam("b_hour"),
+    )
+    .values(cost_micro=_SCH.cost_micro + bindparam("b_cost"))
 )
-_IN_FLIGHT = select(func.count()).select_from(_OPEN[0]).where(*_OPEN[1]).scalar_subquery()
+_HOUR_ROWS = select(_SCH.scope).where(
+    _SCH.scope.in_(bindparam("b_scopes", expanding=True)), _SCH.hour_start_ms == bindparam("b_hour")
+)
+
+
+def _open_q(scope: str) -> tuple[Any, tuple[Any, ...]]:
+    """Open and before its deadline: a settled or expired reservation frees its slot at once."""
+    return (
+        reservation_scopes.join(reservations, _R.id == _RS.reservation_id),
+        (
+            _RS.scope == bindparam(scope),
+            _R.status == AttemptStatus.OPEN.value,
+            _R.deadline_ms > bindparam("now"),
+        ),
+    )
+
+
+def _in_flight_q(scope: str) -> Any:
+    join, where = _open_q(scope)
+    return select(func.count()).select_from(join).where(*where).scalar_subquery()
+
+
+_OPEN = _open_q("scope")
 _IN_FLIGHT_FREES = select(func.min(_R.deadline_ms)).select_from(_OPEN[0]).where(*_OPEN[1])
 _WINDOW_ROWS = (
     select(_RS.created_ms, _R.cost_micro)
@@ -107,14 +130,17 @@ _WINDOW_ROWS = (
 
 
 @cache
-def _use_statement(hourly: bool, daily: bool, in_flight: bool) -> Select[Any]:
-    """One round trip reading only what a scope limits (an unlimited part is read as 0)."""
-    zero: Any = literal(0)
-    parts: list[Any] = [
-        _HOURLY if hourly else zero,
-        _DAILY if daily else zero,
-        _IN_FLIGHT if in_flight else zero,
-    ]
+def _uses_statement(needs: tuple[tuple[bool, bool, bool], ...]) -> Select[Any]:
+    """One round trip reading, for each scope in turn (bind `scope_I`), only what it limits:
+    its hour's count, 24 h cost and calls in flight (an unlimited part is read as 0)."""
+    parts: list[Any] = []
+    for i, (hourly, daily, in_flight) in enumerate(needs):
+        bind = f"scope_{i}"
+        for j, (wanted, part) in enumerate(
+            ((hourly, _hourly_q), (daily, _daily_q), (in_flight, _in_flight_q))
+        ):
+            column = part(bind) if wanted else literal(0)
+            parts.append(column.label(f"u{i}_{j}"))
     return select(*parts)
 
 
@@ -133,42 +159,63 @@ def use_of(
 ) -> ScopeUse:
     """One scope's use at `now`, as far as its limits need (when full, when it frees); with
     `everything` (status) its unlimited parts are read too."""
-    hourly, daily, flight = limits.calls_per_hour, limits.daily_estimated_usd, limits.in_flight
-    params = {
-        "scope": name,
+    return uses_of(conn, now, [(name, limits)], everything=everything)[0]
+
+
+def uses_of(
+    conn: Connection,
+    now: int,
+    scoped: Sequence[tuple[str, ScopeLimits]],
+    *,
+    everything: bool = False,
+) -> list[ScopeUse]:
+    """Several scopes' use at `now` in one read (a reserve under N scopes pays one round trip,
+    not N); a full part then reads when it frees, for that scope only."""
+    if not scoped:
+        return []
+    window = {
         "hour_since": now - HOUR_MS,
         "day_since": now - DAY_MS,
         "boundary": reads.hour_start(now - DAY_MS) + HOUR_MS,
         "now": now,
     }
-    statement = _use_statement(
-        everything or hourly is not None,
-        everything or daily is not None,
-        everything or flight is not None,
+    needs = tuple(
+        (
+            everything or limits.calls_per_hour is not None,
+            everything or limits.daily_estimated_usd is not None,
+            everything or limits.in_flight is not None,
+        )
+        for _, limits in scoped
     )
-    count, cost, open_now = conn.execute(statement, params).one()
-    next_free = None
-    if hourly is not None and count >= hourly:
-        next_free = _hour_frees_at(conn, now, name, int(count), hourly)
-    flight_frees = None
-    if flight is not None and open_now >= flight:
-        flight_frees = conn.execute(_IN_FLIGHT_FREES, params).scalar()
-    return ScopeUse(
-        name,
-        int(count),
-        next_free,
-        int(cost),
-        int(open_now),
-        None if flight_frees is None else int(flight_frees),
-    )
+    binds = {f"scope_{i}": name for i, (name, _) in enumerate(scoped)}
+    row = conn.execute(_uses_statement(needs), {**window, **binds}).one()
+    out = []
+    for i, (name, limits) in enumerate(scoped):
+        count, cost, open_now = (int(v) for v in row[3 * i : 3 * i + 3])
+        hourly, flight = limits.calls_per_hour, limits.in_flight
+        next_free = None
+        if hourly is not None and count >= hourly:
+            next_free = _hour_frees_at(conn, now, name, count, hourly)
+        flight_frees = None
+        if flight is not None and open_now >= flight:
+            flight_frees = conn.execute(_IN_FLIGHT_FREES, {**window, "scope": name}).scalar()
+        out.append(
+            ScopeUse(
+                name,
+                count,
+                next_free,
+                cost,
+                open_now,
+                None if flight_frees is None else int(flight_frees),
+            )
+        )
+    return out
 
 
 def status_uses(conn: Connection, now: int, policy: Policy) -> list[ScopeUse]:
     """Every scope of the policy with all its use (R-SC-2), in name order, for status."""
-    return [
-        use_of(conn, now, name, policy.scopes[name], everything=True)
-        for name in sorted(policy.scopes)
-    ]
+    names = sorted(policy.scopes)
+    return uses_of(conn, now, [(n, policy.scopes[n]) for n in names], everything=True)
 
 
 def _hour_frees_at(conn: Connection, now: int, name: str, count: int, limit: int) -> int | None:
@@ -203,7 +250,7 @@ def check(
     names = names_for(conn, policy, source_id, asked)
     if not names:
         return names
-    uses = [use_of(conn, now, name, policy.scopes[name]) for name in names]
+    uses = uses_of(conn, now, [(name, policy.scopes[name]) for name in names])
     refused = scope_budgets.check(uses, policy.scopes, estimate)
     if refused is None:
         return names
@@ -234,13 +281,17 @@ def record(
         return
     conn.execute(_INSERT_SCOPE_ROW, rows)
     hour = reads.hour_start(now)
-    for row in rows:
-        params = {"b_scope": row["scope"], "b_hour": hour, "b_cost": cost or 0}
-        if conn.execute(_ADD_SCOPE_COST, params).rowcount == 0:  # the scope's first this hour
-            conn.execute(
-                _INSERT_SCOPE_COST,
-                {"scope": row["scope"], "hour_start_ms": hour, "cost_micro": cost or 0},
-            )
+    scopes = [row["scope"] for row in rows]
+    params = {"b_scopes": scopes, "b_hour": hour, "b_cost": cost or 0}
+    if conn.execute(_ADD_SCOPES_COST, params).rowcount == len(scopes):
+        return  # every scope had its hour's row: one statement
+    have = set(conn.execute(_HOUR_ROWS, params).scalars())
+    missing = [  # the scopes' first reservation this hour
+        {"scope": s, "hour_start_ms": hour, "cost_micro": cost or 0}
+        for s in scopes
+        if s not in have
+    ]
+    conn.execute(_INSERT_SCOPE_COST, missing)
 
 
 def cost_changed(conn: Connection, reservation_id: int, created_ms: int, delta: int) -> None:
