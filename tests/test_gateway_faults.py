@@ -134,18 +134,24 @@ def test_r_gw_7_disconnect_closes_upstream_and_settles_cancelled(home: Path) -> 
     assert cost == estimate > 0  # never free
 
 
-def test_r_gw_7_anthropic_disconnect_settles_with_the_input_tokens_seen(home: Path) -> None:
-    # message_start carried the input tokens; the output count (message_delta) never came
-    slow = Scripted(text="y" * 60, stream_pieces=60, event_delay_s=0.2, input_tokens=7)
+def _leave_anthropic_stream_at(home: Path, slow: Scripted, event_type: str) -> None:
+    """An Anthropic SDK caller streams from bolt/b1 and leaves at the first `event_type`; returns
+    once the stand-in saw its upstream request closed and the reservation is settled."""
     with StandIn({"b1": [slow]}) as standin, gateway(home, standin) as gw:
         with gw.anthropic().messages.create(
             model="bolt/b1", max_tokens=50, messages=[{"role": "user", "content": "x"}],
             stream=True,
         ) as stream:  # fmt: skip
             for event in stream:
-                if event.type == "content_block_delta":
+                if event.type == event_type:
                     break
         _wait_closed_and_settled(home, standin)
+
+
+def test_r_gw_7_anthropic_disconnect_settles_with_the_input_tokens_seen(home: Path) -> None:
+    # message_start carried the input tokens; the output count (message_delta) never came
+    slow = Scripted(text="y" * 60, stream_pieces=60, event_delay_s=0.2, input_tokens=7)
+    _leave_anthropic_stream_at(home, slow, "content_block_delta")
     assert _reservations(home) == [("bolt/b1", "cancelled", 7, None, "usage_estimated")]
     cost, estimate = _costs(home)[0]
     assert cost == estimate > 0  # incomplete usage: never less than the call may have cost
@@ -155,15 +161,7 @@ def test_r_gw_7_disconnect_after_the_final_usage_settles_at_the_actual_cost(home
     # the caller leaves after message_delta (both counts seen), before message_stop
     slow = Scripted(text="z z", stream_pieces=2, event_delay_s=1.5, input_tokens=7,
                     output_tokens=9)  # fmt: skip
-    with StandIn({"b1": [slow]}) as standin, gateway(home, standin) as gw:
-        with gw.anthropic().messages.create(
-            model="bolt/b1", max_tokens=50, messages=[{"role": "user", "content": "x"}],
-            stream=True,
-        ) as stream:  # fmt: skip
-            for event in stream:
-                if event.type == "message_delta":
-                    break
-        _wait_closed_and_settled(home, standin)
+    _leave_anthropic_stream_at(home, slow, "message_delta")
     assert _reservations(home) == [("bolt/b1", "cancelled", 7, 9, None)]
     cost, estimate = _costs(home)[0]
     assert cost == 7 * 3 + 9 * 6 < estimate  # b1: 3 and 6 USD/MTok, in micro-USD
