@@ -154,14 +154,6 @@ def names_for(conn: Connection, policy: Policy, source_id: str, asked: Sequence[
     return sorted({*asked, *(s for s in stored if s in policy.scopes)})
 
 
-def use_of(
-    conn: Connection, now: int, name: str, limits: ScopeLimits, *, everything: bool = False
-) -> ScopeUse:
-    """One scope's use at `now`, as far as its limits need (when full, when it frees); with
-    `everything` (status) its unlimited parts are read too."""
-    return uses_of(conn, now, [(name, limits)], everything=everything)[0]
-
-
 def uses_of(
     conn: Connection,
     now: int,
