@@ -20,7 +20,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Protocol
 
@@ -260,6 +260,24 @@ def _wait_for(predicate: Callable[[], bool], timeout_s: float = 60) -> None:
         time.sleep(0.005)
 
 
+def stop_every_thread(pid: int) -> None:
+    """SIGSTOP `pid` and return once every one of its threads is stopped.
+
+    A group stop reaches a process's threads one after another: under CPU load a helper thread
+    can still take a lock released just after `kill` returned, leaving a stopped *holder* (which
+    is rightly `busy` for everyone) instead of a stopped writer in the queue."""
+    os.kill(pid, signal.SIGSTOP)
+
+    def all_stopped() -> bool:
+        states = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with suppress(OSError):  # a thread that just exited
+                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+        return bool(states) and all(state in ("T", "t") for state in states)
+
+    _wait_for(all_stopped)
+
+
 def _more_tickets(path: Path, than: int) -> bool:
     return _ticket_count(path) > than
 
@@ -384,7 +402,7 @@ def test_issue14_a_stopped_writer_keeps_its_turn_briefly_then_is_passed(
     stopped = _cli_reserve_in_the_queue(home, "stopped")
     try:
         time.sleep(0.3)  # past taking its ticket: it now waits for the holder's
-        os.kill(stopped.pid, signal.SIGSTOP)
+        stop_every_thread(stopped.pid)
         granted: list[float] = []
 
         def behind() -> None:

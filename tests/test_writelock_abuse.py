@@ -32,6 +32,7 @@ from tests.test_writelock import (
     ledger_home,
     lock_file_held,
     rows,
+    stop_every_thread,
 )
 
 
@@ -49,7 +50,7 @@ def _stopped_writer_in_the_queue(home: Path) -> subprocess.Popen[str]:
     holder, release = _held_by_a_thread(path)
     stopped = _cli_reserve_in_the_queue(home, "stopped")
     time.sleep(0.3)  # past taking its ticket: it now waits for the holder's
-    os.kill(stopped.pid, signal.SIGSTOP)
+    stop_every_thread(stopped.pid)
     release.set()
     holder.join(60)
     return stopped
