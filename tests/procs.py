@@ -86,16 +86,18 @@ def break_transaction_scope(delay_s: float) -> None:
         model = request.model
         with self.db.read() as conn:
             now = self.db.read_now(conn)
-            stale = real_state(conn, now, policy.calls_per_hour, model.provider, model.key)
+            stale, _ = real_state(conn, now, policy.calls_per_hour, model.provider, model.key)
         time.sleep(delay_s)
 
         def stale_hour(
-            conn: Any, now: int, calls_per_hour: int, provider: str, model_key: str
-        ) -> reads.SharedState:
-            fresh = real_state(conn, now, calls_per_hour, provider, model_key)
-            return dataclasses.replace(
+            conn: Any, now: int, calls_per_hour: int, provider: str, model_key: str,
+            also: Any = None,
+        ) -> tuple[reads.SharedState, tuple[Any, ...]]:
+            fresh, more = real_state(conn, now, calls_per_hour, provider, model_key, also)
+            stale_state = dataclasses.replace(
                 fresh, hourly=stale.hourly, hourly_next_free_ms=stale.hourly_next_free_ms
             )
+            return stale_state, more
 
         reads.shared_state = stale_hour
         try:

@@ -296,6 +296,60 @@ def test_r_sc_1_scope_hour_totals_keep_the_24h_cost_exact_across_hours_and_settl
             assert round(shown["daily"]["spent_usd"] * 1_000_000) == int(expected), (step, scope)
 
 
+@pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
+def test_r_sc_1_scope_hour_calls_keep_the_rolling_hour_exact_across_hour_edges(
+    make_ledger: LedgerFactory, clock: Clock, home: Path, ledger_db: str | None
+) -> None:
+    """A scope's rolling-hour count reads whole hours from its hour totals and only the partial
+    hour before them row by row (revision 0008): it equals the rows of the last hour at every
+    step, with steps landing on, just before and just after hour edges and the window's edge."""
+    from ledger.status import build_status
+
+    led = make_ledger(callsPerHour=10_000, sourceCalls=10_000, timeoutMs=60_000,
+                      scopes={"b": {"callsPerHour": 10_000}})
+    url = db_url(home, ledger_db)
+    clock.ms = clock.ms - clock.ms % HOUR + HOUR  # on an hour edge
+    steps = [0, 1, 7 * 60_000, HOUR - 1, 1, 1, 13 * 60_000, HOUR - 13 * 60_000 - 2, 2, 1]
+    steps += [11 * 60_000] * 14
+    for step, gap in enumerate(steps):
+        clock.advance(gap)
+        for i in range(1 + step % 3):  # several at one time too
+            led.reserve(f"s{step}-{i}", "alpha/small", scopes=["b"])
+        for probe in (0, 1, HOUR - 1):  # also read later, without a reservation at that time
+            clock.advance(probe)
+            (expected,), = rows(
+                url, "SELECT COUNT(*) FROM reservation_scopes WHERE scope = 'b'"
+                " AND created_ms > :since", since=clock.ms - HOUR,
+            )
+            shown = {x["name"]: x for x in build_status(led)["scopes"]}["b"]
+            assert shown["hourly"]["used"] == int(expected), (step, probe)
+            clock.advance(-probe)
+
+
+@pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
+def test_r_sc_1_scope_hourly_budget_is_exact_when_the_hour_edge_cuts_the_window(
+    make_ledger: LedgerFactory, clock: Clock, home: Path, ledger_db: str | None
+) -> None:
+    """Two calls late in one hour, one early in the next: under callsPerHour 3 the fourth is
+    refused until the first leaves the rolling hour, exactly then (not at an hour edge)."""
+    led = make_ledger(callsPerHour=100, scopes={"b": {"callsPerHour": 3}})
+    clock.ms = clock.ms - clock.ms % HOUR + HOUR - 10 * 60_000  # 10 minutes before an edge
+    first = clock.ms
+    led.reserve("s1", "alpha/small", scopes=["b"])
+    clock.advance(5 * 60_000)
+    led.reserve("s2", "alpha/small", scopes=["b"])
+    clock.advance(10 * 60_000)  # 5 minutes into the next hour
+    led.reserve("s3", "alpha/small", scopes=["b"])
+    clock.ms = first + HOUR  # the first left the rolling hour (now - 1 h, now] exactly now
+    led.reserve("s4", "alpha/small", scopes=["b"])
+    clock.ms = first + HOUR + 1
+    error = refused(lambda: led.reserve("s5", "alpha/small", scopes=["b"]))
+    assert (error.reason, error.scope) == ("scope_hourly_budget", "b")
+    assert error.retry_at_ms == first + 5 * 60_000 + HOUR  # when s2 leaves
+    clock.ms = first + 5 * 60_000 + HOUR
+    assert led.reserve("s5", "alpha/small", scopes=["b"]).id == 5
+
+
 def test_r_sc_1_client_and_v1_reserve_carry_scopes_and_the_refusal_names_it(home: Path) -> None:
     from ledger.client import LedgerClient
     from tests.serving import running

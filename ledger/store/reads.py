@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from sqlalchemy import Connection, Select, bindparam, case, exists, func, select
@@ -115,16 +116,32 @@ class SharedState:
     overdue: bool  # some open reservation is past its deadline (to be marked expired)
 
 
+@cache
+def _shared_with(also: Select[Any] | None) -> Select[Any]:
+    """The shared-state read with `also`'s columns after its own (one statement, one round trip)."""
+    if also is None:
+        return _SHARED_STATE
+    return select(*_SHARED_STATE.selected_columns, *also.selected_columns)
+
+
 def shared_state(
-    conn: Connection, now: int, calls_per_hour: int, provider: str, model_key: str
-) -> SharedState:
+    conn: Connection,
+    now: int,
+    calls_per_hour: int,
+    provider: str,
+    model_key: str,
+    also: tuple[Select[Any], dict[str, Any]] | None = None,
+) -> tuple[SharedState, tuple[Any, ...]]:
     """The rolling hour (and when its next slot frees, when full), the active cooldowns and the
-    probes on a provider and a model, in one round trip (two when the hour is full)."""
+    probes on a provider and a model, in one round trip (two when the hour is full); `also` (a
+    cached select of scalar columns and its parameters, e.g. the reservation's scope use) is read
+    in that same round trip and its values returned beside."""
     params = {"since": now - HOUR_MS, "now": now, "provider": provider, "model_key": model_key}
-    row = conn.execute(_SHARED_STATE, params).one()
-    count, provider_until, model_until, provider_mark, model_mark, overdue = row
+    statement = _shared_with(None if also is None else also[0])
+    row = tuple(conn.execute(statement, {**params, **({} if also is None else also[1])}).one())
+    count, provider_until, model_until, provider_mark, model_mark, overdue = row[:6]
     next_free = None if count < calls_per_hour else _next_free(conn, now, count, calls_per_hour)
-    return SharedState(
+    shared = SharedState(
         int(count),
         next_free,
         None if provider_until is None else int(provider_until),
@@ -132,6 +149,7 @@ def shared_state(
         probes.gate(provider, model_key, provider_mark, model_mark, now),
         bool(overdue),
     )
+    return shared, row[6:]
 
 
 def hourly_usage(conn: Connection, now: int, limit: int) -> tuple[int, int | None]:

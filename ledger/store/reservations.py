@@ -369,7 +369,17 @@ def _reserve_model(
         raise NotFoundError("unknown source")
     if source is None:  # created on first use, but only with a grant (a refusal writes nothing)
         source = budgets.SourceBudget(SourceState.QUEUED, None, 0, frozenset(), 0)
-    shared = reads.shared_state(conn, now, policy.calls_per_hour, model.provider, model.key)
+    # R-SC-1: the scopes' use is read in the same round trip as the shared state, and checked
+    # after every check of section 7 below (see ledger/store/scopes.py)
+    names = scopes.names_for(conn, policy, request.source_id, request.scopes, stored=not new_source)
+    shared, scope_values = reads.shared_state(
+        conn,
+        now,
+        policy.calls_per_hour,
+        model.provider,
+        model.key,
+        scopes.plan(now, [(name, policy.scopes[name]) for name in names]),
+    )
     daily = 0
     if policy.daily_estimated_usd is not None:
         daily = reads.daily_cost(conn, now)
@@ -409,10 +419,8 @@ def _reserve_model(
             # R-POL-6: temporarily unroutable work moves behind other eligible work
             conn.execute(_TOUCH_SOURCE, {"b_id": request.source_id, "b_now": now})
         return verdict
-    # R-SC-1: every scope's limits, after every check above (one call; see ledger/store/scopes.py)
-    scoped = scopes.check(
-        conn, now, policy, request.source_id, request.scopes, verdict.estimate_micro
-    )
+    # R-SC-1: every scope's limits, after every check above
+    scoped = scopes.check(conn, now, policy, names, scope_values, verdict.estimate_micro)
     if isinstance(scoped, budgets.Refusal):
         return scoped
     if new_source:

@@ -257,28 +257,33 @@ pool_sticky = Table(
 )
 
 # Scopes (R-SC-1): the scopes a reservation was granted under, one row each, with its creation
-# time copied so a scope's rolling hour and 24 h window are read from its own index; its cost and
-# status are read from the reservation itself (settle writes them there only).
+# time copied so the partial hour a scope's rolling hour and 24 h window read row by row comes
+# from one index; its cost and status are read from the reservation itself (settle writes them
+# there only). The index leads with the time (revision 0008): a grant under N scopes adds its N
+# entries side by side, one index page written rather than one per scope.
 reservation_scopes = Table(
     "reservation_scopes",
     metadata,
     Column("reservation_id", Integer, ForeignKey("reservations.id"), primary_key=True),
     Column("scope", String(64), primary_key=True),
     Column("created_ms", BigInteger, nullable=False),
-    Index("ix_reservation_scopes_window", "scope", "created_ms"),
+    Index("ix_reservation_scopes_window", "created_ms", "scope", "reservation_id"),
+    sqlite_with_rowid=False,  # the primary key is the table (revision 0008)
 )
 
-# Per-scope, per-hour cost totals (R-SC-1), kept like cost_hours: a grant adds its estimate to the
-# hour it was created in for each of its scopes, a settle adds (new cost - old cost) to the same
-# rows, both in their write transaction. So for every scope and hour: cost_micro = SUM(cost_micro)
-# of the reservations of that scope created in it, and a scope's rolling 24 h cost reads at most
-# one partial hour of its rows plus these totals, however busy the scope.
+# Per-scope, per-hour totals (R-SC-1), kept like cost_hours: a grant adds its estimate and one call
+# to the hour it was created in for each of its scopes, a settle adds (new cost - old cost) to the
+# same rows, both in their write transaction. So for every scope and hour: cost_micro =
+# SUM(cost_micro) and calls = COUNT(*) of the reservations of that scope created in it, and a
+# scope's rolling 24 h cost and rolling hour's calls each read at most one partial hour of its
+# rows plus these totals, however busy the scope (calls since revision 0008).
 scope_cost_hours = Table(
     "scope_cost_hours",
     metadata,
     Column("scope", String(64), primary_key=True),
     Column("hour_start_ms", BigInteger, primary_key=True, autoincrement=False),
     Column("cost_micro", BigInteger, nullable=False),
+    Column("calls", BigInteger, nullable=False, server_default=ZERO),
     CheckConstraint("hour_start_ms % 3600000 = 0", name="hour_aligned"),
 )
 

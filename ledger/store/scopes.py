@@ -42,11 +42,23 @@ _INSERT_SCOPE_ROW = insert(reservation_scopes)
 _INSERT_SOURCE_SCOPE = insert(source_scopes)
 
 def _hourly_q(scope: str) -> Any:
-    """The scope's reservations in the rolling hour (bind `scope` names the scope's parameter)."""
+    """The scope's reservations in the rolling hour (bind `scope` names the scope's parameter),
+    exact, as `_daily_q` reads its cost: the rows of the partial hour before `hour_boundary` one
+    by one, every hour from it on from the scope's hour totals (at most one hour of rows)."""
     return (
         select(func.count())
         .select_from(reservation_scopes)
-        .where(_RS.scope == bindparam(scope), _RS.created_ms > bindparam("hour_since"))
+        .where(
+            _RS.scope == bindparam(scope),
+            _RS.created_ms > bindparam("hour_since"),
+            _RS.created_ms < bindparam("hour_boundary"),
+        )
+        .scalar_subquery()
+        + select(func.coalesce(func.sum(scope_cost_hours.c.calls), 0))
+        .where(
+            scope_cost_hours.c.scope == bindparam(scope),
+            scope_cost_hours.c.hour_start_ms >= bindparam("hour_boundary"),
+        )
         .scalar_subquery()
     )
 
@@ -85,14 +97,22 @@ _SETTLED_COST = (
     )
     .values(cost_micro=_SCH.cost_micro + bindparam("b_cost"))
 )
-_ADD_SCOPES_COST = (
-    update(scope_cost_hours)
-    .where(
-        _SCH.scope.in_(bindparam("b_scopes", expanding=True)),
-        _SCH.hour_start_ms == bindparam("b_hour"),
+
+
+@cache
+def _add_scopes_cost(count: int) -> Any:
+    """A grant's cost and one call added to `count` scopes' hour rows (binds `b_scope_I`): a
+    fixed IN list per count, so the statement is compiled and prepared once, not per grant."""
+    return (
+        update(scope_cost_hours)
+        .where(
+            _SCH.scope.in_([bindparam(f"b_scope_{i}") for i in range(count)]),
+            _SCH.hour_start_ms == bindparam("b_hour"),
+        )
+        .values(cost_micro=_SCH.cost_micro + bindparam("b_cost"), calls=_SCH.calls + 1)
     )
-    .values(cost_micro=_SCH.cost_micro + bindparam("b_cost"))
-)
+
+
 _HOUR_ROWS = select(_SCH.scope).where(
     _SCH.scope.in_(bindparam("b_scopes", expanding=True)), _SCH.hour_start_ms == bindparam("b_hour")
 )
@@ -131,11 +151,11 @@ _WINDOW_ROWS = (
 
 @cache
 def _uses_statement(needs: tuple[tuple[bool, bool, bool], ...]) -> Select[Any]:
-    """One round trip reading, for each scope in turn (bind `scope_I`), only what it limits:
+    """One round trip reading, for each scope in turn (bind `in_scope_I`), only what it limits:
     its hour's count, 24 h cost and calls in flight (an unlimited part is read as 0)."""
     parts: list[Any] = []
     for i, (hourly, daily, in_flight) in enumerate(needs):
-        bind = f"scope_{i}"
+        bind = f"in_scope_{i}"
         for j, (wanted, part) in enumerate(
             ((hourly, _hourly_q), (daily, _daily_q), (in_flight, _in_flight_q))
         ):
@@ -144,29 +164,30 @@ def _uses_statement(needs: tuple[tuple[bool, bool, bool], ...]) -> Select[Any]:
     return select(*parts)
 
 
-def names_for(conn: Connection, policy: Policy, source_id: str, asked: Sequence[str]) -> list[str]:
+def names_for(
+    conn: Connection, policy: Policy, source_id: str, asked: Sequence[str], *, stored: bool = True
+) -> list[str]:
     """The scopes a reservation is under: the caller's (checked before the transaction) and the
     source's own, sorted. A source scope the policy no longer defines is ignored: its limit was
-    removed. With no scopes in the policy nothing is read."""
+    removed. With no scopes in the policy nothing is read; `stored=False` (a source not created
+    yet, so none of its own) reads nothing either."""
     if not policy.scopes:
         return []
-    stored = conn.execute(_SOURCE_SCOPES, {"source_id": source_id}).scalars()
-    return sorted({*asked, *(s for s in stored if s in policy.scopes)})
+    own = conn.execute(_SOURCE_SCOPES, {"source_id": source_id}).scalars() if stored else ()
+    return sorted({*asked, *(s for s in own if s in policy.scopes)})
 
 
-def uses_of(
-    conn: Connection,
-    now: int,
-    scoped: Sequence[tuple[str, ScopeLimits]],
-    *,
-    everything: bool = False,
-) -> list[ScopeUse]:
-    """Several scopes' use at `now` in one read (a reserve under N scopes pays one round trip,
-    not N); a full part then reads when it frees, for that scope only."""
+def plan(
+    now: int, scoped: Sequence[tuple[str, ScopeLimits]], *, everything: bool = False
+) -> tuple[Select[Any], dict[str, Any]] | None:
+    """The one read of several scopes' use at `now`: a cached select of scalar columns and its
+    parameters (None for no scope), for `uses_from`; reserve reads it in the same round trip as
+    the shared state (reads.shared_state), so a reserve under N scopes pays no extra statement."""
     if not scoped:
-        return []
+        return None
     window = {
         "hour_since": now - HOUR_MS,
+        "hour_boundary": reads.hour_start(now - HOUR_MS) + HOUR_MS,
         "day_since": now - DAY_MS,
         "boundary": reads.hour_start(now - DAY_MS) + HOUR_MS,
         "now": now,
@@ -179,18 +200,29 @@ def uses_of(
         )
         for _, limits in scoped
     )
-    binds = {f"scope_{i}": name for i, (name, _) in enumerate(scoped)}
-    row = conn.execute(_uses_statement(needs), {**window, **binds}).one()
+    binds = {f"in_scope_{i}": name for i, (name, _) in enumerate(scoped)}
+    return _uses_statement(needs), {**window, **binds}
+
+
+def uses_from(
+    conn: Connection,
+    now: int,
+    scoped: Sequence[tuple[str, ScopeLimits]],
+    values: Sequence[Any],
+) -> list[ScopeUse]:
+    """The scopes' use from the values `plan`'s read returned; a full part then reads when it
+    frees, for that scope only."""
     out = []
     for i, (name, limits) in enumerate(scoped):
-        count, cost, open_now = (int(v) for v in row[3 * i : 3 * i + 3])
+        count, cost, open_now = (int(v) for v in values[3 * i : 3 * i + 3])
         hourly, flight = limits.calls_per_hour, limits.in_flight
         next_free = None
         if hourly is not None and count >= hourly:
             next_free = _hour_frees_at(conn, now, name, count, hourly)
         flight_frees = None
         if flight is not None and open_now >= flight:
-            flight_frees = conn.execute(_IN_FLIGHT_FREES, {**window, "scope": name}).scalar()
+            window = {"now": now, "scope": name}
+            flight_frees = conn.execute(_IN_FLIGHT_FREES, window).scalar()
         out.append(
             ScopeUse(
                 name,
@@ -202,6 +234,20 @@ def uses_of(
             )
         )
     return out
+
+
+def uses_of(
+    conn: Connection,
+    now: int,
+    scoped: Sequence[tuple[str, ScopeLimits]],
+    *,
+    everything: bool = False,
+) -> list[ScopeUse]:
+    """Several scopes' use at `now` in one read (`plan`, then `uses_from`)."""
+    read = plan(now, scoped, everything=everything)
+    if read is None:
+        return []
+    return uses_from(conn, now, scoped, tuple(conn.execute(*read).one()))
 
 
 def status_uses(conn: Connection, now: int, policy: Policy) -> list[ScopeUse]:
@@ -233,19 +279,19 @@ def check(
     conn: Connection,
     now: int,
     policy: Policy,
-    source_id: str,
-    asked: Sequence[str],
+    names: Sequence[str],
+    values: Sequence[Any],
     estimate: int | None,
 ) -> list[str] | budgets.Refusal:
-    """Every scope's limits for a reservation section 7 granted: the scope names to record with
-    it, or the first scope's refusal (nothing is written for it)."""
-    names = names_for(conn, policy, source_id, asked)
+    """Every scope's limits for a reservation section 7 granted, from the values `plan`'s read
+    returned for `names`: the scope names to record with it, or the first scope's refusal
+    (nothing is written for it)."""
     if not names:
-        return names
-    uses = uses_of(conn, now, [(name, policy.scopes[name]) for name in names])
-    refused = scope_budgets.check(uses, policy.scopes, estimate)
+        return list(names)
+    scoped = [(name, policy.scopes[name]) for name in names]
+    refused = scope_budgets.check(uses_from(conn, now, scoped, values), policy.scopes, estimate)
     if refused is None:
-        return names
+        return list(names)
     return _refusal(conn, now, policy, refused, estimate)
 
 
@@ -266,20 +312,22 @@ def _refusal(
 def record(
     conn: Connection, reservation_id: int, names: Iterable[str], now: int, cost: int | None
 ) -> None:
-    """The granted reservation's scope rows and its cost in each scope's hour total, in the
-    reserving transaction."""
-    rows = [{"reservation_id": reservation_id, "scope": n, "created_ms": now} for n in names]
-    if not rows:
+    """The granted reservation's scope rows, and its cost and one call in each scope's hour
+    totals, in the reserving transaction."""
+    scopes = list(names)
+    if not scopes:
         return
-    conn.execute(_INSERT_SCOPE_ROW, rows)
     hour = reads.hour_start(now)
-    scopes = [row["scope"] for row in rows]
-    params = {"b_scopes": scopes, "b_hour": hour, "b_cost": cost or 0}
-    if conn.execute(_ADD_SCOPES_COST, params).rowcount == len(scopes):
+    params: dict[str, Any] = {f"b_scope_{i}": name for i, name in enumerate(scopes)}
+    rows = [{"reservation_id": reservation_id, "scope": n, "created_ms": now} for n in scopes]
+    conn.execute(_INSERT_SCOPE_ROW, rows)
+    params.update(b_hour=hour, b_cost=cost or 0)
+    if conn.execute(_add_scopes_cost(len(scopes)), params).rowcount == len(scopes):
         return  # every scope had its hour's row: one statement
+    params["b_scopes"] = scopes
     have = set(conn.execute(_HOUR_ROWS, params).scalars())
     missing = [  # the scopes' first reservation this hour
-        {"scope": s, "hour_start_ms": hour, "cost_micro": cost or 0}
+        {"scope": s, "hour_start_ms": hour, "cost_micro": cost or 0, "calls": 1}
         for s in scopes
         if s not in have
     ]
