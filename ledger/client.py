@@ -132,7 +132,8 @@ def settle_result_of(doc: Mapping[str, Any]) -> SettleResult:
 
 def selection_of(doc: Mapping[str, Any]) -> Selection:
     """The `Selection` a `/v1/select` answer (`Selection.to_json()`) describes."""
-    from ledger.select import Exclusion, Selection
+    from ledger.exclusion import Exclusion
+    from ledger.select import Selection
 
     excluded = tuple(
         Exclusion(e["model"], ExclusionReason(e["reason"]), parse_iso_ms(e.get("until")))

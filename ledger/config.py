@@ -18,6 +18,7 @@ from pydantic import (
     model_validator,
 )
 
+from ledger.routing.check import routing_problem
 from ledger.routing.targets import EFFORT_LEVELS
 from ledger.validation import TAG, Printable, load_document, located, parse_document
 
@@ -209,8 +210,6 @@ class Policy(BaseModel):
 
     @model_validator(mode="after")
     def _routing_consistent(self) -> Policy:
-        from ledger.routing.check import routing_problem
-
         problem = routing_problem(self)
         if problem is not None:
             raise located(*problem)

@@ -13,7 +13,7 @@ from enum import StrEnum
 
 from ledger.catalog import NO_CATALOG, Catalog, split_model_key
 from ledger.config import Policy
-from ledger.routes import glob_to_regex
+from ledger.globs import glob_to_regex
 from ledger.routing.targets import is_pool_key, pool_key
 
 

@@ -2,42 +2,17 @@
 only what it matches. With R-SEL-3 and R-SEL-5 they form the privacy boundary that selection and
 reserve both apply (`boundary_reason`).
 
-Invariant: matching time is polynomial in key and pattern length whatever the pattern (a policy
-file must not be able to hang a worker with catastrophic regex backtracking).
+The globs themselves are `ledger/globs.py` (polynomial matching whatever the pattern).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
-from functools import lru_cache
 
 from ledger.config import Policy, RouteRules
+from ledger.globs import matches
 from ledger.kinds import ExclusionReason
-
-
-def _segment(text: str) -> str:
-    """A star-free glob piece as regex: `?` is one character, everything else literal."""
-    return "".join("." if ch == "?" else re.escape(ch) for ch in text)
-
-
-@lru_cache(maxsize=4096)
-def glob_to_regex(pattern: str) -> re.Pattern[str]:
-    """Anchored regex for a glob: `*` any run (`/` included), `?` exactly one character."""
-    parts = pattern.split("*")
-    if len(parts) == 1:
-        return re.compile(rf"\A{_segment(pattern)}\Z", re.DOTALL)
-    first, *middle, last = parts
-    # Between two stars the earliest occurrence of a fixed-length piece is always a right choice
-    # (whatever follows starts with `*`), so each middle piece is matched lazily inside an atomic
-    # group: the engine never backtracks into it, which keeps `*a*a*a*…` patterns linear-ish.
-    body = "".join(f"(?>.*?{_segment(piece)})" for piece in middle if piece)
-    return re.compile(rf"\A{_segment(first)}{body}.*{_segment(last)}\Z", re.DOTALL)
-
-
-def matches(key: str, pattern: str) -> bool:
-    """Whether a model key matches one anchored glob."""
-    return glob_to_regex(pattern).match(key) is not None
+from ledger.routing.chains import allowlist, expand
 
 
 def route_allowed(key: str, rules: RouteRules) -> bool:
@@ -56,8 +31,6 @@ def confinement_reason(
     its candidates); the primary's chain, cascaded through the backups in `tried`, is the
     complete list of backups (`fallbackModels` is the default chain). None when `key` may be used.
     """
-    from ledger.routing.chains import allowlist, expand
-
     if key == primary or (primary is not None and key in expand(policy, primary)):
         return None
     if not policy.cross_provider_fallback:

@@ -20,6 +20,7 @@ from ledger.budgets import DailyWindow, ceiling_frees_at, estimate_micro
 from ledger.catalog import Catalog, Model
 from ledger.clock import iso
 from ledger.config import Policy
+from ledger.exclusion import Exclusion
 from ledger.kinds import CooldownOrigin, CooldownScope, ExclusionReason, FailureKind
 from ledger.routes import confinement_reason, route_allowed
 from ledger.routing.chains import ChainMatch, allowlist, cascade, expand, pool_members
@@ -129,26 +130,6 @@ class Snapshot:
     daily: DailyWindow | None = None  # the rolling 24 h cost, when dailyEstimatedUsd is set
     # recovery probes in flight (R-POL-9): target and the probe's deadline (`until_ms`)
     probing: tuple[ActiveCooldown, ...] = ()
-
-
-@dataclass(frozen=True)
-class Exclusion:
-    """A catalog model left out, with the first rule that excluded it.
-
-    For cooldown reasons `until_ms` is when the model stops cooling (the latest end among the
-    active provider and model cooldowns that cover it); otherwise None.
-    """
-
-    model: str
-    reason: ExclusionReason
-    until_ms: int | None = None
-
-    def to_json(self) -> dict[str, object]:
-        """Model and reason; `until` (ISO) only for the cooldown reasons that carry it."""
-        doc: dict[str, object] = {"model": self.model, "reason": str(self.reason)}
-        if self.until_ms is not None:
-            doc["until"] = iso(self.until_ms)
-        return doc
 
 
 @dataclass(frozen=True)

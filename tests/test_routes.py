@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ledger.config import RouteRules
-from ledger.routes import glob_to_regex, matches, route_allowed
+from ledger.globs import glob_to_regex, matches
+from ledger.routes import route_allowed
 
 
 @pytest.mark.parametrize(

@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 
 from ledger.catalog import Catalog
 from ledger.config import Policy
+from ledger.exclusion import Exclusion
 from ledger.kinds import CooldownOrigin, CooldownScope, ExclusionReason, FailureKind
 from ledger.select import (
     RULE_ORDER,
     CooldownView,
-    Exclusion,
     Selection,
     SelectionRequest,
     Snapshot,

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ledger.routes import matches
+from ledger.globs import matches
 from ledger.routing.check import target_of
 from ledger.routing.targets import Target, is_pool_key, split_effort
 

@@ -3,13 +3,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Protocol
 
 from ledger.routing.targets import Target
 
-if TYPE_CHECKING:
-    from ledger.config import Policy
+
+class _Pool(Protocol):
+    @property
+    def candidates(self) -> Sequence[object]: ...
+
+
+class Routing(Protocol):
+    """The routing fields of a policy (`ledger.config.Policy` has them): what these rules read,
+    named here so this module does not import the config that calls it."""
+
+    @property
+    def default_model(self) -> object | None: ...
+    @property
+    def fallback_models(self) -> Sequence[object]: ...
+    @property
+    def default_chain(self) -> Sequence[object] | None: ...
+    @property
+    def chains(self) -> Mapping[str, Sequence[object]]: ...
+    @property
+    def pools(self) -> Mapping[str, _Pool]: ...
 
 KEY = "<key>"  # a user-chosen dictionary key is never printed (R-CFG-3)
 
@@ -24,7 +42,7 @@ def target_of(entry: object) -> Target:
     return parse_target(model, getattr(entry, "effort", None))
 
 
-def entries(policy: Policy) -> Iterator[tuple[str, object]]:
+def entries(policy: Routing) -> Iterator[tuple[str, object]]:
     """Every target entry of the policy with its field path."""
     entry: object
     if policy.default_model is not None:
@@ -41,7 +59,7 @@ def entries(policy: Policy) -> Iterator[tuple[str, object]]:
             yield f"pools.{KEY}.candidates[{i}]", entry
 
 
-def routing_problem(policy: Policy) -> tuple[str, str] | None:
+def routing_problem(policy: Routing) -> tuple[str, str] | None:
     """The first routing rule the policy breaks, as (field path, rule), or None."""
     if policy.fallback_models and policy.default_chain is not None:
         return "defaultChain", "must not be set together with fallbackModels (they are one list)"
@@ -66,7 +84,7 @@ def routing_problem(policy: Policy) -> tuple[str, str] | None:
     return None
 
 
-def _pool_cycle(policy: Policy) -> bool:
+def _pool_cycle(policy: Routing) -> bool:
     """Whether pools nest in a cycle (R-RT-4)."""
     children = {
         name: [t.pool_name for t in map(target_of, spec.candidates) if t.is_pool]

@@ -23,7 +23,7 @@ from ledger.routing.targets import Effort
 if TYPE_CHECKING:
     from ledger.catalog import Catalog
     from ledger.config import Policy, PoolSpec
-    from ledger.select import Exclusion
+    from ledger.exclusion import Exclusion
 
 DEFAULT_CACHE_TTL_S: Mapping[str, int] = {"openai-chat": 300, "anthropic-messages": 300}
 """Prompt-cache lifetime per API when the catalog model has no `promptCacheTtlS` (R-RT-6): both
