@@ -41,47 +41,39 @@ _SOURCE_SCOPES = select(source_scopes.c.scope).where(
 _INSERT_SCOPE_ROW = insert(reservation_scopes)
 _INSERT_SOURCE_SCOPE = insert(source_scopes)
 
-def _hourly_q(scope: str) -> Any:
-    """The scope's reservations in the rolling hour (bind `scope` names the scope's parameter),
-    exact, as `_daily_q` reads its cost: the rows of the partial hour before `hour_boundary` one
-    by one, every hour from it on from the scope's hour totals (at most one hour of rows)."""
+def _window_q(scope: str, rows: Any, total: Any, since: str, boundary: str) -> Any:
+    """A scope's use over a rolling window, exact, as reads._DAILY_COST: `rows` (a select of one
+    aggregate) over the scope's rows of the partial hour from `since` to `boundary`, plus `total`
+    (a scope_cost_hours column) summed over every hour from `boundary` on (at most one hour of
+    rows is read, however busy the scope)."""
     return (
-        select(func.count())
-        .select_from(reservation_scopes)
-        .where(
+        rows.where(
             _RS.scope == bindparam(scope),
-            _RS.created_ms > bindparam("hour_since"),
-            _RS.created_ms < bindparam("hour_boundary"),
-        )
-        .scalar_subquery()
-        + select(func.coalesce(func.sum(scope_cost_hours.c.calls), 0))
+            _RS.created_ms > bindparam(since),
+            _RS.created_ms < bindparam(boundary),
+        ).scalar_subquery()
+        + select(func.coalesce(func.sum(total), 0))
         .where(
             scope_cost_hours.c.scope == bindparam(scope),
-            scope_cost_hours.c.hour_start_ms >= bindparam("hour_boundary"),
+            scope_cost_hours.c.hour_start_ms >= bindparam(boundary),
         )
         .scalar_subquery()
     )
+
+
+def _hourly_q(scope: str) -> Any:
+    """The scope's reservations in the rolling hour (bind `scope` names the scope's parameter)."""
+    rows = select(func.count()).select_from(reservation_scopes)
+    return _window_q(scope, rows, scope_cost_hours.c.calls, "hour_since", "hour_boundary")
 
 
 def _daily_q(scope: str) -> Any:
-    """The scope's rolling 24 h cost, exact, as reads._DAILY_COST: the partial first hour of the
-    window summed row by row, every hour from the boundary on from the scope's cost_hours totals."""
-    return (
-        select(func.coalesce(func.sum(_R.cost_micro), 0))
-        .select_from(reservation_scopes.join(reservations, _R.id == _RS.reservation_id))
-        .where(
-            _RS.scope == bindparam(scope),
-            _RS.created_ms > bindparam("day_since"),
-            _RS.created_ms < bindparam("boundary"),
-        )
-        .scalar_subquery()
-        + select(func.coalesce(func.sum(scope_cost_hours.c.cost_micro), 0))
-        .where(
-            scope_cost_hours.c.scope == bindparam(scope),
-            scope_cost_hours.c.hour_start_ms >= bindparam("boundary"),
-        )
-        .scalar_subquery()
+    """The scope's rolling 24 h cost (its reservations' cost: actual where settled, else the
+    estimate)."""
+    rows = select(func.coalesce(func.sum(_R.cost_micro), 0)).select_from(
+        reservation_scopes.join(reservations, _R.id == _RS.reservation_id)
     )
+    return _window_q(scope, rows, scope_cost_hours.c.cost_micro, "day_since", "boundary")
 
 
 _SCH = scope_cost_hours.c
