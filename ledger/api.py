@@ -269,6 +269,25 @@ class Ledger:
             cache_ttl_ms={m.key: ttl for m, _, ttl in members if m.key in models},
         )
 
+    def callable_alone(self, key: str, input_bytes: int) -> bool:
+        """Whether catalog and policy alone let the model `key` (a catalog model key, not a
+        pool) serve a fresh request of `input_bytes`: its provider available, with a base URL
+        and text, allowed by the route rules, the request fitting its context and, under a cost
+        ceiling, its price known (the R-SEL-1/8/9/10 checks no ledger state decides). Every
+        other reason selection could exclude it for (cooldowns, probes, the source's models) is
+        checked again by its reserve, in the write transaction, as a refusal."""
+        from ledger.tokens import tokens_for_bytes
+
+        members = self._pool_members(key)
+        if len(members) != 1 or members[0][0].key != key:
+            return False
+        model, limit, _ = members[0]
+        if model.provider not in self.catalog.available_providers(self.env):
+            return False
+        if limit is not None and tokens_for_bytes(request_size(input_bytes, None)) > limit:
+            return False
+        return self.policy.daily_estimated_usd is None or model.price_known()
+
     def _pool_members(self, key: str) -> tuple[tuple[Model, int | None, int], ...]:
         """A pool's members that policy and catalog alone allow (in the catalog, with a base URL
         and text, allowed by the route rules), each with its input-token limit and prompt-cache

@@ -111,7 +111,8 @@ async def run(
 ) -> Answered:
     """Serve one request: attempts until one answers or none is permitted (then its error)."""
     ledger = ctx.ledger
-    route = await routing.first_route(ledger, request)
+    named = routing.named_route(ledger, request)  # no selection when only the ledger decides
+    route = named if named is not None else await routing.first_route(ledger, request)
     first = request.model  # another model answering (cooling primary, fallback) names it
     plan: FollowUpPlan | None = None
     tried: frozenset[str] = frozenset()
@@ -123,7 +124,14 @@ async def run(
             route = plan.route
             if plan.wait_ms:
                 await anyio.sleep(plan.wait_ms / 1000)
-        reservation = await routing.reserve(ledger, ctx.group, request, route, number, plan)
+        try:
+            reservation = await routing.reserve(ledger, ctx.group, request, route, number, plan)
+        except GatewayError as refusal:
+            if named is None or number > 1:
+                raise
+            named = None  # the named model refused: the selection says which route, if any
+            route = await routing.after_refusal(ledger, request, route, refusal)
+            reservation = await routing.reserve(ledger, ctx.group, request, route, number, plan)
         if reservation.replayed and reservation.status is not AttemptStatus.OPEN:
             raise GatewayError(409, "idempotency_key_reused", REUSED)
         if reservation.pool is not None:  # R-RT-5: the pool's concrete pick is what is called

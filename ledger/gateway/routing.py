@@ -23,7 +23,7 @@ from ledger.kinds import AttemptRole, FailureKind
 from ledger.policy_table import InteractivePace
 from ledger.records import Outcome, Reservation, SettleResult
 from ledger.routing.chains import pool_members
-from ledger.select import Selection
+from ledger.select import Route, Selection
 from ledger.service.group_commit import GroupCommit
 
 WIRE_FORMAT = "wire_format"
@@ -121,6 +121,35 @@ async def first_route(ledger: Ledger, request: Request) -> str:
     if selection.retry_at_ms is not None:
         raise refused(reason, retry_after_s(selection.retry_at_ms, now))
     raise GatewayError(400, reason, f"no route can serve this request: {reason}")
+
+
+def named_route(ledger: Ledger, request: Request) -> Route | None:
+    """The first attempt's route without a selection, when only the ledger's state could keep
+    the named model out: a catalog model key (not a pool) the request can be sent to (R-GW-3)
+    that catalog and policy alone allow for a request this size. It is the route selection would
+    put first (R-SEL-2: the default model, with the named effort). Its reserve checks every
+    cooldown, probe and cap in the write transaction, and a refusal goes back to the selection
+    (`after_refusal`), so the answer is the one a selection first would have given. None:
+    select first; always with an Idempotency-Key, whose repeat must find the route its first
+    answer took (a backup, when the named model was cooling then)."""
+    if request.request_id is not None:
+        return None
+    target = ledger.target(request.model)
+    if target.is_pool or not routable(ledger, target.key, request):
+        return None
+    if not ledger.callable_alone(target.key, request.size):
+        return None
+    return Route(target.key, target.effort)
+
+
+async def after_refusal(ledger: Ledger, request: Request, route: str, refusal: GatewayError) -> str:
+    """The first attempt's route after the named route's reserve was refused: the selection's
+    first route when it is another one (the named model cooling: its backup), else that refusal
+    (a budget or cap no other route escapes), or the selection's own refusal or 400."""
+    chosen = await first_route(ledger, request)
+    if chosen == route:
+        raise refusal
+    return chosen
 
 
 def _primary_reason(ledger: Ledger, request: Request, selection: Selection) -> str:
