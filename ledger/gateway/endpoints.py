@@ -157,18 +157,14 @@ async def _unless_disconnected(
         async def watch() -> None:
             while (await request.receive())["type"] != "http.disconnect":
                 pass
-            group.cancel_scope.cancel()
-
-        async def serve() -> None:
-            nonlocal result, error
-            try:
-                result = await work()
-            except Exception as exc:  # re-raised below, not as a task group's exception group
-                error = exc
-            group.cancel_scope.cancel()
+            group.cancel_scope.cancel()  # cancels the work below too
 
         group.start_soon(watch)
-        group.start_soon(serve)
+        try:  # the work runs in this task at once (no second task to wait a turn for)
+            result = await work()
+        except Exception as exc:  # re-raised below, not as a task group's exception group
+            error = exc
+        group.cancel_scope.cancel()
     if error is not None:
         raise error
     return result

@@ -147,8 +147,10 @@ async def run(
         try:
             reply = await exchange(ctx, attempt)
         except BaseException:
-            with anyio.CancelScope(shield=True):  # the caller left: the slot still counts
-                await routing.settle(ledger, ctx.group, reservation.id, Cancelled(), None)
+            # the caller left (R-GW-7): the slot still counts, at the estimate (no usage seen)
+            with anyio.CancelScope(shield=True):
+                left = Cancelled(usage_estimated=True)
+                await routing.settle(ledger, ctx.group, reservation.id, left, None)
             raise
         failure = reply.failure if isinstance(reply, Reply) else None
         if ctx.metrics is not None:
