@@ -14,6 +14,7 @@ when the caller left (the upstream request is closed first) with the usage seen 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field, replace
@@ -23,6 +24,7 @@ import anyio
 import httpx
 from fastapi.responses import StreamingResponse
 from starlette.requests import Request
+from starlette.types import Receive, Scope, Send
 
 from ledger.classify import Classification, classify_exception
 from ledger.gateway import loop, routing
@@ -67,11 +69,33 @@ async def serve_stream(
     assert isinstance(opened, Opened)
     attempt = answered.attempt
     pace = loop.pace_for(ctx.ledger, background, attempt.number, True)
-    return StreamingResponse(
+    return RelayedResponse(
         relay(ctx, attempt, opened, pace),
         media_type="text/event-stream",
         headers={**attempt.headers(), "cache-control": "no-cache"},
     )
+
+
+class RelayedResponse(StreamingResponse):
+    """The relayed stream, written in the request's own task: its first bytes (the held events)
+    go out at once, and the caller's disconnect is watched by one plain task beside it, which
+    cancels the relay (R-GW-7: it closes the upstream request and settles `cancelled`). Starlette
+    would run both in an anyio task group, which costs 0.25 ms before the first byte here."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        cancel = anyio.CancelScope()
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            cancel.cancel()
+
+        watcher = asyncio.get_running_loop().create_task(watch())
+        try:
+            with cancel:
+                await self.stream_response(send)
+        finally:
+            watcher.cancel()
 
 
 def _deadline_s(ctx: loop.Context, attempt: loop.Attempt) -> float:
