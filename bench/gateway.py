@@ -18,7 +18,8 @@ side by side in one run.
   it the row says so.
 
 Invariant: the service is a real `ledger serve` subprocess over TCP on its own state directory;
-the upstream is the stand-in; budgets are large enough that nothing is refused.
+the upstream is the stand-in, keeping its connections alive as a real provider does (every side,
+direct, gateway and LiteLLM, reuses them); budgets are large enough that nothing is refused.
 """
 
 from __future__ import annotations
@@ -170,7 +171,7 @@ def run(root: Path, settings: Settings) -> list[Row]:
     answer = Scripted(text="a short answer", stream_pieces=4)
     with (
         tempfile.TemporaryDirectory(prefix="ledger-gw-") as short,
-        StandIn(default=answer) as standin,
+        StandIn(default=answer, keep_alive=True) as standin,
     ):
         home = Path(short) / "gw"
         home.mkdir(mode=0o700)

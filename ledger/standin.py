@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -122,8 +123,14 @@ class StandIn:
         default: Scripted | None = None,
         *,
         port: int = 0,
+        keep_alive: bool = False,
     ) -> None:
         self.default = default or Scripted()
+        # HTTP/1.1 keep-alive for fault-free replies (a real provider's connections are reused);
+        # off by default: every reply closes its connection, as the fault tests expect
+        self.keep_alive = keep_alive
+        self._connections: set[socket.socket] = set()
+        self._connected = 0
         self._script: dict[str, list[Scripted]] = {
             model: list(replies) for model, replies in (script or {}).items()
         }
@@ -163,6 +170,11 @@ class StandIn:
         if server is None:
             return
         self._stop.set()
+        with self._lock:  # idle keep-alive connections: their handlers end now
+            idle = list(self._connections)
+        for sock in idle:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
         server.shutdown()
         server.server_close()  # joins handler threads, which all watch the stop event
         if thread is not None:
@@ -229,6 +241,21 @@ class StandIn:
         with self._lock:
             self._requests.append(request)
             self._bodies.append(body)
+
+    @property
+    def connections(self) -> int:
+        """TCP connections accepted so far (keep-alive reuses them)."""
+        with self._lock:
+            return self._connected
+
+    def connected(self, sock: socket.socket, live: bool) -> None:
+        """A handler's connection opened (`live`) or ended."""
+        with self._lock:
+            if live:
+                self._connected += 1
+                self._connections.add(sock)
+            else:
+                self._connections.discard(sock)
 
     @property
     def closed_early(self) -> int:
@@ -299,12 +326,30 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.0"
     timeout = 10  # a stuck client cannot hold a handler thread forever
 
+    _keep = False  # this reply keeps its connection open (HTTP/1.1, fault-free replies only)
+
+    def setup(self) -> None:
+        """Count the connection; speak HTTP/1.1 when the stand-in keeps connections alive."""
+        super().setup()
+        if self.server.standin.keep_alive:
+            self.protocol_version = "HTTP/1.1"
+            # as a real server does: a small write (a stream's chunk) goes out at once, not after
+            # the client's delayed ACK of the one before (40 ms on a reused connection)
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.server.standin.connected(self.connection, True)
+
+    def finish(self) -> None:
+        self.server.standin.connected(self.connection, False)
+        super().finish()
+
     def log_message(self, format: str, *args: Any) -> None:
         """No access log: requests carry caller text."""
 
     def do_POST(self) -> None:
         """Serve one scripted reply in the wire format of the path (counted while open)."""
         self._close_open = self.server.standin.opened()
+        self._keep = False
+        self.close_connection = True  # a reply that keeps it says so
         try:
             self._answer()
         finally:
@@ -331,6 +376,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(status, error_json(anthropic, status, code, message="rejected request"))
             return
         reply = standin.next_reply(model)
+        self._keep = standin.keep_alive and _fault_free(reply)
         if reply.delay_s > 0 and standin.stopping.wait(reply.delay_s):
             return
         if reply.reset:
@@ -405,12 +451,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
-        self.send_header("Connection", "close")
+        if not self._keep:
+            self.send_header("Connection", "close")
         for name, value in extra:
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data[: len(data) // 2] if cut else data)
         self.wfile.flush()
+        self.close_connection = not self._keep
 
     def _stream(self, reply: Scripted, anthropic: bool, model: str) -> None:
         """Server-sent events in the path's format, with the reply's stream faults."""
@@ -420,7 +468,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
-        self.send_header("Connection", "close")
+        self.send_header("Transfer-Encoding" if self._keep else "Connection",
+                         "chunked" if self._keep else "close")  # fmt: skip
         self.end_headers()
         self.wfile.flush()
         stopping = self.server.standin.stopping
@@ -435,10 +484,16 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             if i == len(faulted) - 1:
                 self._close_open()  # see StandIn.opened
-            self.wfile.write(event[1])
+            data = event[1]
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if self._keep else data)
             self.wfile.flush()
             if reply.event_delay_s and stopping.wait(reply.event_delay_s):
                 return
+        if self._keep:  # the last chunk; the connection stays open for the next request
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+            self.close_connection = False
+            return
         self.wfile.write(b"")  # the end: the connection closes after this
 
     def _trickle(self, reply: Scripted, extra: Sequence[tuple[str, str]]) -> None:
@@ -459,6 +514,16 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             if stopping.wait(reply.trickle_interval_s):
                 return
+
+
+def _fault_free(reply: Scripted) -> bool:
+    """A successful reply without a connection-level fault (a keep-alive stand-in keeps its
+    connection open after it; every other reply closes it)."""
+    return reply.status < 300 and not (
+        reply.reset or reply.cut_body or reply.trickle_body or reply.raw_body is not None
+        or reply.cut_after is not None or reply.stall_after is not None
+        or reply.malformed_after is not None or reply.no_terminator
+    )  # fmt: skip
 
 
 _STALL: StreamEvent = ("stall", b"")

@@ -192,6 +192,8 @@ async def relay(
                 yield data
         if failure is None and tracker.finish is None:
             failure = CUT  # ended without a finish reason: cut (with one: complete, R-GW-5)
+        if failure is None and tracker.terminated:
+            await _drain(opened)
         await _close(opened.response)
         if failure is not None:
             settled = True
@@ -211,6 +213,24 @@ async def relay(
                 await opened.response.aclose()
                 await routing.settle(ctx.ledger, ctx.group, attempt.reservation.id,
                                      cancelled(tracker), None)  # fmt: skip
+
+
+DRAIN_S = 0.25
+DRAIN_EVENTS = 8
+DRAIN_ENDS: tuple[type[BaseException], ...] = (StopAsyncIteration, Malformed, *TRANSPORT_ERRORS)
+
+
+async def _drain(opened: Opened) -> None:
+    """Read the body's end after the stream's terminator (at most DRAIN_EVENTS events within
+    DRAIN_S, all ignored), so the upstream connection goes back to the pool for the next call
+    rather than being closed with its last bytes unread (a new connection, and for a real
+    provider a new TLS handshake, on every streamed call)."""
+    with anyio.move_on_after(DRAIN_S):
+        try:
+            for _ in range(DRAIN_EVENTS):
+                await opened.rest.__anext__()
+        except DRAIN_ENDS:
+            pass
 
 
 def cancelled(tracker: Tracker) -> Cancelled:
