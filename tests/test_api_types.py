@@ -170,6 +170,8 @@ WRONG = st.one_of(
 VALID: dict[str, dict[str, Any]] = {
     "model": {"key": "alpha/small"},
     "target": {"key": "alpha/small"},
+    # the gateway's first attempt (R-GW-2): catalog and policy alone allow the model
+    "callable_alone": {"key": "alpha/small", "input_bytes": 10},
     "reserve": {"source": "s9", "model": "alpha/small", "input_bytes": 10, "text": None,
                 "request_id": None, "override": False, "role": AttemptRole.PRIMARY,
                 "fallback_from": None, "after": None, "scopes": ()},
