@@ -276,17 +276,10 @@ class Ledger:
         ceiling, its price known (the R-SEL-1/8/9/10 checks no ledger state decides). Every
         other reason selection could exclude it for (cooldowns, probes, the source's models) is
         checked again by its reserve, in the write transaction, as a refusal."""
-        from ledger.tokens import tokens_for_bytes
-
         size = request_size(input_bytes, None)
         key = self.model(key).key  # an unknown model is a usage error (never echoed)
-        members = self._pool_members(key)
-        if len(members) != 1 or members[0][0].key != key:
-            return False
-        model, limit, _ = members[0]
-        if model.provider not in self.catalog.available_providers(self.env):
-            return False
-        if limit is not None and tokens_for_bytes(size) > limit:
+        model = self._pool_plan(key, size, None, None).models.get(key)  # a key is its own pool
+        if model is None:
             return False
         return self.policy.daily_estimated_usd is None or model.price_known()
 

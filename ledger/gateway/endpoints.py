@@ -8,14 +8,11 @@ logged or stored; error answers hold fixed text only.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import secrets
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-import anyio
 import httpx
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
@@ -28,7 +25,7 @@ from ledger.gateway.errors import GatewayError
 from ledger.gateway.gate import KEY_STATE
 from ledger.gateway.metrics import GatewayMetrics
 from ledger.gateway.sse import Malformed
-from ledger.gateway.stream import serve_stream
+from ledger.gateway.stream import serve_stream, unless_disconnected
 from ledger.gateway.translate import reply_for, translatable
 from ledger.gateway.upstream import MALFORMED, Reply, call
 from ledger.gateway.wire import Format, answer_model, caller_problem, error_document
@@ -129,8 +126,9 @@ async def _answer(request: Request, fmt: Format, ctx: loop.Context) -> Response:
         body, gw_request, background = _parse(request, ctx.ledger, fmt, await request.body())
         if body.get("stream") is True:
             return await serve_stream(ctx, gw_request, body, background, request)
-        answered = await _unless_disconnected(
-            request, lambda: loop.run(ctx, gw_request, body, call_exchange, background=background)
+        answered = await unless_disconnected(  # R-GW-7: the caller may leave meanwhile
+            request.receive,
+            lambda: loop.run(ctx, gw_request, body, call_exchange, background=background),
         )
         if answered is None:  # the caller left: upstream closed, the attempt settled cancelled
             return Response(status_code=499)
@@ -144,30 +142,6 @@ async def _answer(request: Request, fmt: Format, ctx: loop.Context) -> Response:
     assert document is not None
     return JSONResponse(answer_model(document, answered.attempt.route),
                         headers=answered.attempt.headers())  # fmt: skip
-
-
-async def _unless_disconnected(
-    request: Request, work: Callable[[], Awaitable[loop.Answered]]
-) -> loop.Answered | None:
-    """The request loop's answer, or None when the caller disconnected first (R-GW-7): the loop
-    is cancelled, which closes the upstream request and settles its attempt `cancelled`.
-
-    The work runs in this task; the disconnect is watched by one plain task beside it, which
-    cancels the work's scope (an anyio task group costs 0.25 ms a request here)."""
-    scope = anyio.CancelScope()
-
-    async def watch() -> None:
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-        scope.cancel()
-
-    watcher = asyncio.get_running_loop().create_task(watch())
-    try:
-        with scope:
-            return await work()
-        return None  # cancelled by the watcher: the caller left
-    finally:
-        watcher.cancel()
 
 
 async def call_exchange(ctx: loop.Context, attempt: loop.Attempt) -> Any:

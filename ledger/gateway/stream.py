@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import httpx
@@ -83,19 +83,30 @@ class RelayedResponse(StreamingResponse):
     would run both in an anyio task group, which costs 0.25 ms before the first byte here."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        cancel = anyio.CancelScope()
+        await unless_disconnected(receive, lambda: self.stream_response(send))
 
-        async def watch() -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            cancel.cancel()
 
-        watcher = asyncio.get_running_loop().create_task(watch())
-        try:
-            with cancel:
-                await self.stream_response(send)
-        finally:
-            watcher.cancel()
+T = TypeVar("T")
+
+
+async def unless_disconnected(receive: Receive, work: Callable[[], Awaitable[T]]) -> T | None:
+    """`work`'s result, run in this task, or None when the caller disconnected first: one plain
+    task watches `receive` and cancels the work's scope (R-GW-7; an anyio task group would cost
+    0.25 ms a request here)."""
+    cancel = anyio.CancelScope()
+
+    async def watch() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        cancel.cancel()
+
+    watcher = asyncio.get_running_loop().create_task(watch())
+    try:
+        with cancel:
+            return await work()
+        return None  # cancelled by the watcher: the caller left
+    finally:
+        watcher.cancel()
 
 
 def _deadline_s(ctx: loop.Context, attempt: loop.Attempt) -> float:
