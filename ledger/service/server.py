@@ -264,6 +264,17 @@ PROTOCOL_ERRORS: dict[int, tuple[str, str]] = {
 }
 
 
+def no_delay(transport: asyncio.BaseTransport) -> None:
+    """Nagle's algorithm off for an accepted TCP connection: an answer is a head and a body (a
+    stream, many small chunks), and with Nagle on each small write after the first waits for the
+    caller's ACK, which callers delay by up to 40 ms. asyncio turns it off only for sockets made
+    with IPPROTO_TCP, and the service makes its own listeners (uvloop turns it off for all)."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
 class Protocol(H11Protocol):
     """uvicorn's h11 protocol plus the service's HTTP-layer rules (R-SRV-6, R-SRV-9): a deadline
     for each request's headers (slow clients); the connection pools (`ledger.service.connections`,
@@ -283,6 +294,8 @@ class Protocol(H11Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         tcp = self.server is not None and self.server[1] is not None
+        if tcp:
+            no_delay(transport)
         pool = UNAUTHENTICATED if tcp else UNIX
         if not self.pools.join(self, pool, self.client):
             if tcp:  # a stranger past its pool's limit: nothing is read from it
