@@ -6,15 +6,22 @@ or a gateway key (SPEC 20) when the app has a `key_verifier`. Anthropic's `x-api
 read like a bearer. Tokens are compared in constant time and never logged or echoed. The body is
 read in full (at most MAX_BODY_BYTES within BODY_TIMEOUT_S) before the route runs, so no route
 waits on a slow client while it holds a reservation.
+
+The gateway's own routes (`routes`: a method and an exact path) are then called straight from
+here, as Starlette would call them but without matching every route of the app in turn or
+FastAPI's parameter machinery (they take the plain request): 0.3 ms of every gateway request's
+first byte. Any other path or method goes on to the app (its 404 or 405).
 """
 
 from __future__ import annotations
 
 import hmac
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from starlette.requests import Request
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ledger.gateway.wire import Format, error_document
@@ -66,8 +73,15 @@ class GatewayGate:
         token: str | None,
         draining: Any,
         authenticated: Callable[[Any], bool] = lambda client: True,
+        routes: Iterable[BaseRoute] = (),
     ) -> None:
         self.app = app
+        self.direct: dict[tuple[str, str], Route] = {
+            (method, route.path): route
+            for route in routes
+            if isinstance(route, Route)
+            for method in route.methods or ()
+        }
         self.token = None if token is None else token.encode()
         self.draining = draining
         # the service's connection pools (R-SRV-9): a TCP connection that showed a credential
@@ -90,7 +104,14 @@ class GatewayGate:
         if isinstance(body, int):
             await error(fmt, body, send)
             return
-        await self.app(scope, replay(body, receive), send)
+        replayed = replay(body, receive)
+        route = self.direct.get((scope["method"], scope["path"]))
+        if route is None:
+            await self.app(scope, replayed, send)
+            return
+        scope["route"] = route  # the metrics' route template, as the router would set it
+        response = await route.endpoint(Request(scope, replayed))
+        await response(scope, replayed, send)
 
     def _authenticated(self, scope: Scope) -> bool:
         if not _is_tcp(scope):  # the unix socket: its mode is the authentication

@@ -85,6 +85,19 @@ class RelayedResponse(StreamingResponse):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await unless_disconnected(receive, lambda: self.stream_response(send))
 
+    async def stream_response(self, send: Send) -> None:
+        """Starlette's, but the head goes out with the first chunk (the held events, one write),
+        not before it: the caller reads both at once rather than waking for each."""
+        chunks = self.body_iterator.__aiter__()
+        first = await anext(chunks, b"")
+        await send({"type": "http.response.start", "status": self.status_code,
+                    "headers": self.raw_headers})  # fmt: skip
+        if first:
+            await send({"type": "http.response.body", "body": first, "more_body": True})
+        async for chunk in chunks:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
 
 T = TypeVar("T")
 
@@ -177,9 +190,7 @@ async def relay(
     failure: Classification | None = None
     settled = False
     try:
-        for event in opened.held:
-            for data in out(event):
-                yield data
+        yield b"".join(data for event in opened.held for data in out(event))  # one write
         while not tracker.terminated:
             try:
                 with anyio.fail_after(min(idle, _deadline_s(ctx, attempt))):

@@ -118,7 +118,11 @@ class Gate:
         self.authenticated = authenticated
         self.sessions = PageSessions()
         self.gateway = gateway.GatewayGate(
-            app, token=token, draining=draining, authenticated=authenticated
+            app,
+            token=token,
+            draining=draining,
+            authenticated=authenticated,
+            routes=gateway.router.routes,
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
