@@ -17,6 +17,9 @@ side by side in one run.
   tool, not a dependency: `pip install 'litellm[proxy]'` (plain pip, same environment); without
   it the row says so.
 
+The in-process cycle and reserve each figure is divided by are timed in the same loops, one
+between each pair (`_InProcess`), so the load beside the run weighs on both sides alike.
+
 Invariant: the service is a real `ledger serve` subprocess over TCP on its own state directory;
 the upstream is the stand-in, keeping its connections alive as a real provider does (every side,
 direct, gateway and LiteLLM, reuses them); budgets are large enough that nothing is refused.
@@ -51,6 +54,7 @@ from bench.common import (
 )
 from bench.contention import percentile
 from bench.litellm_proxy import MASTER_KEY, ProxyError, available, litellm_proxy
+from ledger.records import Success
 from ledger.standin import Scripted, StandIn
 from tests.gateway_setup import gateway_catalog
 from tests.serving import running
@@ -121,24 +125,36 @@ def _timed_stream(client: httpx.Client, url: str, body: dict[str, Any]) -> _Time
     return timed
 
 
-def _in_process_cycle(root: Path, settings: Settings) -> tuple[float, float]:
-    """Median seconds of one in-process reserve+settle cycle, and of one reserve alone."""
-    ledger = open_ledger(make_home(root, "gw-inproc"))
-    try:
-        per_cycle(lambda i: ledger_cycle(ledger, i), 0, 10)
-        cycles = [
-            per_cycle(lambda i: ledger_cycle(ledger, i), 10 + r * 20, 20)
-            for r in range(settings.runs)
-        ]
-        reserves = []
-        for r in range(settings.runs):
-            t0 = time.perf_counter()
-            for i in range(10):
-                ledger.reserve(f"r-{r}-{i}", "alpha/m0", input_bytes=2000)
-            reserves.append((time.perf_counter() - t0) / 10)
-    finally:
-        ledger.close()
-    return statistics.median(cycles), statistics.median(reserves)
+class _InProcess:
+    """The in-process ledger the gateway's figures are divided by, timed one cycle (or one
+    reserve) at a time between the gateway's pairs, so whatever else loads the machine then
+    (LiteLLM's proxy idling beside it, another tenant's disk) weighs on both sides alike."""
+
+    def __init__(self, root: Path) -> None:
+        self.ledger = open_ledger(make_home(root, "gw-inproc"))
+        self.i = 0
+        self.cycles: list[float] = []
+        self.reserves: list[float] = []
+        per_cycle(self._cycle, 0, 10)  # warm
+
+    def _cycle(self, i: int) -> None:
+        ledger_cycle(self.ledger, i)
+
+    def cycle(self) -> None:
+        """Time one reserve+settle cycle."""
+        self.i += 1
+        self.cycles.append(per_cycle(self._cycle, self.i, 1))
+
+    def reserve(self) -> None:
+        """Time one reserve (then settle it, untimed, so the state stays as it was)."""
+        self.i += 1
+        t0 = time.perf_counter()
+        held = self.ledger.reserve(f"r-{self.i % 50}", "alpha/m0", input_bytes=2000)
+        self.reserves.append(time.perf_counter() - t0)
+        self.ledger.settle(held.id, Success(input_tokens=500, output_tokens=200))
+
+    def close(self) -> None:
+        self.ledger.close()
 
 
 def _concurrently(
@@ -165,11 +181,12 @@ def _concurrently(
 
 def run(root: Path, settings: Settings) -> list[Row]:
     """All gateway figures against one service and one stand-in."""
-    cycle_s, reserve_s = _in_process_cycle(root, settings)
+    inproc = _InProcess(root)
     calls = 20 if settings.quick else 200
     per_client = 3 if settings.quick else 20
     answer = Scripted(text="a short answer", stream_pieces=4)
     with (
+        contextlib.closing(inproc),
         tempfile.TemporaryDirectory(prefix="ledger-gw-") as short,
         StandIn(default=answer, keep_alive=True) as standin,
     ):
@@ -203,6 +220,7 @@ def run(root: Path, settings: Settings) -> list[Row]:
                         gw = _timed_post(client, gw_url, BODY)
                         direct = _timed_post(client, direct_url, _direct_body(False))
                         over.append(gw - direct)
+                        inproc.cycle()
                         if ll_url and ll_direct is not None:
                             ll = _timed_post(to_litellm, ll_url, BODY)
                             direct = _timed_post(to_litellm, direct_url, ll_direct)
@@ -214,6 +232,7 @@ def run(root: Path, settings: Settings) -> list[Row]:
                     d = _timed_stream(client, direct_url, _direct_body(True))
                     ttfb.append(g.first_byte - d.first_byte)
                     ttfc.append(g.first_content - d.first_content)
+                    inproc.reserve()
             streaming = {**BODY, "stream": True}
 
             def pairs(c: httpx.Client) -> list[float]:
@@ -225,6 +244,8 @@ def run(root: Path, settings: Settings) -> list[Row]:
                 ]
 
             many = _concurrently(CLIENTS, pairs, auth)
+    cycle_s = statistics.median(inproc.cycles)
+    reserve_s = statistics.median(inproc.reserves)
     p50 = percentile(over, 0.5)
     ratio = Stats.of([p50 / cycle_s])
     tail50, tail99 = percentile(many, 0.5), percentile(many, 0.99)
