@@ -9,6 +9,8 @@ side by side in one run.
 - time to first byte of a stream through the gateway - direct, p50 (≤ one in-process reserve
   + 2 ms); beside it, not a goal, the same to the first content event on both sides (the gateway
   relays nothing before it, R-GW-5, while the direct stream's first byte is a role-only chunk);
+- beside it, not a goal, the floor: the same first byte through a bare relay on the same stack
+  (bench/relay_floor.py: uvicorn, Starlette, httpx; no ledger) - direct;
 - LiteLLM's proxy beside it (full mode only; `--quick` skips it with a note): the bench starts
   `litellm --config CONFIG --port PORT --host 127.0.0.1` (no database) against the same stand-in
   and measures its overhead the same way (proxy call - the same call straight to the stand-in,
@@ -54,6 +56,7 @@ from bench.common import (
 )
 from bench.contention import percentile
 from bench.litellm_proxy import MASTER_KEY, ProxyError, available, litellm_proxy
+from bench.relay_floor import relay_floor
 from ledger.records import Success
 from ledger.standin import Scripted, StandIn
 from tests.gateway_setup import gateway_catalog
@@ -189,6 +192,7 @@ def run(root: Path, settings: Settings) -> list[Row]:
         contextlib.closing(inproc),
         tempfile.TemporaryDirectory(prefix="ledger-gw-") as short,
         StandIn(default=answer, keep_alive=True) as standin,
+        relay_floor(standin.base_url_openai + "/chat/completions") as floor_url,
     ):
         home = Path(short) / "gw"
         home.mkdir(mode=0o700)
@@ -227,10 +231,15 @@ def run(root: Path, settings: Settings) -> list[Row]:
                             litellm_over.append(ll - direct)
                 ttfb: list[float] = []
                 ttfc: list[float] = []
+                floor: list[float] = []
+                for _ in range(5):  # warm the relay's upstream connection
+                    _timed_stream(client, floor_url, _direct_body(True))
                 for _ in range(calls // 2):
                     g = _timed_stream(client, gw_url, {**BODY, "stream": True})
                     d = _timed_stream(client, direct_url, _direct_body(True))
+                    bare = _timed_stream(client, floor_url, _direct_body(True))
                     ttfb.append(g.first_byte - d.first_byte)
+                    floor.append(bare.first_byte - d.first_byte)
                     ttfc.append(g.first_content - d.first_content)
                     inproc.reserve()
             streaming = {**BODY, "stream": True}
@@ -284,6 +293,15 @@ def run(root: Path, settings: Settings) -> list[Row]:
             None,
             note="both sides timed to the first chunk carrying text (the stand-in sends its "
             "role-only chunk together with the first text)",
+        ),
+        Row(  # not a goal: what the stack alone costs (bench/relay_floor.py)
+            "gateway: floor, a bare relay on the same stack: time to first byte - direct (p50)",
+            ms(percentile(floor, 0.5)),
+            "",
+            "",
+            None,
+            note="uvicorn + Starlette + httpx forwarding the bytes, no ledger: the first-byte "
+            "goal leaves 2 ms beside the reserve for all of this and the gateway's own work",
         ),
         *_litellm_rows(p50, litellm_over, proxy.reason, calls),
     ]
