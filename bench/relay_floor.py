@@ -67,6 +67,8 @@ def relay_floor(upstream: str) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def main(upstream: str) -> None:
