@@ -52,6 +52,11 @@ def test_r_gw_observability_source_show_status_trace_and_metrics(home: Path) -> 
         assert samples[("ledger_gateway_upstream_seconds_count", (("route", chat),))] == 2
         messages = "/anthropic/v1/messages"
         assert samples[("ledger_gateway_first_token_seconds_count", (("route", messages),))] == 1
+        # the service's own request counter names the gateway routes by template (the gate
+        # calls them straight, R-SRV-9), never `unmatched`
+        for route in (chat, messages):
+            key = (("method", "POST"), ("route", route), ("status", "200"))
+            assert samples[("ledger_http_requests_total", key)] == 1
     shown = json.loads(_ledger(home, "source", "show", "observed-1", "--json"))
     roles = [a["role"] for a in shown["attempts"]]
     assert sorted(roles) == ["primary", "retry"]
