@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-START_TIMEOUT_S = 30
+STOP_TIMEOUT_S = 30  # after SIGTERM, then SIGKILL
 
 
 def _app(upstream: str) -> Any:
@@ -63,7 +63,7 @@ def relay_floor(upstream: str) -> Iterator[str]:
     finally:
         proc.terminate()
         try:
-            proc.wait(START_TIMEOUT_S)
+            proc.wait(STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()

@@ -9,8 +9,9 @@ waits on a slow client while it holds a reservation.
 
 The gateway's own routes (`routes`: a method and an exact path) are then called straight from
 here, as Starlette would call them but without matching every route of the app in turn or
-FastAPI's parameter machinery (they take the plain request): 0.3 ms of every gateway request's
-first byte. Any other path or method goes on to the app (its 404 or 405).
+FastAPI's parameter machinery (they take the plain request): arrival to endpoint fell from
+0.58-0.77 ms to about 0.5 ms when measured. Any other path or method goes on to the app (its
+404 or 405).
 """
 
 from __future__ import annotations
