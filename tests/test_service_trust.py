@@ -19,7 +19,12 @@ import httpx
 import pytest
 
 from ledger.client import LedgerClient
-from ledger.service.connections import CONNECTION_LIMITS, LOG_BURST, BoundedLog
+from ledger.service.connections import (
+    CONNECTION_LIMITS,
+    LOG_BURST,
+    UNAUTHENTICATED_DEADLINE_S,
+    BoundedLog,
+)
 from ledger.service.sessions import PageSessions
 from tests.conftest import TEST_CATALOG
 from tests.serving import Served, running
@@ -285,3 +290,25 @@ def test_r_srv_9_the_http_log_is_bounded_and_counts_what_it_left_out() -> None:
     later = log.makeRecord("x", logging.WARNING, "f", 1, "bad request", (), None)
     assert bound.filter(later)
     assert later.getMessage() == "bad request (7 similar lines left out before)"
+
+
+def test_r_srv_9_a_forwarded_for_header_never_moves_the_client_address(served: Served) -> None:
+    """Before: uvicorn's proxy-header middleware (on by default, trusting 127.0.0.1) took the
+    client address from `X-Forwarded-For`, so the gate told the pools of a client they did not
+    know: the connection stayed a stranger and was cut at the strangers' deadline although it
+    had shown the token, mid-session. The service sits behind no proxy: the peer's own address
+    is the client."""
+    assert served.url is not None
+    headers = {"authorization": f"Bearer {TOKEN}", "x-forwarded-for": "203.0.113.9"}
+    with httpx.Client(base_url=served.url, headers=headers, timeout=30) as client:
+        first = client.get("/v1/status")
+        assert first.status_code == 200
+        stream = first.extensions["network_stream"]
+        until = time.monotonic() + UNAUTHENTICATED_DEADLINE_S + 1.0  # past the deadline
+        while time.monotonic() < until:  # busy: never idle as long as the keep-alive timeout
+            time.sleep(0.5)
+            answer = client.get("/v1/status")
+            assert answer.status_code == 200
+            # the same keep-alive connection answered every time: it left the strangers'
+            # pool when it showed the token
+            assert answer.extensions["network_stream"] is stream

@@ -61,6 +61,9 @@ LIMITS: dict[str, Any] = {
     "limit_concurrency": None,  # the connection pools limit instead (CONNECTION_LIMITS)
     "backlog": 2048,
     "h11_max_incomplete_event_size": MAX_HEAD_BYTES,  # request line + headers
+    # behind no proxy: the peer's own address is the client (uvicorn would take it from
+    # X-Forwarded-For when the peer is 127.0.0.1, and the pools know connections by it)
+    "proxy_headers": False,
 }
 HTTP_LOG = logging.getLogger("ledger.service.http")
 HTTP_LOG.addFilter(BoundedLog())
