@@ -1,7 +1,8 @@
 """A bare relay on the gateway's own stack, for the `gateway` figure's floor: uvicorn, Starlette
-and one pooled httpx AsyncClient forwarding a POST's body upstream and its streamed answer back
-as it arrives. No ledger, no parsing, no reservation: what any Python gateway on this stack pays
-for its second HTTP hop before it does anything of its own.
+and one pooled httpx transport (sent through directly, as the gateway does) forwarding a POST's
+body upstream and its streamed answer back as it arrives. No ledger, no parsing, no
+reservation: what any Python gateway on this stack pays for its second HTTP hop before it does
+anything of its own.
 
 Run as `python -m bench.relay_floor UPSTREAM_URL`; it prints the port it listens on (127.0.0.1)
 and serves until it is terminated.
@@ -26,14 +27,14 @@ def _app(upstream: str) -> Any:
     from starlette.responses import StreamingResponse
     from starlette.routing import Route
 
-    client = httpx.AsyncClient(timeout=60, trust_env=False)
+    transport = httpx.AsyncHTTPTransport(trust_env=False)
 
     async def relay(request: Request) -> StreamingResponse:
-        sent = client.build_request(
+        sent = httpx.Request(
             "POST", upstream, content=await request.body(),
             headers={"content-type": "application/json"},
         )  # fmt: skip
-        answer = await client.send(sent, stream=True)
+        answer = await transport.handle_async_request(sent)
 
         async def body() -> AsyncIterator[bytes]:
             try:

@@ -73,8 +73,8 @@ def _serve(ledger: Ledger, request: routing.Request) -> tuple[loop.Answered, lis
     async def run() -> loop.Answered:
         group = GroupCommit(ledger.write_steps)
         try:
-            async with httpx.AsyncClient() as client:
-                ctx = loop.Context(ledger, group, client)
+            async with httpx.AsyncHTTPTransport() as upstream:
+                ctx = loop.Context(ledger, group, upstream)
                 return await loop.run(ctx, request, {"model": request.model}, exchange)
         finally:
             group.close()

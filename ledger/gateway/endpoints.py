@@ -13,7 +13,6 @@ import json
 import secrets
 from typing import Any
 
-import httpx
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
@@ -27,7 +26,7 @@ from ledger.gateway.metrics import GatewayMetrics
 from ledger.gateway.sse import Malformed
 from ledger.gateway.stream import serve_stream, unless_disconnected
 from ledger.gateway.translate import reply_for, translatable
-from ledger.gateway.upstream import MALFORMED, Reply, call
+from ledger.gateway.upstream import MALFORMED, Reply, call, transport
 from ledger.gateway.wire import Format, answer_model, caller_problem, error_document
 
 router = APIRouter(include_in_schema=False)
@@ -53,19 +52,14 @@ def error_answer(fmt: Format, error: GatewayError) -> JSONResponse:
 
 
 def context_of(request: Request, template: str) -> loop.Context:
-    """The service's ledger, group committer, upstream client and gateway metrics (the last two
-    made on first use, on the event loop, so never twice)."""
+    """The service's ledger, group committer, upstream connections and gateway metrics (the last
+    two made on first use, on the event loop, so never twice)."""
     state = request.app.state
-    client = getattr(state, "gateway_client", None)
-    if client is None:
-        client = httpx.AsyncClient(
-            timeout=httpx.Timeout(None),
-            follow_redirects=False,
-            trust_env=False,
-            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100),
-        )
-        state.gateway_client = client
-    return loop.Context(state.ledger, state.group, client, metrics_of(request), template)
+    upstream = getattr(state, "gateway_upstream", None)
+    if upstream is None:
+        upstream = transport()
+        state.gateway_upstream = upstream
+    return loop.Context(state.ledger, state.group, upstream, metrics_of(request), template)
 
 
 def metrics_of(request: Request) -> GatewayMetrics | None:
@@ -147,7 +141,7 @@ async def _answer(request: Request, fmt: Format, ctx: loop.Context) -> Response:
 async def call_exchange(ctx: loop.Context, attempt: loop.Attempt) -> Any:
     """The non-streaming exchange of one attempt, bounded by its reservation deadline."""
     remaining = (attempt.reservation.deadline_ms - ctx.ledger.clock_fn()) / 1000
-    reply = await call(ctx.client, attempt.prepared, remaining, ctx.ledger.clock_fn)
+    reply = await call(ctx.upstream, attempt.prepared, remaining, ctx.ledger.clock_fn)
     prepared = attempt.prepared
     if reply.document is not None and prepared.fmt is not prepared.caller:
         try:

@@ -48,9 +48,9 @@ def one_request(ledger: Ledger, model: str, source: str, text: str) -> Shown:
             async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
                 return await c.post("/openai/v1/chat/completions", json=body, headers=headers)
         finally:
-            client: Any = getattr(app.state, "gateway_client", None)
-            if client is not None:
-                await client.aclose()
+            upstream: Any = getattr(app.state, "gateway_upstream", None)
+            if upstream is not None:
+                await upstream.aclose()
 
     try:
         answer = asyncio.run(go())

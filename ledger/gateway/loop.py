@@ -39,7 +39,7 @@ class Context:
 
     ledger: Ledger
     group: GroupCommit
-    client: httpx.AsyncClient
+    upstream: httpx.AsyncBaseTransport  # the pooled upstream connections (upstream.transport)
     metrics: GatewayMetrics | None = None
     template: str = ""  # the route template, the metrics' `route` label
 
