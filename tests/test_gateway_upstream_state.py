@@ -1,15 +1,22 @@
-"""The gateway's upstream requests carry nothing of another caller's (R-GW-2): a provider's
-`Set-Cookie` on one answer is never sent with the next request, whoever makes it, and every
-request names the gateway as its user agent. Against a real `ledger serve` and the stand-in."""
+"""What the gateway sends upstream (R-GW-2): nothing of another caller's (a provider's
+`Set-Cookie` on one answer is never sent with the next request, whoever makes it), the gateway
+named as user agent, and never a credential HTTP cannot carry (the attempt fails, the value is
+quoted nowhere). Against a real `ledger serve` and the stand-in."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+import httpx
+import pytest
+
+from ledger.api import Ledger
 from ledger.gateway.upstream import USER_AGENT
 from ledger.standin import Scripted, StandIn
-from tests.gateway_setup import gateway
+from tests.gateway_setup import gateway, gateway_catalog
+from tests.serving import running
 
 HELLO: Any = [{"role": "user", "content": "hello"}]
 
@@ -32,3 +39,39 @@ def test_r_gw_2_an_upstream_cookie_never_reaches_the_next_callers_request(home: 
         assert not any(name.lower() == "cookie" for name in headers), headers
         agent = [v for k, v in headers.items() if k.lower() == "user-agent"]
         assert agent == [USER_AGENT]
+
+
+UNSENDABLE_KEY = "clé-ключ-upstream-secret"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_r_gw_2_a_credential_http_cannot_carry_fails_the_attempt_and_is_quoted_nowhere(
+    home: Path, stream: bool
+) -> None:
+    """Before: httpx refused to encode the header and the gateway answered a bare 500, logging
+    a traceback whose last line named one of the credential's characters and its position.
+    Now the attempt fails as the worker fails the same fault (nothing sent, the reservation
+    settled failed) and the caller gets the format's own 502."""
+    body = {"model": "bolt/b1", "max_tokens": 20, "messages": HELLO, "stream": stream}
+    with StandIn(default=Scripted(text="hi")) as standin:
+        (home / "catalog.json").write_text(json.dumps(gateway_catalog(standin)))
+        env = {"BOLT_KEY": UNSENDABLE_KEY}
+        with running(home, "--listen", "127.0.0.1:0", env=env) as served:
+            assert served.url is not None
+            answer = httpx.post(served.url + "/anthropic/v1/messages", json=body, timeout=30,
+                                headers={"x-api-key": str(served.token)})  # fmt: skip
+            asked = len(standin.requests)
+        log = "".join(served.log)
+    assert answer.status_code == 502
+    document = answer.json()
+    assert document["type"] == "error"
+    assert document["error"]["code"] == "upstream_error"
+    assert asked == 0  # nothing was sent
+    for shown in (answer.text, log):
+        assert "Traceback" not in shown
+        assert "position" not in shown
+        assert not any(ch in shown for ch in "éключ"), shown[-400:]
+    with Ledger.open(home).db.engine.connect() as conn:
+        rows = conn.exec_driver_sql("SELECT status, kind FROM reservations").all()
+    assert rows
+    assert all(tuple(r) == ("failed", "unknown") for r in rows), rows

@@ -30,7 +30,14 @@ from ledger.classify import Classification, classify_exception
 from ledger.gateway import loop, routing
 from ledger.gateway.sse import Event, Malformed, Tracker, encode, events
 from ledger.gateway.translate import stream_translator
-from ledger.gateway.upstream import MALFORMED, Reply, build_request, error_classification, send
+from ledger.gateway.upstream import (
+    MALFORMED,
+    UNSENDABLE,
+    Reply,
+    build_request,
+    error_classification,
+    send,
+)
 from ledger.gateway.wire import stream_error_event
 from ledger.kinds import FailureKind
 from ledger.providers.bounded import TRANSPORT_ERRORS
@@ -134,7 +141,10 @@ async def stream_exchange(ctx: loop.Context, attempt: loop.Attempt) -> Reply | O
     response: httpx.Response | None = None
     try:
         with anyio.fail_after(budget):
-            response = await send(ctx.upstream, build_request(attempt.prepared))
+            request = build_request(attempt.prepared)
+            if request is None:
+                return Reply(None, None, UNSENDABLE)
+            response = await send(ctx.upstream, request)
             if response.status_code >= 300:
                 failure = await error_classification(response, ctx.ledger.clock_fn())
                 await response.aclose()

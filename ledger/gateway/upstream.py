@@ -28,6 +28,7 @@ from ledger.providers.base import CallRequest, HttpAdapter, ProviderResponse
 from ledger.providers.bounded import (
     ERROR_BODY_BUDGET_S,
     ERROR_BODY_LIMIT,
+    HEADER_ENCODING_MESSAGE,
     SUCCESS_BODY_LIMIT,
     TRANSPORT_ERRORS,
     JsonReply,
@@ -39,6 +40,10 @@ from ledger.routing.targets import Effort
 
 USER_AGENT = "ledger-gateway"
 """Sent upstream with every gateway request (some providers' edges refuse a request without one)."""
+
+UNSENDABLE = classify_exception(UnicodeError(HEADER_ENCODING_MESSAGE))
+"""A request whose credential or header option HTTP cannot carry: the worker's classification of
+the same fault (ledger.providers.bounded), so both fail it alike."""
 
 MALFORMED = Classification(FailureKind.TRANSPORT, "malformed_reply")
 """A 2xx body or stream event without the wire shape: a cut, as R-GW-5 says for streams."""
@@ -139,10 +144,16 @@ def transport() -> httpx.AsyncHTTPTransport:
     )
 
 
-def build_request(prepared: Prepared) -> httpx.Request:
-    """The httpx request for a prepared exchange."""
+def build_request(prepared: Prepared) -> httpx.Request | None:
+    """The httpx request for a prepared exchange; None when a credential or header option cannot
+    be sent over HTTP (not ASCII): nothing is sent, the attempt fails as UNSENDABLE, and the value
+    is quoted nowhere (httpx's error would name one of its characters)."""
     headers = {"user-agent": USER_AGENT, **prepared.headers}
-    return httpx.Request("POST", prepared.url, headers=headers, content=json.dumps(prepared.body))
+    try:
+        return httpx.Request("POST", prepared.url, headers=headers,
+                             content=json.dumps(prepared.body))  # fmt: skip
+    except UnicodeError:
+        return None
 
 
 async def send(upstream: httpx.AsyncBaseTransport, request: httpx.Request) -> httpx.Response:
@@ -160,7 +171,10 @@ async def call(
     started = time.monotonic()
     try:
         with anyio.fail_after(max(0.001, remaining_s)):
-            response = await send(upstream, build_request(prepared))
+            request = build_request(prepared)
+            if request is None:
+                return Reply(None, None, UNSENDABLE, _ms(started))
+            response = await send(upstream, request)
             try:
                 if response.status_code >= 300:
                     failure = await error_classification(response, clock())
