@@ -27,7 +27,14 @@ from ledger.gateway.sse import Malformed
 from ledger.gateway.stream import serve_stream, unless_disconnected
 from ledger.gateway.translate import reply_for, translatable
 from ledger.gateway.upstream import MALFORMED, Reply, call, transport
-from ledger.gateway.wire import Format, answer_model, caller_problem, error_document
+from ledger.gateway.wire import (
+    Format,
+    answer_model,
+    caller_problem,
+    choices_fit,
+    choices_of,
+    error_document,
+)
 
 router = APIRouter(include_in_schema=False)
 
@@ -38,6 +45,7 @@ BAD_SOURCE = "X-Ledger-Source must be a source id (1-200 printable characters)"
 MAX_KEY = 190  # later attempts carry it with `#N` (R-RES-10a request ids hold 200)
 BAD_KEY = "Idempotency-Key must be 1-190 printable characters"
 BAD_PACE = "X-Ledger-Pace must be `interactive` or `background`"
+TOO_MANY = "`n` asks for more choices than the model's reply allowance has tokens"
 
 
 def error_answer(fmt: Format, error: GatewayError) -> JSONResponse:
@@ -151,6 +159,18 @@ async def call_exchange(ctx: loop.Context, attempt: loop.Attempt) -> Any:
     return reply
 
 
+def _choices_fit(ledger: Ledger, model: str, body: dict[str, Any]) -> bool:
+    """Whether each of the choices (`n`) gets a part of the named model's reply allowance (a
+    pool's pick, and a backup, are checked when prepared)."""
+    if choices_of(body) == 1:
+        return True
+    target = ledger.target(model)
+    if target.is_pool:
+        return True
+    allowance = ledger.model(target.key).reply_reservation(ledger.policy.reply_tokens)
+    return choices_fit(body, allowance)
+
+
 def _parse(
     request: Request, ledger: Ledger, fmt: Format, raw: bytes
 ) -> tuple[dict[str, Any], routing.Request, bool]:
@@ -162,6 +182,8 @@ def _parse(
     if problem is not None:
         raise GatewayError(400, "invalid_request", problem)
     model = routing.resolve_model(ledger, body["model"])
+    if not _choices_fit(ledger, model, body):  # nothing reserved for what cannot be sent
+        raise GatewayError(400, "invalid_request", TOO_MANY)
     headers = request.headers
     source = headers.get(SOURCE_HEADER)
     try:

@@ -32,7 +32,6 @@ from ledger.gateway.sse import Event, Malformed, Tracker, encode, events
 from ledger.gateway.translate import stream_translator
 from ledger.gateway.upstream import (
     MALFORMED,
-    UNSENDABLE,
     Reply,
     build_request,
     error_classification,
@@ -142,8 +141,8 @@ async def stream_exchange(ctx: loop.Context, attempt: loop.Attempt) -> Reply | O
     try:
         with anyio.fail_after(budget):
             request = build_request(attempt.prepared)
-            if request is None:
-                return Reply(None, None, UNSENDABLE)
+            if isinstance(request, Classification):
+                return Reply(None, None, request)
             response = await send(ctx.upstream, request)
             if response.status_code >= 300:
                 failure = await error_classification(response, ctx.ledger.clock_fn())

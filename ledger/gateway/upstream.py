@@ -21,7 +21,14 @@ from ledger.api import Ledger
 from ledger.catalog import Model
 from ledger.classify import Classification, classify_exception, classify_http
 from ledger.gateway.translate import request_for
-from ledger.gateway.wire import Format, Limits, is_invalid, parse_reply, upstream_body
+from ledger.gateway.wire import (
+    Format,
+    Limits,
+    choices_fit,
+    is_invalid,
+    parse_reply,
+    upstream_body,
+)
 from ledger.kinds import FailureKind
 from ledger.providers.anthropic_messages import DEFAULT_VERSION
 from ledger.providers.base import CallRequest, HttpAdapter, ProviderResponse
@@ -45,6 +52,11 @@ UNSENDABLE = classify_exception(UnicodeError(HEADER_ENCODING_MESSAGE))
 """A request whose credential or header option HTTP cannot carry: the worker's classification of
 the same fault (ledger.providers.bounded), so both fail it alike."""
 
+TOO_MANY_CHOICES = Classification(FailureKind.REQUEST_REJECTED, "choices_exceed_allowance")
+"""A request for more choices than the route's reply allowance has tokens: not sent, since its
+reply could outgrow the reservation's estimate (another route, with a larger allowance, may
+serve it, as the table permits)."""
+
 MALFORMED = Classification(FailureKind.TRANSPORT, "malformed_reply")
 """A 2xx body or stream event without the wire shape: a cut, as R-GW-5 says for streams."""
 
@@ -58,6 +70,7 @@ class Prepared:
     body: dict[str, Any] = field(repr=False)
     fmt: Format  # the route's wire format
     caller: Format  # the caller's (the answer is translated when they differ, R-GW-3)
+    fits: bool = True  # every choice (`n`) gets a part of the route's reply allowance
 
 
 def prepare(
@@ -100,7 +113,7 @@ def prepare(
             out.update(anthropic_fields(level, int(out["max_tokens"])))
         else:
             out.update(openai_fields(level))
-    return Prepared(url, headers, out, fmt, caller)
+    return Prepared(url, headers, out, fmt, caller, choices_fit(body, allowance))
 
 
 @dataclass
@@ -144,16 +157,19 @@ def transport() -> httpx.AsyncHTTPTransport:
     )
 
 
-def build_request(prepared: Prepared) -> httpx.Request | None:
-    """The httpx request for a prepared exchange; None when a credential or header option cannot
-    be sent over HTTP (not ASCII): nothing is sent, the attempt fails as UNSENDABLE, and the value
-    is quoted nowhere (httpx's error would name one of its characters)."""
+def build_request(prepared: Prepared) -> httpx.Request | Classification:
+    """The httpx request for a prepared exchange, or why the attempt fails without sending it:
+    more choices (`n`) than the route's reply allowance has tokens (TOO_MANY_CHOICES), or a
+    credential or header option HTTP cannot carry (UNSENDABLE; the value is quoted nowhere,
+    where httpx's error would name one of its characters)."""
+    if not prepared.fits:
+        return TOO_MANY_CHOICES
     headers = {"user-agent": USER_AGENT, **prepared.headers}
     try:
         return httpx.Request("POST", prepared.url, headers=headers,
                              content=json.dumps(prepared.body))  # fmt: skip
     except UnicodeError:
-        return None
+        return UNSENDABLE
 
 
 async def send(upstream: httpx.AsyncBaseTransport, request: httpx.Request) -> httpx.Response:
@@ -172,8 +188,8 @@ async def call(
     try:
         with anyio.fail_after(max(0.001, remaining_s)):
             request = build_request(prepared)
-            if request is None:
-                return Reply(None, None, UNSENDABLE, _ms(started))
+            if isinstance(request, Classification):
+                return Reply(None, None, request, _ms(started))
             response = await send(upstream, request)
             try:
                 if response.status_code >= 300:

@@ -93,7 +93,10 @@ def upstream_body(fmt: Format, body: Mapping[str, Any], limits: Limits) -> dict[
     for name in ("max_completion_tokens", "max_tokens"):
         if name in out:
             asked = _smaller(asked, out.pop(name))
-    out[limits.max_tokens_field] = _clamp(asked, limits.max_tokens)
+    # `n` choices share the one reply allowance the reservation's estimate covers: the field
+    # caps each choice, so each gets an equal part (`choices_fit` says whether there is one)
+    share = max(1, limits.max_tokens // choices_of(body))
+    out[limits.max_tokens_field] = _clamp(asked, share)
     if body.get("stream") is True:
         options = body.get("stream_options")
         options = dict(options) if isinstance(options, dict) else {}
@@ -133,6 +136,23 @@ def answer_model(document: dict[str, Any], model_key: str) -> dict[str, Any]:
     return document
 
 
+MAX_CHOICES = 128
+"""The most choices (`n`) an OpenAI request may ask for (OpenAI's own bound). Each choice is capped
+at the reply allowance divided by `n`, so all of them together stay inside the estimate the
+reservation made; a route whose allowance is smaller than `n` cannot serve the request."""
+
+
+def choices_of(body: Mapping[str, Any]) -> int:
+    """How many choices an (already checked) body asks for: OpenAI's `n`, else 1."""
+    n = body.get("n")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
+
+
+def choices_fit(body: Mapping[str, Any], allowance: int) -> bool:
+    """Whether every choice gets at least one token of the reply allowance."""
+    return allowance // choices_of(body) >= 1
+
+
 def caller_problem(fmt: Format, body: object) -> str | None:
     """Fixed text naming what is wrong with a caller's body, or None (types only; no value)."""
     if not isinstance(body, dict):
@@ -157,4 +177,9 @@ def caller_problem(fmt: Format, body: object) -> str | None:
             return f"`{name}` must be a positive integer"
     if fmt is Format.ANTHROPIC and "max_tokens" not in body:
         return "`max_tokens` is required"
+    choices = body.get("n")
+    if fmt is Format.OPENAI and choices is not None and not (
+        isinstance(choices, int) and not isinstance(choices, bool) and 1 <= choices <= MAX_CHOICES
+    ):
+        return f"`n` must be an integer from 1 to {MAX_CHOICES}"
     return None
