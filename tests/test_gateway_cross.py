@@ -114,7 +114,8 @@ def test_r_gw_3_streams_across_formats_both_ways(home: Path) -> None:
     script = {"b1": [Scripted(text=text)], "a1": [Scripted(text=text, output_tokens=11)]}
     with StandIn(script) as standin, gateway(home, standin) as gw:
         stream = gw.openai().chat.completions.create(
-            model="bolt/b1", messages=[{"role": "user", "content": "x"}], stream=True
+            model="bolt/b1", messages=[{"role": "user", "content": "x"}], stream=True,
+            stream_options={"include_usage": True},  # the usage chunk, asked for
         )
         chunks = list(stream)
         assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text

@@ -37,7 +37,7 @@ from ledger.gateway.upstream import (
     error_classification,
     send,
 )
-from ledger.gateway.wire import stream_error_event
+from ledger.gateway.wire import Format, stream_error_event, usage_only
 from ledger.kinds import FailureKind
 from ledger.providers.bounded import TRANSPORT_ERRORS
 from ledger.records import Cancelled, Failed, Success
@@ -186,10 +186,13 @@ async def relay(
 ) -> AsyncIterator[bytes]:
     """The caller's stream: held events, then the rest; settles the reservation exactly once."""
     fmt = attempt.prepared.caller
-    translator = stream_translator(fmt, attempt.prepared.fmt, attempt.route)
+    shown = attempt.prepared.usage_shown
+    translator = stream_translator(fmt, attempt.prepared.fmt, attempt.route, shown)
 
     def out(event: Event) -> Iterable[bytes]:
         if translator is None:
+            if not shown and fmt is Format.OPENAI and usage_only(event.data):
+                return ()  # read for the settle; not asked for by the caller
             return (encode(fmt, event, attempt.route),)
         return translator.feed(event)
 

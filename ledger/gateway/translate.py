@@ -483,6 +483,7 @@ class OpenAIFromAnthropic:
     tools: dict[int, int] = field(default_factory=dict)  # Anthropic block index -> tool index
     input_tokens: int = 0
     done: bool = False
+    usage: bool = True  # the caller asked for the usage chunk (`stream_options.include_usage`)
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
         return _sse(
@@ -535,6 +536,8 @@ class OpenAIFromAnthropic:
                 "total_tokens": self.input_tokens + output,
             }
             finish = self._chunk({}, TO_OPENAI_FINISH.get(stop, "stop"))
+            if not self.usage:
+                return [finish]
             return [
                 finish,
                 _sse(
@@ -682,11 +685,12 @@ class AnthropicFromOpenAI:
 
 
 def stream_translator(
-    caller: Format, route: Format, model: str
+    caller: Format, route: Format, model: str, usage: bool = True
 ) -> OpenAIFromAnthropic | AnthropicFromOpenAI | None:
-    """The stream translator for a route of the other format (None for the same one)."""
+    """The stream translator for a route of the other format (None for the same one); `usage`:
+    an OpenAI caller asked for the usage chunk."""
     if caller is route:
         return None
     if caller is Format.OPENAI:
-        return OpenAIFromAnthropic(model)
+        return OpenAIFromAnthropic(model, usage=usage)
     return AnthropicFromOpenAI(model)

@@ -28,6 +28,7 @@ from ledger.gateway.wire import (
     is_invalid,
     parse_reply,
     upstream_body,
+    wants_usage,
 )
 from ledger.kinds import FailureKind
 from ledger.providers.anthropic_messages import DEFAULT_VERSION
@@ -71,6 +72,7 @@ class Prepared:
     fmt: Format  # the route's wire format
     caller: Format  # the caller's (the answer is translated when they differ, R-GW-3)
     fits: bool = True  # every choice (`n`) gets a part of the route's reply allowance
+    usage_shown: bool = True  # a streaming caller asked to see usage (wire.wants_usage)
 
 
 def prepare(
@@ -85,6 +87,7 @@ def prepare(
     route's wire format (translated over the common subset when it is the other one)."""
     provider = ledger.catalog.provider_for_call(model.provider)
     fmt = Format(provider.api)
+    usage_shown = wants_usage(caller, body)
     body = request_for(caller, fmt, body)
     adapter = adapter_for(provider, ledger.env)
     assert isinstance(adapter, HttpAdapter)
@@ -113,7 +116,7 @@ def prepare(
             out.update(anthropic_fields(level, int(out["max_tokens"])))
         else:
             out.update(openai_fields(level))
-    return Prepared(url, headers, out, fmt, caller, choices_fit(body, allowance))
+    return Prepared(url, headers, out, fmt, caller, choices_fit(body, allowance), usage_shown)
 
 
 @dataclass

@@ -136,6 +136,26 @@ def answer_model(document: dict[str, Any], model_key: str) -> dict[str, Any]:
     return document
 
 
+def wants_usage(fmt: Format, body: Mapping[str, Any]) -> bool:
+    """Whether a streaming caller asked to see usage: OpenAI's only with
+    `stream_options.include_usage` (the gateway always asks upstream, to settle the stream, and
+    shows the usage-only chunk, whose `choices` is empty, only to a caller who asked); Anthropic's
+    streams always carry it."""
+    if fmt is Format.ANTHROPIC:
+        return True
+    options = body.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
+
+
+def usage_only(event_data: object) -> bool:
+    """An OpenAI chunk carrying usage and no choice (the one `include_usage` adds)."""
+    return (
+        isinstance(event_data, dict)
+        and event_data.get("choices") == []
+        and event_data.get("usage") is not None
+    )
+
+
 MAX_CHOICES = 128
 """The most choices (`n`) an OpenAI request may ask for (OpenAI's own bound). Each choice is capped
 at the reply allowance divided by `n`, so all of them together stay inside the estimate the
