@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
+import time
 from pathlib import Path
 
 import anthropic
@@ -251,3 +253,39 @@ def test_r_gw_bad_input_a_slow_client_is_408_in_the_formats_shape(home: Path, pa
             assert document["type"] == "error"
         assert document["error"]["code"] == "request_timeout"
         assert standin.requests == []
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_r_gw_2_a_key_in_flight_never_makes_a_second_upstream_call(
+    home: Path, stream: bool
+) -> None:
+    """Before: a second request with the key of one still being answered found the same open
+    reservation and called upstream again on it: two provider calls on one slot (one of them
+    never counted), and its caller got a 400 `already settled` after the call was made."""
+    body = {"model": "acme/a1", "messages": [{"role": "user", "content": "x"}], "stream": stream}
+    with StandIn(default=Scripted(text="slow", delay_s=1.0)) as standin, \
+            gateway(home, standin) as gw:  # fmt: skip
+        answers: list[httpx.Response] = []
+        headers = {"authorization": f"Bearer {gw.token}", "Idempotency-Key": "job-7"}
+
+        def one() -> None:
+            answers.append(httpx.post(gw.url + "/openai/v1/chat/completions", json=body,
+                                      headers=headers, timeout=30))  # fmt: skip
+
+        first = threading.Thread(target=one)
+        first.start()
+        deadline = time.monotonic() + 10
+        while not standin.requests and time.monotonic() < deadline:
+            time.sleep(0.01)  # the first request's upstream call is under way
+        one()
+        first.join()
+        asked = len(standin.requests)
+    assert asked == 1
+    second, answered = answers[0], answers[1]
+    assert answered.status_code == 200
+    assert second.status_code == 409
+    assert second.json()["error"]["code"] == "idempotency_key_in_flight"
+    assert int(second.headers["retry-after"]) >= 1
+    with Ledger.open(home).db.engine.connect() as conn:
+        rows = conn.exec_driver_sql("SELECT status, request_id FROM reservations").all()
+    assert [tuple(r) for r in rows] == [("succeeded", "job-7")]

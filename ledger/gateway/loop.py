@@ -30,6 +30,7 @@ from ledger.records import Cancelled, Failed, Reservation, SettleResult, Success
 from ledger.service.group_commit import GroupCommit
 
 REUSED = "this Idempotency-Key belongs to a request that was already answered"
+IN_FLIGHT = "a request with this Idempotency-Key is still being answered"
 LATE = "the upstream answer came after the reservation's deadline and is not used (R-RES-11)"
 
 
@@ -132,7 +133,11 @@ async def run(
             named = None  # the named model refused: the selection says which route, if any
             route = await routing.after_refusal(ledger, request, route, refusal)
             reservation = await routing.reserve(ledger, ctx.group, request, route, number, plan)
-        if reservation.replayed and reservation.status is not AttemptStatus.OPEN:
+        if reservation.replayed:  # never a second upstream call on one slot
+            if reservation.status is AttemptStatus.OPEN:  # another request holds it, or a
+                # service killed mid-call left it open: it frees (expires) at its deadline
+                wait = routing.retry_after_s(reservation.deadline_ms, ledger.clock_fn())
+                raise GatewayError(409, "idempotency_key_in_flight", IN_FLIGHT, wait)
             raise GatewayError(409, "idempotency_key_reused", REUSED)
         if reservation.pool is not None:  # R-RT-5: the pool's concrete pick is what is called
             route = reservation.model
