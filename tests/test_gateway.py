@@ -194,7 +194,10 @@ def test_r_gw_2_idempotency_key_is_the_request_id(home: Path) -> None:
 @pytest.mark.parametrize(
     "body",
     [b"{not json", b'{"model": 5, "messages": []}', b'{"model": "acme/a1", "messages": "x"}',
-     b'{"model": "acme/a1", "messages": [{"role": "user", "content": "x"}], "stream": "yes"}'],
+     b'{"model": "acme/a1", "messages": [{"role": "user", "content": "x"}], "stream": "yes"}',
+     # not JSON (RFC 8259), though Python's parser takes it: it went upstream as invalid JSON
+     b'{"model": "acme/a1", "messages": [{"role": "user", "content": "x"}], "top_p": NaN}',
+     b'{"model": "acme/a1", "messages": [{"role": "user", "content": "x"}], "seed": -Infinity}'],
 )  # fmt: skip
 @pytest.mark.parametrize("path", ["/openai/v1/chat/completions", "/anthropic/v1/messages"])
 def test_r_gw_bad_input_is_4xx_in_the_formats_shape(home: Path, body: bytes, path: str) -> None:
@@ -217,6 +220,35 @@ def test_r_gw_bad_input_is_4xx_in_the_formats_shape(home: Path, body: bytes, pat
         )
         assert big.status_code == 413
         assert standin.requests == []
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [("GET", "/openai/v1/chat/completions", 405), ("POST", "/openai/v1/models", 405),
+     ("GET", "/anthropic/v1/messages", 405), ("POST", "/openai/v1/embeddings", 404),
+     ("POST", "/openai/v1/chat/completions/", 404), ("GET", "/anthropic/v1/models", 404),
+     ("POST", "/anthropic/v1/messages/count_tokens", 404)],
+)  # fmt: skip
+def test_r_gw_6_unknown_paths_and_methods_answer_in_the_formats_shape(
+    home: Path, method: str, path: str, status: int
+) -> None:
+    """Before: the /v1 API's own 404/405 shape (and a 307 for a trailing slash), which neither
+    SDK reads as its error."""
+    with StandIn() as standin, gateway(home, standin) as gw:
+        answer = httpx.request(method, gw.url + path, json={"model": "acme/a1"},
+                               headers={"authorization": f"Bearer {gw.token}"})  # fmt: skip
+        assert standin.requests == []
+    assert answer.status_code == status
+    doc = answer.json()
+    if path.startswith("/anthropic"):
+        assert doc["type"] == "error"
+        assert doc["error"]["type"] == ("not_found_error" if status == 404 else
+                                        "invalid_request_error")  # fmt: skip
+    else:
+        assert doc["error"]["type"] in ("not_found_error", "invalid_request_error")
+        assert "param" in doc["error"]
+    if status == 405:
+        assert answer.headers["allow"] in ("GET", "POST")
 
 
 def test_r_gw_7_no_body_in_the_ledger_or_log(home: Path) -> None:

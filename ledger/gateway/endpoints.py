@@ -159,6 +159,10 @@ async def call_exchange(ctx: loop.Context, attempt: loop.Attempt) -> Any:
     return reply
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError("not JSON")  # the name is never shown: the answer says BAD_JSON
+
+
 def _choices_fit(ledger: Ledger, model: str, body: dict[str, Any]) -> bool:
     """Whether each of the choices (`n`) gets a part of the named model's reply allowance (a
     pool's pick, and a backup, are checked when prepared)."""
@@ -174,8 +178,8 @@ def _choices_fit(ledger: Ledger, model: str, body: dict[str, Any]) -> bool:
 def _parse(
     request: Request, ledger: Ledger, fmt: Format, raw: bytes
 ) -> tuple[dict[str, Any], routing.Request, bool]:
-    try:
-        body = json.loads(raw)
+    try:  # JSON as RFC 8259 has it: NaN and Infinity would go upstream as invalid JSON
+        body = json.loads(raw, parse_constant=_no_constant)
     except (ValueError, RecursionError):
         raise GatewayError(400, "invalid_json", BAD_JSON) from None
     problem = caller_problem(fmt, body)
