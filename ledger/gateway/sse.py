@@ -16,6 +16,10 @@ from ledger.gateway.wire import Format
 from ledger.providers.base import token_count
 
 DONE = "[DONE]"
+MAX_LINE_BYTES = 4 * 1024 * 1024
+"""The longest line an upstream stream may send (4 MiB, the bound on a request body; a `data:`
+line carries one chunk): a longer one is Malformed, so an upstream that never ends its line
+cannot grow the gateway's memory without bound."""
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,39 @@ class Event:
 
 class Malformed(Exception):
     """An event whose data is not what the format says (a `transport` stream cut, R-GW-5)."""
+
+
+async def lines_of(
+    chunks: AsyncIterator[bytes], limit: int = MAX_LINE_BYTES
+) -> AsyncIterator[str]:
+    """The lines of an SSE body, as the SSE format ends them (CRLF, LF or a lone CR), each
+    decoded as UTF-8 once whole (a character split across reads stays whole); a line longer
+    than `limit` bytes raises Malformed."""
+    pending = b""
+    async for chunk in chunks:
+        pending += chunk
+        start = 0
+        while True:
+            lf = pending.find(b"\n", start)
+            cr = pending.find(b"\r", start, lf if lf >= 0 else len(pending))
+            end = cr if cr >= 0 else lf
+            if end < 0:
+                break
+            if end == cr:
+                if end + 1 == len(pending):
+                    break  # a CR that ends this read: its LF may be in the next
+                step = 2 if pending[end + 1] == 0x0A else 1
+            else:
+                step = 1
+            if end - start > limit:  # a whole line can come in one read too
+                raise Malformed
+            yield pending[start:end].decode("utf-8", "replace")
+            start = end + step
+        pending = pending[start:]
+        if len(pending) > limit:
+            raise Malformed
+    if pending:
+        yield pending.removesuffix(b"\r").decode("utf-8", "replace")
 
 
 async def events(lines: AsyncIterator[str]) -> AsyncIterator[Event]:

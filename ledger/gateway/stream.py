@@ -28,7 +28,7 @@ from starlette.types import Receive, Scope, Send
 
 from ledger.classify import Classification, classify_exception
 from ledger.gateway import loop, routing
-from ledger.gateway.sse import Event, Malformed, Tracker, encode, events
+from ledger.gateway.sse import Event, Malformed, Tracker, encode, events, lines_of
 from ledger.gateway.translate import stream_translator
 from ledger.gateway.upstream import (
     MALFORMED,
@@ -149,7 +149,7 @@ async def stream_exchange(ctx: loop.Context, attempt: loop.Attempt) -> Reply | O
                 await response.aclose()
                 return Reply(None, None, failure)
             tracker = Tracker(attempt.prepared.fmt)
-            rest = events(response.aiter_lines())
+            rest = events(lines_of(response.aiter_bytes()))
             held: list[Event] = []
             async for event in rest:
                 tracker.observe(event)
