@@ -16,6 +16,10 @@ from ledger.gateway.wire import Format
 from ledger.providers.base import token_count
 
 DONE = "[DONE]"
+MAX_HELD_EVENTS = 256
+"""The most events an upstream stream may send before its first content event (a well-formed
+one sends a handful: a role, `message_start`, a block start, pings): past it the stream is
+Malformed, so the events the gateway holds back (R-GW-5) cannot grow without bound."""
 MAX_LINE_BYTES = 4 * 1024 * 1024
 """The longest line an upstream stream may send (4 MiB, the bound on a request body; a `data:`
 line carries one chunk): a longer one is Malformed, so an upstream that never ends its line
@@ -150,9 +154,10 @@ class Tracker:
             if not isinstance(choice, dict):
                 raise Malformed
             delta = choice.get("delta")
-            if isinstance(delta, dict) and any(
-                delta.get(k) for k in ("content", "tool_calls", "refusal", "function_call")
-            ):
+            # content is any output in the delta: text, tool calls, a refusal, and what
+            # OpenAI-compatible reasoning models stream first (`reasoning_content`,
+            # `reasoning`), which must not wait behind firstTokenMs; a role alone is none
+            if isinstance(delta, dict) and any(v for k, v in delta.items() if k != "role"):
                 self.content = True
             if isinstance(choice.get("finish_reason"), str):
                 self.finish = choice["finish_reason"]

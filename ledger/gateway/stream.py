@@ -28,7 +28,15 @@ from starlette.types import Receive, Scope, Send
 
 from ledger.classify import Classification, classify_exception
 from ledger.gateway import loop, routing
-from ledger.gateway.sse import Event, Malformed, Tracker, encode, events, lines_of
+from ledger.gateway.sse import (
+    MAX_HELD_EVENTS,
+    Event,
+    Malformed,
+    Tracker,
+    encode,
+    events,
+    lines_of,
+)
 from ledger.gateway.translate import stream_translator
 from ledger.gateway.upstream import (
     MALFORMED,
@@ -162,6 +170,8 @@ async def stream_exchange(ctx: loop.Context, attempt: loop.Attempt) -> Reply | O
                     if ctx.metrics is not None:
                         ctx.metrics.first_token.labels(ctx.template).observe(ms / 1000)
                     return Opened(response, held, tracker, rest, started, ms)
+                if len(held) >= MAX_HELD_EVENTS:  # no content yet: a broken stream
+                    raise Malformed
             await response.aclose()
             return Reply(None, None, CUT)  # ended before any content: a cut
     except TimeoutError:
