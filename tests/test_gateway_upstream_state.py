@@ -75,3 +75,21 @@ def test_r_gw_2_a_credential_http_cannot_carry_fails_the_attempt_and_is_quoted_n
         rows = conn.exec_driver_sql("SELECT status, kind FROM reservations").all()
     assert rows
     assert all(tuple(r) == ("failed", "unknown") for r in rows), rows
+
+
+def test_r_gw_5_an_answer_without_usage_is_settled_at_its_estimate_marked(home: Path) -> None:
+    """As a stream without usage is: the estimate, marked `usage_estimated` (before: the same
+    cost, unmarked, so `status` could not tell a measured cost from an assumed one)."""
+    reply = {"id": "x", "object": "chat.completion", "created": 1, "model": "a1",
+             "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
+                          "finish_reason": "stop"}]}  # fmt: skip
+    with StandIn(default=Scripted(raw_body=json.dumps(reply).encode())) as standin, \
+            gateway(home, standin) as gw:  # fmt: skip
+        gw.openai().chat.completions.create(model="acme/a1", messages=HELLO)
+    with Ledger.open(home).db.engine.connect() as conn:
+        row = conn.exec_driver_sql(
+            "SELECT status, cost_micro, estimate_micro, subkind FROM reservations"
+        ).one()
+    assert row[0] == "succeeded"
+    assert row[1] == row[2] > 0  # never free
+    assert row[3] == "usage_estimated"

@@ -202,6 +202,9 @@ async def _success(ctx: Context, attempt: Attempt, reply: Reply) -> Answered:
             facts.cost_usd,
             cache_write_tokens=facts.cache_write_tokens,
             cache_read_tokens=facts.cache_read_tokens,
+            # an answer without usage is settled at its estimate, marked as a stream's is
+            usage_estimated=facts.input_tokens is None and facts.output_tokens is None
+            and facts.cost_usd is None,
         ),
         None,
     )
