@@ -28,12 +28,12 @@ from ledger.gateway.stream import serve_stream, unless_disconnected
 from ledger.gateway.translate import reply_for, translatable
 from ledger.gateway.upstream import MALFORMED, Reply, call, transport
 from ledger.gateway.wire import (
+    UNFIT,
     Format,
     answer_model,
     caller_problem,
-    choices_fit,
-    choices_of,
     error_document,
+    fits_allowance,
 )
 
 router = APIRouter(include_in_schema=False)
@@ -45,7 +45,6 @@ BAD_SOURCE = "X-Ledger-Source must be a source id (1-200 printable characters)"
 MAX_KEY = 190  # later attempts carry it with `#N` (R-RES-10a request ids hold 200)
 BAD_KEY = "Idempotency-Key must be 1-190 printable characters"
 BAD_PACE = "X-Ledger-Pace must be `interactive` or `background`"
-TOO_MANY = "`n` asks for more choices than the model's reply allowance has tokens"
 
 
 def error_answer(fmt: Format, error: GatewayError) -> JSONResponse:
@@ -163,16 +162,14 @@ def _no_constant(name: str) -> Any:
     raise ValueError("not JSON")  # the name is never shown: the answer says BAD_JSON
 
 
-def _choices_fit(ledger: Ledger, model: str, body: dict[str, Any]) -> bool:
-    """Whether each of the choices (`n`) gets a part of the named model's reply allowance (a
-    pool's pick, and a backup, are checked when prepared)."""
-    if choices_of(body) == 1:
-        return True
+def _fits(ledger: Ledger, fmt: Format, model: str, body: dict[str, Any]) -> bool:
+    """Whether the named model's reply allowance can serve the body (wire.fits_allowance: `n`,
+    thinking); a pool's pick, and a backup, are checked when prepared."""
     target = ledger.target(model)
     if target.is_pool:
         return True
     allowance = ledger.model(target.key).reply_reservation(ledger.policy.reply_tokens)
-    return choices_fit(body, allowance)
+    return fits_allowance(fmt, body, allowance)
 
 
 def _parse(
@@ -186,8 +183,8 @@ def _parse(
     if problem is not None:
         raise GatewayError(400, "invalid_request", problem)
     model = routing.resolve_model(ledger, body["model"])
-    if not _choices_fit(ledger, model, body):  # nothing reserved for what cannot be sent
-        raise GatewayError(400, "invalid_request", TOO_MANY)
+    if not _fits(ledger, fmt, model, body):  # nothing reserved for what cannot be sent
+        raise GatewayError(400, "invalid_request", UNFIT)
     headers = request.headers
     source = headers.get(SOURCE_HEADER)
     try:

@@ -23,7 +23,8 @@ from ledger.follow_up import FollowUpPlan
 from ledger.gateway import routing
 from ledger.gateway.errors import GatewayError
 from ledger.gateway.metrics import GatewayMetrics
-from ledger.gateway.upstream import TOO_MANY_CHOICES, Prepared, Reply, prepare
+from ledger.gateway.upstream import UNFIT_ALLOWANCE, Prepared, Reply, prepare
+from ledger.gateway.wire import UNFIT
 from ledger.kinds import AttemptRole, AttemptStatus, FailureKind
 from ledger.policy_table import InteractivePace
 from ledger.records import Cancelled, Failed, Reservation, SettleResult, Success
@@ -230,8 +231,8 @@ def failure_error(failure: Classification, attempts: int, now_ms: int) -> Gatewa
     )
     if failure.kind is FailureKind.REQUEST_REJECTED and "context" in failure.subkind:
         code, text = "context_length_exceeded", "the request does not fit the model's context"
-    if failure.subkind == TOO_MANY_CHOICES.subkind:  # decided here: nothing was sent
-        code, text = "invalid_request", "`n` asks for more choices than a route's reply allowance"
+    if failure.subkind == UNFIT_ALLOWANCE.subkind:  # decided here: nothing was sent
+        code, text = "invalid_request", UNFIT
     if failure.kind is FailureKind.TRANSPORT and failure.subkind == "timeout":
         status, code = 504, "upstream_timeout"
     wait = failure.retry_after_ms

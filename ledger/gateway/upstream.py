@@ -24,7 +24,7 @@ from ledger.gateway.translate import request_for
 from ledger.gateway.wire import (
     Format,
     Limits,
-    choices_fit,
+    fits_allowance,
     is_invalid,
     parse_reply,
     upstream_body,
@@ -53,10 +53,11 @@ UNSENDABLE = classify_exception(UnicodeError(HEADER_ENCODING_MESSAGE))
 """A request whose credential or header option HTTP cannot carry: the worker's classification of
 the same fault (ledger.providers.bounded), so both fail it alike."""
 
-TOO_MANY_CHOICES = Classification(FailureKind.REQUEST_REJECTED, "choices_exceed_allowance")
-"""A request for more choices than the route's reply allowance has tokens: not sent, since its
-reply could outgrow the reservation's estimate (another route, with a larger allowance, may
-serve it, as the table permits)."""
+UNFIT_ALLOWANCE = Classification(FailureKind.REQUEST_REJECTED, "exceeds_reply_allowance")
+"""A request the route's reply allowance cannot serve (wire.fits_allowance: more choices than
+tokens, or thinking without room for its minimum budget): not sent, since its reply could
+outgrow the reservation's estimate or the provider would refuse it (another route, with a
+larger allowance, may serve it, as the table permits)."""
 
 MALFORMED = Classification(FailureKind.TRANSPORT, "malformed_reply")
 """A 2xx body or stream event without the wire shape: a cut, as R-GW-5 says for streams."""
@@ -71,7 +72,7 @@ class Prepared:
     body: dict[str, Any] = field(repr=False)
     fmt: Format  # the route's wire format
     caller: Format  # the caller's (the answer is translated when they differ, R-GW-3)
-    fits: bool = True  # every choice (`n`) gets a part of the route's reply allowance
+    fits: bool = True  # the route's reply allowance can serve it (wire.fits_allowance)
     usage_shown: bool = True  # a streaming caller asked to see usage (wire.wants_usage)
 
 
@@ -116,7 +117,8 @@ def prepare(
             out.update(anthropic_fields(level, int(out["max_tokens"])))
         else:
             out.update(openai_fields(level))
-    return Prepared(url, headers, out, fmt, caller, choices_fit(body, allowance), usage_shown)
+    fit = fits_allowance(fmt, body, allowance)
+    return Prepared(url, headers, out, fmt, caller, fit, usage_shown)
 
 
 @dataclass
@@ -162,11 +164,11 @@ def transport() -> httpx.AsyncHTTPTransport:
 
 def build_request(prepared: Prepared) -> httpx.Request | Classification:
     """The httpx request for a prepared exchange, or why the attempt fails without sending it:
-    more choices (`n`) than the route's reply allowance has tokens (TOO_MANY_CHOICES), or a
+    more than the route's reply allowance can serve (UNFIT_ALLOWANCE, wire.fits_allowance), or a
     credential or header option HTTP cannot carry (UNSENDABLE; the value is quoted nowhere,
     where httpx's error would name one of its characters)."""
     if not prepared.fits:
-        return TOO_MANY_CHOICES
+        return UNFIT_ALLOWANCE
     headers = {"user-agent": USER_AGENT, **prepared.headers}
     try:
         return httpx.Request("POST", prepared.url, headers=headers,

@@ -16,6 +16,7 @@ from typing import Any
 
 from ledger.providers.base import INVALID_RESPONSE, ProviderResponse
 from ledger.providers.bounded import JsonReply
+from ledger.routing.effort import ANTHROPIC_ANSWER_FLOOR, ANTHROPIC_MIN_BUDGET
 
 
 class Format(StrEnum):
@@ -88,6 +89,12 @@ def upstream_body(fmt: Format, body: Mapping[str, Any], limits: Limits) -> dict[
     if fmt is Format.ANTHROPIC:
         asked = body.get("max_tokens")
         out["max_tokens"] = _clamp(asked, limits.max_tokens)
+        budget = thinking_budget(body)
+        if budget is not None and budget >= out["max_tokens"]:
+            # the caller's thinking budget inside the max_tokens sent, as a route effort's is
+            # (R-RT-3): Anthropic refuses a budget that is not below max_tokens
+            fitted = max(ANTHROPIC_MIN_BUDGET, out["max_tokens"] - ANTHROPIC_ANSWER_FLOOR)
+            out["thinking"] = {**body["thinking"], "budget_tokens": fitted}
         return out
     asked = None
     for name in ("max_completion_tokens", "max_tokens"):
@@ -168,9 +175,29 @@ def choices_of(body: Mapping[str, Any]) -> int:
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
 
 
-def choices_fit(body: Mapping[str, Any], allowance: int) -> bool:
-    """Whether every choice gets at least one token of the reply allowance."""
-    return allowance // choices_of(body) >= 1
+def thinking_budget(body: Mapping[str, Any]) -> int | None:
+    """The thinking budget an Anthropic body asks for (`thinking.budget_tokens` when enabled)."""
+    thinking = body.get("thinking")
+    if not isinstance(thinking, dict) or thinking.get("type") != "enabled":
+        return None
+    budget = thinking.get("budget_tokens")
+    return budget if isinstance(budget, int) and not isinstance(budget, bool) else None
+
+
+UNFIT = "the request does not fit the reply allowance: more choices (`n`) than it has tokens, or \
+thinking with no room for its 1024-token minimum"
+
+
+def fits_allowance(fmt: Format, body: Mapping[str, Any], allowance: int) -> bool:
+    """Whether a route with this reply allowance can serve the body within the reservation's
+    estimate: each of the `n` choices gets a token, and thinking asked for keeps its minimum
+    budget below the max_tokens sent (else UNFIT: nothing is sent)."""
+    if allowance // choices_of(body) < 1:
+        return False
+    if fmt is Format.ANTHROPIC and thinking_budget(body) is not None:
+        max_tokens = _clamp(body.get("max_tokens"), allowance)
+        return max_tokens > ANTHROPIC_MIN_BUDGET
+    return True
 
 
 def caller_problem(fmt: Format, body: object) -> str | None:

@@ -1,7 +1,8 @@
-"""OpenAI's `n` through the gateway (R-GW-3 with the reservation's estimate, R-RES): the choices
-share the one reply allowance the reservation covers, so a request for many choices never buys
-more output than its estimate; more choices than the allowance has tokens are refused before
-anything is reserved or sent. Against a real `ledger serve` and the stand-in."""
+"""What the reply allowance makes of a caller's output fields (R-GW-3 with the reservation's
+estimate, R-RES): OpenAI's `n` choices share the one allowance the reservation covers, so many
+choices never buy more output than the estimate; an Anthropic caller's thinking budget stays
+inside the max_tokens sent, as Anthropic requires; a request the allowance cannot serve is
+refused before anything is reserved or sent. Against a real `ledger serve` and the stand-in."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import httpx
 import pytest
 
 from ledger.api import Ledger
-from ledger.gateway.wire import Format, Limits, caller_problem, upstream_body
+from ledger.gateway.wire import Format, Limits, caller_problem, fits_allowance, upstream_body
 from ledger.standin import StandIn
 from tests.gateway_setup import gateway
 
@@ -77,3 +78,51 @@ def test_r_gw_3_more_choices_than_tokens_reserve_and_send_nothing(home: Path) ->
     with Ledger.open(home).db.engine.connect() as conn:
         rows = conn.exec_driver_sql("SELECT status FROM reservations").all()
     assert [tuple(r) for r in rows] == [("succeeded",)]  # only the request that fit
+
+
+THINK: dict[str, Any] = {"type": "enabled", "budget_tokens": 10000}
+
+
+@pytest.mark.parametrize(
+    ("allowance", "asked", "budget", "sent_max", "sent_budget"),
+    [(4096, 16000, 10000, 4096, 3072), (4096, 16000, 2000, 4096, 2000),
+     (1500, 16000, 10000, 1500, 1024), (8192, 3000, 2999, 3000, 2999),
+     (8192, 3000, 3000, 3000, 1976)],
+)  # fmt: skip
+def test_r_gw_3_a_callers_thinking_budget_stays_inside_the_max_tokens_sent(
+    allowance: int, asked: int, budget: int, sent_max: int, sent_budget: int
+) -> None:
+    """Before: `max_tokens` was clamped to the allowance (4096 by default) and the caller's
+    thinking budget passed as sent, so a budget at or above it was a 400 from Anthropic."""
+    body = {"model": "bolt/b1", "messages": HELLO, "max_tokens": asked,
+            "thinking": {**THINK, "budget_tokens": budget}}  # fmt: skip
+    assert fits_allowance(Format.ANTHROPIC, body, allowance)
+    out = upstream_body(Format.ANTHROPIC, body, Limits("b1", allowance, "max_tokens"))
+    assert out["max_tokens"] == sent_max
+    assert out["thinking"] == {"type": "enabled", "budget_tokens": sent_budget}
+    assert 1024 <= out["thinking"]["budget_tokens"] < out["max_tokens"]
+
+
+def test_r_gw_3_thinking_without_room_for_its_minimum_reserves_and_sends_nothing(
+    home: Path,
+) -> None:
+    body = {"model": "bolt/b1", "max_tokens": 16000, "messages": HELLO, "thinking": THINK}
+    assert not fits_allowance(Format.ANTHROPIC, body, 1024)
+    with StandIn() as standin, gateway(home, standin, replyTokens=1024) as gw:
+        answer = httpx.post(gw.url + "/anthropic/v1/messages", json=body, timeout=30,
+                            headers={"x-api-key": gw.token})  # fmt: skip
+        assert answer.status_code == 400
+        assert answer.json()["error"]["code"] == "invalid_request"
+        assert standin.requests == []
+    wide = home.parent / "wide"
+    wide.mkdir(mode=0o700)
+    with StandIn() as standin, gateway(wide, standin) as gw:  # the default allowance: 4096
+        message = gw.anthropic().messages.create(
+            model="bolt/b1", max_tokens=16000, messages=HELLO, extra_body={"thinking": THINK}
+        )
+        sent = standin.bodies[0]
+    assert message.content
+    assert sent["max_tokens"] == 4096
+    assert sent["thinking"] == {"type": "enabled", "budget_tokens": 3072}
+    with Ledger.open(home).db.engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM reservations").scalar() == 0
