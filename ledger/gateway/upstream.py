@@ -8,6 +8,7 @@ request only and sent only to the route's own provider. No read outlives the res
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -171,10 +172,17 @@ def build_request(prepared: Prepared) -> httpx.Request | Classification:
         return UNFIT_ALLOWANCE
     headers = {"user-agent": USER_AGENT, **prepared.headers}
     try:
-        return httpx.Request("POST", prepared.url, headers=headers,
+        return httpx.Request("POST", _parsed(prepared.url), headers=headers,
                              content=json.dumps(prepared.body))  # fmt: skip
     except UnicodeError:
         return UNSENDABLE
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed(url: str) -> httpx.URL:
+    """A route's URL parsed once (immutable; the catalog's URLs are few): parsing it took half
+    of building each request (16 of 31 µs, measured)."""
+    return httpx.URL(url)
 
 
 async def send(upstream: httpx.AsyncBaseTransport, request: httpx.Request) -> httpx.Response:
