@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -78,3 +79,31 @@ def test_r_sc_1_r_sc_3_a_gateway_keys_scope_bounds_its_requests(home: Path) -> N
     assert refused.value.response.headers.get("retry-after") is not None
     assert asked == 3  # the refused request never went upstream
     assert key not in (home / "ledger.db").read_bytes().decode("latin-1")
+
+
+def test_r_rt_5_r_gw_3_a_pool_of_both_formats_serves_the_common_subset(home: Path) -> None:
+    """Before: a pool whose candidates spoke both formats was never routable, so a request
+    naming it was answered by the selection's next route, a model outside the pool."""
+    pools = {"mix": {"candidates": ["acme/a1", "bolt/b1"], "strategy": "round-robin"}}
+    with StandIn() as standin, gateway(home, standin, pools=pools) as gw:
+        answered = [
+            gw.openai().chat.completions.create(model="pool/mix", messages=HELLO).model
+            for _ in range(4)
+        ]
+        translated = gw.anthropic().messages.create(model="pool/mix", max_tokens=64,
+                                                    messages=HELLO).model  # fmt: skip
+        paths = [r.path for r in standin.requests]
+        # outside the common subset (logprobs): the Anthropic candidate cannot serve it, so
+        # neither can the pool (the reserve picks among all its candidates)
+        outside = httpx.post(gw.url + "/openai/v1/chat/completions", timeout=30,
+                             headers={"authorization": f"Bearer {gw.token}"},
+                             json={"model": "pool/mix", "messages": HELLO,
+                                   "logprobs": True})  # fmt: skip
+    assert Counter(answered) == {"acme/a1": 2, "bolt/b1": 2}
+    assert translated in ("acme/a1", "bolt/b1")
+    assert Counter(paths) == {"/v1/chat/completions": 2 + (translated == "acme/a1"),
+                              "/v1/messages": 2 + (translated == "bolt/b1")}  # fmt: skip
+    # like a named model of the other format: the selection's next route, marked as a fallback
+    assert outside.status_code == 200
+    assert outside.headers["x-ledger-fallback-from"] == "pool/mix"
+    assert outside.headers["x-ledger-model"] != "bolt/b1"
