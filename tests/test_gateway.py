@@ -8,6 +8,7 @@ import socket
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import anthropic
 import httpx
@@ -83,6 +84,17 @@ def test_r_gw_1_models_list_through_the_sdk(home: Path) -> None:
     with StandIn() as standin, gateway(home, standin) as gw:
         ids = [m.id for m in gw.openai().models.list()]
         assert "acme/a1" in ids
+
+
+def test_r_gw_1_r_rt_4_the_models_list_names_the_pools_a_request_may_name(home: Path) -> None:
+    pools = {"fast": {"candidates": ["acme/a1", "cirrus/c1"]}, "all": {"candidates": ["pool/fast"]}}
+    with StandIn() as standin, gateway(home, standin, pools=pools) as gw:
+        listed = {m.id: m.owned_by for m in gw.openai().models.list()}
+        assert listed["pool/all"] == listed["pool/fast"] == "ledger"
+        assert listed["acme/a1"] == "acme"
+        hello: Any = [{"role": "user", "content": "x"}]
+        for key in listed:  # every id listed is one a request may name
+            gw.openai().chat.completions.create(model=key, messages=hello)
 
 
 @pytest.mark.parametrize(

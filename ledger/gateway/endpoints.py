@@ -86,6 +86,10 @@ async def openai_models(request: Request) -> JSONResponse:
         {"id": m.key, "object": "model", "created": 0, "owned_by": m.provider}
         for m in ledger.catalog.models
     ]
+    data += [  # a pool key is a model a request may name too (R-RT-4)
+        {"id": f"pool/{name}", "object": "model", "created": 0, "owned_by": "ledger"}
+        for name in sorted(ledger.policy.pools)
+    ]
     return JSONResponse({"object": "list", "data": data})
 
 
