@@ -8,7 +8,9 @@ import asyncio
 from dataclasses import dataclass
 
 import httpx
+import pytest
 
+from ledger.gateway import endpoints
 from ledger.service.app import create_app
 from tests.conftest import LedgerFactory
 
@@ -22,10 +24,18 @@ class Key:
 
 
 def _ask(
-    app: object, method: str, path: str, headers: dict[str, str], body: bytes = b"{}"
+    app: object,
+    method: str,
+    path: str,
+    headers: dict[str, str],
+    body: bytes = b"{}",
+    raise_errors: bool = True,
 ) -> httpx.Response:
     async def go() -> httpx.Response:
-        transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
+        transport = httpx.ASGITransport(
+            app=app,  # type: ignore[arg-type]
+            raise_app_exceptions=raise_errors,
+        )
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000") as c:
             return await c.request(method, path, headers=headers, content=body)
 
@@ -68,5 +78,34 @@ def test_r_gw_1_without_a_verifier_only_the_token_opens_it(make_ledger: LedgerFa
         assert set(answer.json()["error"]) >= {"message", "type", "code"}
         ok = _ask(app, "GET", "/openai/v1/models", {"authorization": f"Bearer {TOKEN}"})
         assert ok.status_code == 200
+    finally:
+        app.state.group.close()
+
+
+def test_r_gw_6_an_unexpected_error_in_a_route_is_a_500_in_the_format_shape(
+    make_ledger: LedgerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The service calls the gate ahead of FastAPI's middleware (ServiceApp), so a bug inside a
+    gateway route is answered here: a 500 in the caller's format with fixed text, never
+    FastAPI's plain text, the /v1 shape or the exception's text."""
+    marker = "secret-marker-in-an-exception"
+
+    def broken(*_args: object) -> None:
+        raise RuntimeError(marker)
+
+    monkeypatch.setattr(endpoints, "_parse", broken)
+    app = create_app(make_ledger(), token=TOKEN)
+    auth = {"authorization": f"Bearer {TOKEN}"}
+    try:
+        for path, shape in (("/openai/v1/chat/completions", "openai"),
+                            ("/anthropic/v1/messages", "anthropic")):  # fmt: skip
+            answer = _ask(app, "POST", path, auth, body=b'{"model": "x"}', raise_errors=False)
+            assert answer.status_code == 500
+            assert answer.headers["content-type"] == "application/json"
+            document = answer.json()
+            assert document["error"]["code"] == "internal_error"
+            if shape == "anthropic":
+                assert document["type"] == "error"
+            assert marker not in answer.text
     finally:
         app.state.group.close()

@@ -60,7 +60,7 @@ def create_app(
     `token_hint` says where the token is (never the token), `authenticated` is told of each TCP
     connection that showed a credential (False: no capacity for it, 503), `announce` prints one
     line (a reopened database)."""
-    app = FastAPI(
+    app = ServiceApp(
         title="ledger",
         version=API_VERSION,
         summary="Budgets, cooldowns and recovery for background LLM jobs, as a local service.",
@@ -82,8 +82,8 @@ def create_app(
     for router in (*routers, gateway.router):
         app.include_router(router)
     install(app)
-    app.add_middleware(
-        Gate,
+    app.gate = Gate(
+        partial(FastAPI.__call__, app),
         token=token,
         draining=draining,
         metrics=app.state.metrics,
@@ -92,6 +92,23 @@ def create_app(
         authenticated=authenticated,
     )
     return app
+
+
+class ServiceApp(FastAPI):
+    """FastAPI with the gate in front of its whole stack: every HTTP request enters the gate
+    first, and a gateway request goes from the gate straight to its route (`GatewayGate`), never
+    through FastAPI's middleware layers (server errors, telemetry, its body limit, exceptions,
+    exit stacks: five awaits a request, for nothing a gateway route uses). Every other request
+    goes on from the gate to FastAPI's stack as before."""
+
+    gate: Gate
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await super().__call__(scope, receive, send)
+            return
+        scope["app"] = self  # as Starlette sets it: the routes find the ledger in its state
+        await self.gate(scope, receive, send)
 
 
 class Gate:

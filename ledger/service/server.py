@@ -278,6 +278,45 @@ def no_delay(transport: asyncio.BaseTransport) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
+class HeadWithBody:
+    """The transport one answer is written through: its first write (the response head) is held
+    until the next (the first body chunk) and both leave as one write, or, when nothing follows
+    in this turn of the event loop, alone at the next turn. uvicorn writes a head and each body
+    chunk separately, and with Nagle off (`no_delay`) each write is its own segment: one more
+    system call, and the caller woken for a head it cannot use without the body."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: bytes | None = None
+        self._first = True
+
+    def write(self, data: bytes) -> None:
+        """Write `data` (the first write is held; see the class docstring)."""
+        if self._first:
+            self._first = False
+            self._held = bytes(data)
+            self._loop.call_soon(self._flush)
+            return
+        if self._held is not None:
+            data, self._held = self._held + data, None
+        self._transport.write(data)
+
+    def _flush(self) -> None:
+        if self._held is not None:
+            held, self._held = self._held, None
+            if not self._transport.is_closing():
+                self._transport.write(held)
+
+    def close(self) -> None:
+        """Write what is held, then close."""
+        self._flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 class Protocol(H11Protocol):
     """uvicorn's h11 protocol plus the service's HTTP-layer rules (R-SRV-6, R-SRV-9): a deadline
     for each request's headers (slow clients); the connection pools (`ledger.service.connections`,
@@ -332,6 +371,9 @@ class Protocol(H11Protocol):
                 self.send_400_response("")
             return
         super().handle_events()
+        cycle = self.cycle
+        if cycle is not None and not isinstance(cycle.transport, HeadWithBody):
+            cycle.transport = HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
 
     def send_400_response(self, msg: str) -> None:
         """The HTTP layer's own errors (malformed request line, bad lengths or chunks, a head
