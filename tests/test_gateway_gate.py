@@ -109,3 +109,28 @@ def test_r_gw_6_an_unexpected_error_in_a_route_is_a_500_in_the_format_shape(
             assert marker not in answer.text
     finally:
         app.state.group.close()
+
+
+def test_r_srv_6_an_error_in_the_gate_itself_is_the_json_500(
+    make_ledger: LedgerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gate stands in front of FastAPI's error middleware now: an error escaping it is still
+    the service's JSON 500 with fixed text, for the /v1 API and the gateway alike."""
+    from ledger.service import app as app_module
+
+    marker = "secret-marker-in-the-gate"
+
+    def broken(_scope: object) -> bool:
+        raise RuntimeError(marker)
+
+    monkeypatch.setattr(app_module, "_is_sign_in", broken)
+    app = create_app(make_ledger(), token=TOKEN)
+    auth = {"authorization": f"Bearer {TOKEN}"}
+    try:
+        for path in ("/v1/status", "/openai/v1/models"):
+            answer = _ask(app, "GET", path, auth, raise_errors=False)
+            assert answer.status_code == 500
+            assert answer.json()["error"]["code"] == "internal_error"
+            assert marker not in answer.text
+    finally:
+        app.state.group.close()

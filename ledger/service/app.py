@@ -99,7 +99,8 @@ class ServiceApp(FastAPI):
     first, and a gateway request goes from the gate straight to its route (`GatewayGate`), never
     through FastAPI's middleware layers (server errors, telemetry, its body limit, exceptions,
     exit stacks: five awaits a request, for nothing a gateway route uses). Every other request
-    goes on from the gate to FastAPI's stack as before."""
+    goes on from the gate to FastAPI's stack as before. An error that escapes the gate itself is
+    the JSON 500 FastAPI's error middleware gave it when it stood in front."""
 
     gate: Gate
 
@@ -108,7 +109,19 @@ class ServiceApp(FastAPI):
             await super().__call__(scope, receive, send)
             return
         scope["app"] = self  # as Starlette sets it: the routes find the ledger in its state
-        await self.gate(scope, receive, send)
+        started = False
+
+        async def answer(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.gate(scope, receive, answer)
+        except Exception:  # a bug in the gate itself: the JSON 500, as FastAPI's would be
+            if not started:
+                await error_response(500)(scope, receive, send)
+            raise
 
 
 class Gate:
