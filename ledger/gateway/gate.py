@@ -25,10 +25,11 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.routing import BaseRoute, Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ledger.gateway.wire import Format, error_document
 from ledger.service.bodies import read_body, replay
+from ledger.service.errors import answered_on_error
 
 PREFIXES: dict[str, Format] = {"/openai/": Format.OPENAI, "/anthropic/": Format.ANTHROPIC}
 MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -122,22 +123,13 @@ class GatewayGate:
                 await error(fmt, 404, send)
             return
         scope["route"] = route  # the metrics' route template, as the router would set it
-        started = False
 
-        async def answer(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
+        async def answer(tracked: Send) -> None:
             response = await route.endpoint(Request(scope, replayed))
-            await response(scope, replayed, answer)
-        except Exception:
-            # a bug, never bad input: the format's 500 (fixed text) when nothing was said yet;
-            # raised on for the server's log, as FastAPI's error middleware would
-            if not started:
-                await error(fmt, 500, send)
-            raise
+            await response(scope, replayed, tracked)
+
+        # a bug, never bad input: the format's 500 (fixed text) when nothing was said yet
+        await answered_on_error(answer, send, lambda to: error(fmt, 500, to))
 
     def _authenticated(self, scope: Scope) -> bool:
         if not _is_tcp(scope):  # the unix socket: its mode is the authentication

@@ -29,7 +29,7 @@ from ledger.api import Ledger
 from ledger.service import admin, calls, ops, page_routes, queue_routes
 from ledger.service.bodies import read_body, replay
 from ledger.service.db_watch import DatabaseWatch
-from ledger.service.errors import error_response, install
+from ledger.service.errors import answered_on_error, error_response, install
 from ledger.service.group_commit import GroupCommit
 from ledger.service.models import finish_openapi
 from ledger.service.sessions import SESSION_COOKIE, PageSessions, sign_in_page
@@ -109,19 +109,11 @@ class ServiceApp(FastAPI):
             await super().__call__(scope, receive, send)
             return
         scope["app"] = self  # as Starlette sets it: the routes find the ledger in its state
-        started = False
-
-        async def answer(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.gate(scope, receive, answer)
-        except Exception:  # a bug in the gate itself: the JSON 500, as FastAPI's would be
-            if not started:
-                await error_response(500)(scope, receive, send)
-            raise
+        await answered_on_error(  # a bug in the gate itself: the JSON 500, as FastAPI's was
+            lambda answer: self.gate(scope, receive, answer),
+            send,
+            lambda answer: error_response(500)(scope, receive, answer),
+        )
 
 
 class Gate:
