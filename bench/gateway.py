@@ -16,8 +16,8 @@ side by side in one run.
   and measures its overhead the same way (proxy call - the same call straight to the stand-in,
   p50 at concurrency 1), alternating with the gateway's pairs in the same loop; ledger's overhead
   ÷ LiteLLM's ≤ 1.0, while every ledger call is two durable commits. LiteLLM is a bench-only
-  tool, not a dependency: `pip install 'litellm[proxy]'` (plain pip, same environment); without
-  it the row says so.
+  tool, not a dependency: `pip install 'litellm[proxy]' 'click<8.5'` (plain pip, same
+  environment); without it the row says so.
 
 The in-process cycle and reserve each figure is divided by are timed in the same loops, one
 between each pair (`_InProcess`), so the load beside the run weighs on both sides alike.
@@ -55,7 +55,7 @@ from bench.common import (
     time_row,
 )
 from bench.contention import percentile
-from bench.litellm_proxy import MASTER_KEY, ProxyError, available, litellm_proxy
+from bench.litellm_proxy import INSTALL, MASTER_KEY, ProxyError, available, litellm_proxy
 from bench.relay_floor import relay_floor
 from ledger.records import Success
 from ledger.standin import Scripted, StandIn
@@ -331,7 +331,7 @@ def _maybe_litellm(workdir: Path, standin: StandIn, settings: Settings) -> Itera
         yield _Proxy(reason="skipped in --quick mode (run `python -m bench --only gateway`)")
         return
     if available() is None:
-        yield _Proxy(reason="litellm[proxy] is not installed: pip install 'litellm[proxy]'")
+        yield _Proxy(reason=f"litellm[proxy] is not installed: {INSTALL}")
         return
     with contextlib.ExitStack() as stack:  # the proxy is stopped when the run ends
         try:

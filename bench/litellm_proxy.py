@@ -1,7 +1,9 @@
 """LiteLLM's proxy as a subprocess for the `gateway` figure: no database, loopback only.
 
-A bench-only tool, never a dependency of ledger: install it with `pip install 'litellm[proxy]'`
-(plain pip, into the same environment as the bench). `available()` says whether the `litellm`
+A bench-only tool, never a dependency of ledger: install it with `INSTALL` below
+(plain pip, into the same environment as the bench; the click pin keeps the project's own, which
+litellm would otherwise upgrade past, and the tests turn click 8.5's warnings into errors).
+`available()` says whether the `litellm`
 command is on PATH; the proxy is always stopped when the `with` block ends.
 """
 
@@ -19,6 +21,8 @@ from pathlib import Path
 
 import httpx
 
+INSTALL = "pip install 'litellm[proxy]' 'click<8.5'"
+"""How to install it: the pin keeps the project's click (litellm would upgrade it past the pin)."""
 READY_TIMEOUT_S = 240.0  # importing litellm and starting uvicorn is slow on a loaded machine
 STOP_TIMEOUT_S = 20.0
 DUMMY_KEY = "sk-bench-dummy"  # the stand-in ignores it; LiteLLM's OpenAI client wants one
@@ -71,7 +75,7 @@ def litellm_proxy(workdir: Path, model_name: str, model_id: str, api_base: str) 
     send `Authorization: Bearer MASTER_KEY`."""
     exe = available()
     if exe is None:
-        raise ProxyError("litellm[proxy] is not installed (pip install 'litellm[proxy]')")
+        raise ProxyError(f"litellm[proxy] is not installed ({INSTALL})")
     config = workdir / "litellm-config.yaml"
     config.write_text(json.dumps(_config(model_name, model_id, api_base)))
     log_path = workdir / "litellm.log"
