@@ -54,6 +54,13 @@ def worktree(rev: str, parent: Path) -> Iterator[Path]:
         subprocess.run([*git, "worktree", "remove", "--force", str(where)], capture_output=True)
 
 
+def code_env(code: Path) -> dict[str, str]:
+    """The environment that makes a Python process run the `ledger` of the tree at `code`.
+    PYTHONSAFEPATH: `python -m ledger` would otherwise put the current directory first on the
+    path, ahead of PYTHONPATH, and run the working tree's code on both sides."""
+    return {"PYTHONPATH": str(code), "PYTHONSAFEPATH": "1"}
+
+
 def _home(parent: Path, name: str, standin: StandIn) -> Path:
     home = parent / name
     home.mkdir(mode=0o700)
@@ -78,10 +85,7 @@ def run(base: str, pairs: int, warm: int = 10) -> dict[str, float]:
     ):
         parent = Path(scratch)
         inproc = _InProcess(parent)
-        # PYTHONSAFEPATH: `python -m ledger` would put the current directory first on the path,
-        # ahead of PYTHONPATH, and run the working tree's code on both sides
-        env_a = {"PYTHONPATH": str(code_a), "PYTHONSAFEPATH": "1"}
-        env_b = {"PYTHONPATH": str(ROOT), "PYTHONSAFEPATH": "1"}
+        env_a, env_b = code_env(code_a), code_env(ROOT)
         direct = standin.base_url_openai + "/chat/completions"
         with (
             contextlib.closing(inproc),

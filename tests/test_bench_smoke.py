@@ -125,3 +125,34 @@ def test_issue32_burst_plan_and_overshoot_are_the_same_for_both_libraries() -> N
     )
     assert Burst(10, 6, 5_000_000, 4_000_000, 2.0, 1.0, []).overshoot_usd(5) == 0
     assert burst.per_second() == 10
+
+
+@pytest.mark.slow
+def test_issue_31_gateway_ab_runs_two_services_on_two_code_trees(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """bench/gateway_ab (the tool behind the README's A/B table) runs A on a git worktree of
+    HEAD and B on the working tree, and removes the worktree afterwards."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from bench import gateway_ab
+
+    def worktrees() -> str:
+        listed = subprocess.run(["git", "-C", str(gateway_ab.ROOT), "worktree", "list"],
+                                capture_output=True, text=True, check=True)  # fmt: skip
+        return listed.stdout
+
+    before = worktrees()
+    with tempfile.TemporaryDirectory() as parent, gateway_ab.worktree("HEAD", Path(parent)) as code:
+        env = {**os.environ, **gateway_ab.code_env(code)}
+        where = subprocess.run([sys.executable, "-c", "import ledger; print(ledger.__file__)"],
+                               cwd=gateway_ab.ROOT, env=env, capture_output=True, text=True,
+                               check=True)  # fmt: skip
+        assert where.stdout.strip() == str(code / "ledger" / "__init__.py")  # not the tree's
+    assert gateway_ab.main(["--base", "HEAD", "--pairs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "A = HEAD (worktree), B = the working tree; 2 pairs" in out
+    assert "paired median" in out
+    assert worktrees() == before
