@@ -1,5 +1,6 @@
 """A bare relay on the gateway's own stack, for the `gateway` figure's floor: uvicorn, Starlette
-and one pooled httpx transport (sent through directly, as the gateway does) forwarding a POST's
+and the gateway's own pooled httpx transport (`ledger.gateway.upstream.transport`, sent through
+directly, as the gateway does) forwarding a POST's
 body upstream and its streamed answer back as it arrives. No ledger, no parsing, no
 reservation: what any Python gateway on this stack pays for its second HTTP hop before it does
 anything of its own.
@@ -27,7 +28,9 @@ def _app(upstream: str) -> Any:
     from starlette.responses import StreamingResponse
     from starlette.routing import Route
 
-    transport = httpx.AsyncHTTPTransport(trust_env=False)
+    from ledger.gateway.upstream import transport as upstream_transport
+
+    transport = upstream_transport()
 
     async def relay(request: Request) -> StreamingResponse:
         sent = httpx.Request(

@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import httpcore
 import httpx
 
 from ledger.api import Ledger
 from ledger.catalog import Model
 from ledger.classify import Classification, classify_exception, classify_http
+from ledger.gateway import network
 from ledger.gateway.translate import request_for
 from ledger.gateway.wire import (
     Format,
@@ -157,10 +159,26 @@ def transport() -> httpx.AsyncHTTPTransport:
     CPU here (bench/results-gateway.md). No redirect is followed, no proxy or certificate
     setting is read from the environment, and no timeout is set below the caller's deadline
     (every exchange is bounded by its reservation's)."""
-    return httpx.AsyncHTTPTransport(
-        trust_env=False,
-        limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100),
-    )
+    return UpstreamTransport()
+
+
+class UpstreamTransport(httpx.AsyncHTTPTransport):
+    """httpx's transport (its request and exception mapping) over a connection pool whose
+    connections are the event loop's own streams (`ledger.gateway.network`), not anyio's."""
+
+    def __init__(self) -> None:
+        super().__init__(trust_env=False)
+        limits = UPSTREAM_LIMITS
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=httpx.create_ssl_context(trust_env=False),
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            network_backend=network.Backend(),
+        )
+
+
+UPSTREAM_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
 
 
 def build_request(prepared: Prepared) -> httpx.Request | Classification:
