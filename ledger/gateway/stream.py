@@ -147,7 +147,7 @@ async def stream_exchange(ctx: loop.Context, attempt: loop.Attempt) -> Reply | O
     budget = min(gw.first_token_ms / 1000, _deadline_s(ctx, attempt))
     response: httpx.Response | None = None
     try:
-        with anyio.fail_after(budget):
+        async with asyncio.timeout(budget):
             request = build_request(attempt.prepared)
             if isinstance(request, Classification):
                 return Reply(None, None, request)
@@ -214,7 +214,7 @@ async def relay(
         yield b"".join(data for event in opened.held for data in out(event))  # one write
         while not tracker.terminated:
             try:
-                with anyio.fail_after(min(idle, _deadline_s(ctx, attempt))):
+                async with asyncio.timeout(min(idle, _deadline_s(ctx, attempt))):
                     event = await opened.rest.__anext__()
                 tracker.observe(event)
             except StopAsyncIteration:
