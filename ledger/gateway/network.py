@@ -21,7 +21,7 @@ import asyncio
 import select
 import socket
 import ssl
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from typing import Any
 
 import httpcore
@@ -144,15 +144,8 @@ class Backend(httpcore.AsyncNetworkBackend):
             options["local_addr"] = (local_address, 0)
         if isinstance(asyncio.get_running_loop(), asyncio.BaseEventLoop):  # uvloop has none
             options["happy_eyeballs_delay"] = HAPPY_EYEBALLS_DELAY_S
-        try:
-            async with asyncio.timeout(timeout):
-                reader, writer = await asyncio.open_connection(host, port, **options)
-        except TimeoutError:
-            raise ConnectTimeout("the upstream did not accept a connection in time") from None
-        except OSError:
-            raise ConnectError("the upstream could not be connected") from None
-        _set_options(writer, socket_options)
-        return Stream(reader, writer)
+        opened = asyncio.open_connection(host, port, **options)
+        return await _connected(opened, timeout, socket_options)
 
     async def connect_unix_socket(
         self,
@@ -161,23 +154,28 @@ class Backend(httpcore.AsyncNetworkBackend):
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
         """A unix socket connection."""
-        try:
-            async with asyncio.timeout(timeout):
-                reader, writer = await asyncio.open_unix_connection(path)
-        except TimeoutError:
-            raise ConnectTimeout("the upstream did not accept a connection in time") from None
-        except OSError:
-            raise ConnectError("the upstream could not be connected") from None
-        _set_options(writer, socket_options)
-        return Stream(reader, writer)
+        return await _connected(asyncio.open_unix_connection(path), timeout, socket_options)
 
     async def sleep(self, seconds: float) -> None:
         """Wait (httpcore's retries)."""
         await asyncio.sleep(seconds)
 
 
-def _set_options(writer: asyncio.StreamWriter, options: Iterable[Any] | None) -> None:
+async def _connected(
+    opening: Coroutine[Any, Any, tuple[asyncio.StreamReader, asyncio.StreamWriter]],
+    timeout: float | None,
+    options: Iterable[Any] | None,
+) -> Stream:
+    """The connection `opening` makes, within `timeout`, with httpcore's socket options set."""
+    try:
+        async with asyncio.timeout(timeout):
+            reader, writer = await opening
+    except TimeoutError:
+        raise ConnectTimeout("the upstream did not accept a connection in time") from None
+    except OSError:
+        raise ConnectError("the upstream could not be connected") from None
     sock: socket.socket | None = writer.get_extra_info("socket")
     for option in options or ():
         if sock is not None:
             sock.setsockopt(*option)
+    return Stream(reader, writer)
