@@ -162,23 +162,23 @@ def transport() -> httpx.AsyncHTTPTransport:
     return UpstreamTransport()
 
 
+UPSTREAM_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+
+
 class UpstreamTransport(httpx.AsyncHTTPTransport):
     """httpx's transport (its request and exception mapping) over a connection pool whose
     connections are the event loop's own streams (`ledger.gateway.network`), not anyio's."""
 
     def __init__(self) -> None:
         super().__init__(trust_env=False)
-        limits = UPSTREAM_LIMITS
         self._pool = httpcore.AsyncConnectionPool(
             ssl_context=httpx.create_ssl_context(trust_env=False),
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
+            max_connections=UPSTREAM_LIMITS.max_connections,
+            max_keepalive_connections=UPSTREAM_LIMITS.max_keepalive_connections,
+            keepalive_expiry=UPSTREAM_LIMITS.keepalive_expiry,
             network_backend=network.Backend(),
         )
 
-
-UPSTREAM_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
 
 
 def build_request(prepared: Prepared) -> httpx.Request | Classification:

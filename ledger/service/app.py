@@ -26,10 +26,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger import gateway
 from ledger.api import Ledger
+from ledger.gateway.gate import error as gateway_error
 from ledger.service import admin, calls, ops, page_routes, queue_routes
 from ledger.service.bodies import read_body, replay
 from ledger.service.db_watch import DatabaseWatch
-from ledger.service.errors import answered_on_error, error_response, install
+from ledger.service.errors import error_response, install
 from ledger.service.group_commit import GroupCommit
 from ledger.service.models import finish_openapi
 from ledger.service.sessions import SESSION_COOKIE, PageSessions, sign_in_page
@@ -99,8 +100,9 @@ class ServiceApp(FastAPI):
     first, and a gateway request goes from the gate straight to its route (`GatewayGate`), never
     through FastAPI's middleware layers (server errors, telemetry, its body limit, exceptions,
     exit stacks: five awaits a request, for nothing a gateway route uses). Every other request
-    goes on from the gate to FastAPI's stack as before. An error that escapes the gate itself is
-    the JSON 500 FastAPI's error middleware gave it when it stood in front."""
+    goes on from the gate to FastAPI's stack as before. An error that escapes (a bug) is answered
+    here: the JSON 500 FastAPI's error middleware gave when it stood in front, or for a gateway
+    path the 500 in the caller's format."""
 
     gate: Gate
 
@@ -109,11 +111,23 @@ class ServiceApp(FastAPI):
             await super().__call__(scope, receive, send)
             return
         scope["app"] = self  # as Starlette sets it: the routes find the ledger in its state
-        await answered_on_error(  # a bug in the gate itself: the JSON 500, as FastAPI's was
-            lambda answer: self.gate(scope, receive, answer),
-            send,
-            lambda answer: error_response(500)(scope, receive, answer),
-        )
+        started = False
+
+        async def answer(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.gate(scope, receive, answer)
+        except Exception:  # a bug: a 500 with fixed text when nothing was said yet, then raised
+            if not started:  # on for the server's log, as FastAPI's error middleware did
+                fmt = gateway.format_of(scope)
+                if fmt is not None:  # in the caller's wire format (R-GW-6)
+                    await gateway_error(fmt, 500, send)
+                else:
+                    await error_response(500)(scope, receive, send)
+            raise
 
 
 class Gate:

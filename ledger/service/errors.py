@@ -7,14 +7,12 @@ A refusal by policy is an answer (409 with its reason code), never a server erro
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
-from starlette.types import Message, Send
 
 from ledger.clock import iso
 from ledger.errors import LedgerError, NotFoundError, ReadOnlyError, Refused
@@ -61,27 +59,6 @@ HEADERS: dict[int, dict[str, str]] = {
     408: {"connection": "close"},  # the rest of the request is not read: the connection ends
     413: {"connection": "close"},
 }
-
-
-async def answered_on_error(
-    call: Callable[[Send], Awaitable[None]], send: Send, error: Callable[[Send], Awaitable[None]]
-) -> None:
-    """Run `call`, which answers through the `send` it is given; an exception escaping it (a
-    bug) is answered by `error` (fixed text, never the exception's) when no answer had begun,
-    then raised on for the server's log."""
-    started = False
-
-    async def tracked(message: Message) -> None:
-        nonlocal started
-        started = started or message["type"] == "http.response.start"
-        await send(message)
-
-    try:
-        await call(tracked)
-    except Exception:
-        if not started:
-            await error(send)
-        raise
 
 
 def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
