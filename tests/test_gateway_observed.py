@@ -52,6 +52,12 @@ def test_r_gw_observability_source_show_status_trace_and_metrics(home: Path) -> 
         assert samples[("ledger_gateway_upstream_seconds_count", (("route", chat),))] == 2
         messages = "/anthropic/v1/messages"
         assert samples[("ledger_gateway_first_token_seconds_count", (("route", messages),))] == 1
+        # a stream's request and answering attempt are counted too, once its first bytes are out
+        assert samples[("ledger_gateway_requests_total",
+                        (("outcome", "answered"), ("route", messages)))] == 1  # fmt: skip
+        key = (("model", "bolt/b1"), ("result", "ok"), ("route", messages))
+        assert samples[("ledger_gateway_attempts_total", key)] == 1
+        assert samples[("ledger_gateway_upstream_seconds_count", (("route", messages),))] == 1
         # the service's own request counter names the gateway routes by template (the gate
         # calls them straight, R-SRV-9), never `unmatched`
         for route in (chat, messages):

@@ -24,7 +24,7 @@ from ledger.gateway.errors import GatewayError
 from ledger.gateway.gate import KEY_STATE
 from ledger.gateway.metrics import GatewayMetrics
 from ledger.gateway.sse import Malformed
-from ledger.gateway.stream import serve_stream, unless_disconnected
+from ledger.gateway.stream import RelayedResponse, serve_stream, unless_disconnected
 from ledger.gateway.translate import reply_for, translatable
 from ledger.gateway.upstream import MALFORMED, Reply, call, transport
 from ledger.gateway.wire import (
@@ -113,8 +113,8 @@ async def _serve(request: Request, fmt: Format) -> Response:
     template = OPENAI_CHAT if fmt is Format.OPENAI else ANTHROPIC_MESSAGES
     ctx = context_of(request, template)
     answer = await _answer(request, fmt, ctx)
-    if ctx.metrics is not None:
-        ctx.metrics.request(template, _outcome(answer.status_code))
+    if ctx.metrics is not None and not isinstance(answer, RelayedResponse):
+        ctx.metrics.request(template, _outcome(answer.status_code))  # a stream counts its own
     return answer
 
 

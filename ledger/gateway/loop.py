@@ -158,14 +158,9 @@ async def run(
                 left = Cancelled(usage_estimated=True)
                 await routing.settle(ledger, ctx.group, reservation.id, left, None)
             raise
-        failure = reply.failure if isinstance(reply, Reply) else None
-        if ctx.metrics is not None:
-            result = "ok" if failure is None else str(failure.kind)
-            ctx.metrics.attempt(ctx.template, route, result, time.monotonic() - started)
-            if failure is None and attempt.fallback_from is not None:
-                ctx.metrics.fallbacks.labels(ctx.template).inc()
-        if not isinstance(reply, Reply):
+        if not isinstance(reply, Reply):  # counted by the stream once its first bytes are out
             return Answered(attempt, stream=reply)
+        count_attempt(ctx, attempt, reply.failure, time.monotonic() - started)
         if reply.failure is None:
             return await _success(ctx, attempt, reply)
         is_retry = plan is not None and plan.role is AttemptRole.RETRY
@@ -187,6 +182,19 @@ async def run(
             break
     assert last is not None
     raise failure_error(last[0], last[1].number, ledger.clock_fn())
+
+
+def count_attempt(
+    ctx: Context, attempt: Attempt, failure: Classification | None, seconds: float
+) -> None:
+    """The attempt in the gateway's metrics: its result and upstream time, and a fallback that
+    answered."""
+    if ctx.metrics is None:
+        return
+    result = "ok" if failure is None else str(failure.kind)
+    ctx.metrics.attempt(ctx.template, attempt.route, result, seconds)
+    if failure is None and attempt.fallback_from is not None:
+        ctx.metrics.fallbacks.labels(ctx.template).inc()
 
 
 async def _success(ctx: Context, attempt: Attempt, reply: Reply) -> Answered:

@@ -65,7 +65,7 @@ class Opened:
     tracker: Tracker
     rest: AsyncIterator[Event]
     started: float
-    first_event_ms: int
+    first_event_s: float  # from the upstream request to its first content event
     ended: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -91,23 +91,24 @@ async def serve_stream(
 
 
 class RelayedResponse(StreamingResponse):
-    """The relayed stream, written in the request's own task: its first bytes (the held events)
-    go out at once, and the caller's disconnect is watched by one plain task beside it, which
-    cancels the relay (R-GW-7: it closes the upstream request and settles `cancelled`). Starlette
-    would run both in an anyio task group, which costs 0.25 ms before the first byte here."""
+    """The relayed stream, written in the request's own task. Its head goes out with its first
+    chunk, the held events (one write: the caller reads both at once rather than waking for
+    each); that chunk waits on nothing upstream, so only then is the caller's disconnect watched,
+    by one plain task beside the rest, which cancels the relay (R-GW-7: it closes the upstream
+    request and settles `cancelled`). Starlette would start an anyio task group for both before
+    the first byte, which cost 0.25 ms here."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await unless_disconnected(receive, lambda: self.stream_response(send))
-
-    async def stream_response(self, send: Send) -> None:
-        """Starlette's, but the head goes out with the first chunk (the held events, one write),
-        not before it: the caller reads both at once rather than waking for each."""
         chunks = self.body_iterator.__aiter__()
         first = await anext(chunks, b"")
         await send({"type": "http.response.start", "status": self.status_code,
                     "headers": self.raw_headers})  # fmt: skip
         if first:
             await send({"type": "http.response.body", "body": first, "more_body": True})
+        await unless_disconnected(receive, lambda: self.rest(chunks, send))
+
+    async def rest(self, chunks: AsyncIterator[Any], send: Send) -> None:
+        """The chunks after the first, then the end of the body."""
         async for chunk in chunks:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -166,10 +167,8 @@ async def stream_exchange(ctx: loop.Context, attempt: loop.Attempt) -> Reply | O
                     return Reply(None, None, CUT)
                 held.append(event)
                 if tracker.content or tracker.terminated:
-                    ms = int((time.monotonic() - started) * 1000)
-                    if ctx.metrics is not None:
-                        ctx.metrics.first_token.labels(ctx.template).observe(ms / 1000)
-                    return Opened(response, held, tracker, rest, started, ms)
+                    seconds = time.monotonic() - started  # counted once the answer began
+                    return Opened(response, held, tracker, rest, started, seconds)
                 if len(held) >= MAX_HELD_EVENTS:  # no content yet: a broken stream
                     raise Malformed
             await response.aclose()
@@ -212,6 +211,7 @@ async def relay(
     settled = False
     try:
         yield b"".join(data for event in opened.held for data in out(event))  # one write
+        _count_opened(ctx, attempt, opened)  # once the caller has its first bytes
         while not tracker.terminated:
             try:
                 async with asyncio.timeout(min(idle, _deadline_s(ctx, attempt))):
@@ -256,6 +256,16 @@ async def relay(
                 await opened.response.aclose()
                 await routing.settle(ctx.ledger, ctx.group, attempt.reservation.id,
                                      cancelled(tracker), None)  # fmt: skip
+
+
+def _count_opened(ctx: loop.Context, attempt: loop.Attempt, opened: Opened) -> None:
+    """The answered request, its answering attempt and that attempt's time to the first content
+    event, in the metrics."""
+    seconds = opened.first_event_s
+    loop.count_attempt(ctx, attempt, None, seconds)
+    if ctx.metrics is not None:
+        ctx.metrics.first_token.labels(ctx.template).observe(seconds)
+        ctx.metrics.request(ctx.template, "answered")
 
 
 DRAIN_S = 0.25
