@@ -145,9 +145,7 @@ async def run(
             if number == 1:
                 first = route
         model = ledger.model(reservation.model)
-        prepared = prepare(
-            ledger, model, request.fmt, body, reservation.deadline_ms, reservation.effort
-        )
+        prepared = prepare(ledger, model, request.fmt, body, reservation.effort)
         attempt = Attempt(number, route, reservation, prepared, first)
         started = time.monotonic()
         try:

@@ -79,40 +79,68 @@ class Prepared:
     usage_shown: bool = True  # a streaming caller asked to see usage (wire.wants_usage)
 
 
+@dataclass(frozen=True)
+class RouteFacts:
+    """What a route's upstream request takes from catalog and policy alone (both immutable, read
+    once per Ledger): worked out once per route, not per request. The credential is not here:
+    the adapter reads it from the environment for each request."""
+
+    fmt: Format
+    url: str
+    headers: dict[str, str] = field(repr=False)  # options, content type, API version
+    adapter: HttpAdapter = field(repr=False)
+    allowance: int
+    max_tokens_name: str
+
+
+def route_facts(ledger: Ledger, model: Model) -> RouteFacts:
+    """The route's facts, from the policy's memo when this catalog and environment made them."""
+    memo_key = ("gateway_route_facts", model.key)
+    found = ledger.policy._memo.get(memo_key)
+    if isinstance(found, tuple) and found[0] is ledger.catalog and found[1] is ledger.env:
+        facts: RouteFacts = found[2]
+        return facts
+    provider = ledger.catalog.provider_for_call(model.provider)
+    fmt = Format(provider.api)
+    adapter = adapter_for(provider, ledger.env)
+    assert isinstance(adapter, HttpAdapter)
+    headers = adapter.option_headers()
+    headers["content-type"] = "application/json"
+    allowance = model.reply_reservation(ledger.policy.reply_tokens)
+    if fmt is Format.ANTHROPIC:
+        url = f"{adapter.base_url()}/v1/messages"
+        headers["anthropic-version"] = adapter.option_str("anthropicVersion", DEFAULT_VERSION)
+        name = "max_tokens"
+    else:
+        url = f"{adapter.base_url()}/chat/completions"
+        probe = CallRequest(model.id, (), allowance, 0, bool(model.reasoning))
+        name = max_tokens_field(probe, url)
+    facts = RouteFacts(fmt, url, headers, adapter, allowance, name)
+    ledger.policy._memo[memo_key] = (ledger.catalog, ledger.env, facts)
+    return facts
+
+
 def prepare(
     ledger: Ledger,
     model: Model,
     caller: Format,
     body: dict[str, Any],
-    deadline_ms: int,
     effort: str | None = None,
 ) -> Prepared:
     """The route's URL, headers (its credential) and the caller's body for it (R-GW-3), in the
     route's wire format (translated over the common subset when it is the other one)."""
-    provider = ledger.catalog.provider_for_call(model.provider)
-    fmt = Format(provider.api)
+    route = route_facts(ledger, model)
+    fmt = route.fmt
     usage_shown = wants_usage(caller, body)
     body = request_for(caller, fmt, body)
-    adapter = adapter_for(provider, ledger.env)
-    assert isinstance(adapter, HttpAdapter)
-    headers = adapter.option_headers()
-    headers["content-type"] = "application/json"
-    credential = adapter.credential()
-    allowance = model.reply_reservation(ledger.policy.reply_tokens)
-    if fmt is Format.ANTHROPIC:
-        url = f"{adapter.base_url()}/v1/messages"
-        headers["anthropic-version"] = adapter.option_str("anthropicVersion", DEFAULT_VERSION)
-        if credential is not None:
+    headers = dict(route.headers)
+    credential = route.adapter.credential()  # read now, for this request only
+    if credential is not None:
+        if fmt is Format.ANTHROPIC:
             headers["x-api-key"] = credential
-        name = "max_tokens"
-    else:
-        url = f"{adapter.base_url()}/chat/completions"
-        if credential is not None:
+        else:
             headers["authorization"] = f"Bearer {credential}"
-        probe = CallRequest(model.id, (), allowance, deadline_ms, bool(model.reasoning))
-        name = max_tokens_field(probe, url)
-    limits = Limits(model.id, allowance, name)
-    out = upstream_body(fmt, body, limits)
+    out = upstream_body(fmt, body, Limits(model.id, route.allowance, route.max_tokens_name))
     if effort is not None:  # R-RT-3: the route's own effort, never the primary's
         level = Effort(effort)
         if fmt is Format.ANTHROPIC:
@@ -120,8 +148,8 @@ def prepare(
             out.update(anthropic_fields(level, int(out["max_tokens"])))
         else:
             out.update(openai_fields(level))
-    fit = fits_allowance(fmt, body, allowance)
-    return Prepared(url, headers, out, fmt, caller, fit, usage_shown)
+    fit = fits_allowance(fmt, body, route.allowance)
+    return Prepared(route.url, headers, out, fmt, caller, fit, usage_shown)
 
 
 @dataclass
