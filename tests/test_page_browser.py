@@ -245,6 +245,20 @@ def test_r_srv_8_served_page_refreshes_in_place_keeping_scroll(
         y = page.evaluate("window.scrollY")
         assert y > 0
         ledger_cli(demo.home, "cooldown", "set", "bolt", "3h")
+        # One refresh goes through; the later ones wait. Each refresh sets the countdown's clock
+        # to the server's own time, which the page's faked clock does not move, so a refresh
+        # landing during the 65 s below would put the new countdown back at 3h (a race).
+        passed: list[Any] = []
+        held: list[Any] = []
+
+        def one_refresh(route: Any) -> None:
+            if passed:
+                held.append(route)
+            else:
+                passed.append(route)
+                route.continue_()
+
+        page.route(url, one_refresh)
         page.clock.run_for(6_000)  # the refresh interval passes: one fetch of the page
         page.wait_for_function(
             "(n) => document.querySelectorAll('#cooldowns .left').length > n",
@@ -257,6 +271,9 @@ def test_r_srv_8_served_page_refreshes_in_place_keeping_scroll(
         assert seconds_left(manual.inner_text()) <= first - 60  # the new countdown moves too
         assert page.evaluate("window.scrollY") == y
         assert w.problems == []
+        assert len(passed) == 1
+        assert len(held) >= 10  # the refreshes of the 65 s waited
+        page.unroute(url)  # the held refreshes go on
         ledger_cli(demo.home, "cooldown", "clear", "bolt")
 
 
