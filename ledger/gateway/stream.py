@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import anyio
@@ -64,10 +64,7 @@ class Opened:
     held: list[Event]
     tracker: Tracker
     rest: AsyncIterator[Event]
-    started: float
     first_event_s: float  # from the upstream request to its first content event
-    ended: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 async def serve_stream(
@@ -168,7 +165,7 @@ async def stream_exchange(ctx: loop.Context, attempt: loop.Attempt) -> Reply | O
                 held.append(event)
                 if tracker.content or tracker.terminated:
                     seconds = time.monotonic() - started  # counted once the answer began
-                    return Opened(response, held, tracker, rest, started, seconds)
+                    return Opened(response, held, tracker, rest, seconds)
                 if len(held) >= MAX_HELD_EVENTS:  # no content yet: a broken stream
                     raise Malformed
             await response.aclose()

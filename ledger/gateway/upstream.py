@@ -113,6 +113,7 @@ def route_facts(ledger: Ledger, model: Model) -> RouteFacts:
         name = "max_tokens"
     else:
         url = f"{adapter.base_url()}/chat/completions"
+        # the field's name depends on the URL and the reasoning flag alone (no deadline here)
         probe = CallRequest(model.id, (), allowance, 0, bool(model.reasoning))
         name = max_tokens_field(probe, url)
     facts = RouteFacts(fmt, url, headers, adapter, allowance, name)
