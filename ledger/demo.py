@@ -264,6 +264,6 @@ def _gateway_line(ledger: Ledger) -> str:
     try:
         from ledger.gateway.local import one_request
     except ImportError:
-        return "the gateway needs the service extra: pip install 'ledger[serve]'"
+        return "the gateway needs the serve extra: python -m pip install -e '.[serve]' (checkout)"
     shown = one_request(ledger, GATEWAY_MODEL, "demo-gateway", "Say hello as one JSON document.")
     return shown.line(GATEWAY_MODEL)

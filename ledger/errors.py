@@ -104,7 +104,7 @@ class BadDatabaseUrlError(UsageError):
 
 
 class MissingDriverError(UsageError):
-    """PostgreSQL needs the psycopg driver: pip install 'ledger[postgres]'"""
+    """PostgreSQL needs the psycopg driver: python -m pip install -e '.[postgres]' (checkout)"""
 
 
 class DatabaseUnreachableError(StoreError):

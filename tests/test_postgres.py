@@ -183,7 +183,7 @@ def test_issue16_item2_missing_driver_names_the_extra(
     monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg now raises ImportError
     result = _cli(tmp_path / "h", f"postgresql+psycopg://bob:{SECRET}@127.0.0.1/x", "status")
     assert result.exit_code == 2, result.output
-    assert "pip install 'ledger[postgres]'" in result.output
+    assert "python -m pip install -e '.[postgres]' (checkout)" in result.output
     assert SECRET not in result.output
 
 

@@ -21,8 +21,8 @@ def test_quickstart_starts_with_the_two_commands() -> None:
     text = README.read_text()
     block = text.split("## Quickstart", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
     lines = [line for line in block.strip().splitlines() if line.strip()]
-    assert lines[0] == "python -m pip install -e . && ledger demo"
-    assert lines[1] == "python -m pip install -e '.[dev]' && python -m pytest"
+    assert lines[0] == "python -m pip install -c constraints.txt -e . && ledger demo"
+    assert lines[1] == "python -m pip install -c constraints.txt -e '.[dev]' && python -m pytest"
 
 
 def test_library_example_runs(tmp_path: Path) -> None:
@@ -125,7 +125,7 @@ def test_issue25_quickstart_demo_runs_and_its_follow_up_commands_work(tmp_path: 
     section = _section("Quickstart")
     (block, *_) = _sh_blocks(section)
     install, run = block.splitlines()[0].split(" && ")
-    assert install == "python -m pip install -e ."  # CI installs; the test runs the rest
+    assert install == "python -m pip install -c constraints.txt -e ."  # CI installs; the rest runs here
     env = _shell_env(tmp_path)
     output = _run_session([(run, 0)], env, tmp_path / "codes-demo")
     kept = re.search(r"^\[demo\] state kept in (\S+); look around with:$", output, re.M)

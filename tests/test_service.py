@@ -226,7 +226,8 @@ def test_r_srv_1_missing_extra_is_one_line_naming_it(home: Path) -> None:
     )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "ledger: ledger serve needs the serve extra: pip install 'ledger[serve]'"
+        "ledger: ledger serve needs the serve extra: python -m pip install -e '.[serve]'"
+        " in the checkout"
     ]
 
 

@@ -28,6 +28,9 @@ from ledger.home import StateDir, state_dir, symlink_warning
 from ledger.shown import printable
 from ledger.store.engine import network_filesystem
 
+DISTRIBUTION = "llm-budget-ledger"
+"""The distribution's name (pyproject's `name`): `ledger` on the public index is another project."""
+
 COMMAND_WORD = re.compile(r"[a-z0-9-]{1,32}")
 """What an unknown command must look like to be echoed back (anything else may be a secret)."""
 
@@ -216,7 +219,7 @@ class LedgerGroup(click.Group):
 )
 @click.option("--db", "db", metavar="URL", help="Database path or SQLAlchemy URL ($LEDGER_DB).")
 @click.option("--debug", is_flag=True, help="Show tracebacks for internal errors.")
-@click.version_option(package_name="ledger")
+@click.version_option(package_name=DISTRIBUTION)
 @click.pass_context
 def cli(ctx: click.Context, home: str | None, db: str | None, debug: bool) -> None:
     """ledger: budgets, cooldowns and recovery for background LLM jobs."""

@@ -7,7 +7,9 @@ import click
 from ledger.cli.main import AppContext, pass_app
 from ledger.errors import UsageError
 
-MISSING_EXTRA = "ledger serve needs the serve extra: pip install 'ledger[serve]'"
+MISSING_EXTRA = (
+    "ledger serve needs the serve extra: python -m pip install -e '.[serve]' in the checkout"
+)
 
 
 @click.command("serve")
