@@ -125,7 +125,7 @@ def test_issue25_quickstart_demo_runs_and_its_follow_up_commands_work(tmp_path: 
     section = _section("Quickstart")
     (block, *_) = _sh_blocks(section)
     install, run = block.splitlines()[0].split(" && ")
-    assert install == "python -m pip install -c constraints.txt -e ."  # CI installs; the rest runs here
+    assert install == "python -m pip install -c constraints.txt -e ."  # CI installs it
     env = _shell_env(tmp_path)
     output = _run_session([(run, 0)], env, tmp_path / "codes-demo")
     kept = re.search(r"^\[demo\] state kept in (\S+); look around with:$", output, re.M)
