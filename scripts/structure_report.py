@@ -154,8 +154,8 @@ def figures() -> dict[str, Any]:
     folders = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists())
     graph, lazy = unit_graph()
     sizes = sorted(
-        (len(p.read_text().splitlines()), str(p.relative_to(ROOT)))
-        for p in PACKAGE.rglob("*.py")
+        [(len(p.read_text().splitlines()), str(p.relative_to(ROOT)))
+         for p in PACKAGE.rglob("*.py")],
         reverse=True,
     )
     tests_top = sorted(p.name for p in (ROOT / "tests").glob("test_*.py"))
