@@ -88,7 +88,9 @@ def test_issue20_item13_select_and_source_show_answer_as_empty(tmp_path: Path) -
 def test_issue20_item13_status_says_nothing_is_recorded_yet(tmp_path: Path) -> None:
     home = home_with_catalog(tmp_path)
     doc = json.loads(invoke(home, "status", "--json").stdout)
-    assert doc["sources"]["counts"] == {"queued": 0, "leased": 0, "done": 0, "paused": 0}
+    assert doc["sources"]["counts"] == {
+        "queued": 0, "leased": 0, "done": 0, "paused": 0, "gateway_one_off": 0
+    }
     assert doc["hourly"]["used"] == 0
     assert doc["store"]["revision"] is None
     assert any(

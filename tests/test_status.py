@@ -106,7 +106,7 @@ def test_r_diag_2_json_shape_and_values(scene: Scene, home: Path) -> None:
     assert daily["ceiling_usd"] is None
     assert daily["attempts"] == 6
     counts = doc["sources"]["counts"]
-    assert counts == {"queued": 4, "leased": 0, "done": 1, "paused": 1}
+    assert counts == {"queued": 4, "leased": 0, "done": 1, "paused": 1, "gateway_one_off": 0}
     listed = {s["id"]: s for s in doc["sources"]["list"]}
     assert listed[LONG_ID]["pause_reason"] == scene.results[3].paused
     assert listed[LONG_ID]["state"] == "paused"

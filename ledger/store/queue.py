@@ -94,6 +94,23 @@ def _due(now: ColumnElement[int] | int) -> ColumnElement[bool]:
     )
 
 
+GATEWAY_ONE_OFF_PREFIX = "gw-"
+"""The id prefix of the source the gateway makes for a request without `X-Ledger-Source`
+(R-GW-2: each such request is its own source)."""
+
+
+def gateway_one_off() -> ColumnElement[bool]:
+    """A gateway request's own source: a `gw-` id never enqueued, still in the state every new
+    source starts in. It is no queue work: no claim takes it (`in_queue` is false) and status
+    counts it apart from `queued`. Enqueued (`source add`), it is queue work like any other."""
+    return and_(
+        sources.c.in_queue.is_(False),
+        sources.c.state == _QUEUED,
+        # substr, not LIKE: exact and case-sensitive on both backends
+        func.substr(sources.c.id, 1, len(GATEWAY_ONE_OFF_PREFIX)) == GATEWAY_ONE_OFF_PREFIX,
+    )
+
+
 _CLAIM_ORDER = (sources.c.last_checked_ms, sources.c.id)
 _NOW = bindparam("now", type_=BigInteger)
 # the whole row: the pending correction and the owed fallback are read from it too

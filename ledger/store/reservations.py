@@ -331,11 +331,12 @@ def _checked_role(
 def _primary(
     conn: Connection, policy: Policy, request: ReserveRequest, source: budgets.SourceBudget
 ) -> str:
-    """The source's primary model: defaultModel, else the first model it used, else this one."""
+    """The source's primary model: the pool the caller named (R-RT-5a), else defaultModel, else
+    the first model it used, else this one."""
+    if request.via_pool is not None:  # the caller named the pool: its candidates are primaries,
+        return f"pool/{request.via_pool}"  # whatever defaultModel and chains say (R-RT-5a)
     if policy.default_model is not None:
         return primary_key(policy.default_model) or policy.default_model
-    if request.via_pool is not None:  # the caller named the pool: its candidates are primaries
-        return f"pool/{request.via_pool}"
     unconfined = not (policy.fallback_models or policy.default_chain or policy.chains)
     if not source.models or (policy.cross_provider_fallback and unconfined):
         return request.model.key  # nothing confines the source: no need to look it up

@@ -377,11 +377,18 @@ def day_totals(conn: Connection, days: int = HISTORY_DAYS) -> list[DayTotal]:
     return [DayTotal(str(row[0]), *(int(v or 0) for v in row[1:])) for row in rows]
 
 
+GATEWAY_ONE_OFF = "gateway_one_off"
+"""The count of gateway requests' own sources (no `X-Ledger-Source`), kept out of `queued`."""
+
+
 def source_counts(conn: Connection) -> dict[str, int]:
-    """Sources by state (every state present, zero when none)."""
+    """Sources by state (every state present, zero when none), the gateway's one-off sources
+    counted apart as `gateway_one_off`, not as `queued`: they are no queue work."""
+    from ledger.store.queue import gateway_one_off
+
     s = sources.c
     # one index range count per state (`in_queue IN (0, 1)` lets the claim index serve it)
-    return {
+    counts = {
         state.value: int(
             conn.execute(
                 select(func.count())
@@ -391,21 +398,34 @@ def source_counts(conn: Connection) -> dict[str, int]:
         )
         for state in SourceState
     }
+    one_off = int(
+        conn.execute(select(func.count()).select_from(sources).where(gateway_one_off()))
+        .scalar_one()
+    )
+    counts[SourceState.QUEUED.value] -= one_off
+    counts[GATEWAY_ONE_OFF] = one_off
+    return counts
 
 
 def source_summaries(
     conn: Connection, now: int, limit: int = SOURCE_LIST_LIMIT
 ) -> list[SourceSummary]:
-    """The most relevant sources: leased, paused, queued, then done ones active in the last 24 h."""
+    """The most relevant sources: leased, paused, queued, then done ones active in the last 24 h
+    (the gateway's one-off sources are no queued work: counted, not listed)."""
+    from ledger.store.queue import gateway_one_off
+
     rows: list[Any] = []
     s = sources.c
     for state in _STATE_ORDER:
         if len(rows) >= limit:
             break
+        # `in_queue IN (0, 1)` lets the claim index serve the state lookup
+        where = and_(s.in_queue.in_([False, True]), s.state == state.value)
+        if state is SourceState.QUEUED:
+            where = and_(where, ~gateway_one_off())
         rows += conn.execute(
             select(sources)
-            # `in_queue IN (0, 1)` lets the claim index serve the state lookup
-            .where(s.in_queue.in_([False, True]), s.state == state.value)
+            .where(where)
             .order_by(s.last_checked_ms.desc(), s.id)
             .limit(limit - len(rows))
         ).all()
