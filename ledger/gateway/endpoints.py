@@ -25,7 +25,7 @@ from ledger.gateway.gate import KEY_STATE
 from ledger.gateway.metrics import GatewayMetrics
 from ledger.gateway.sse import Malformed
 from ledger.gateway.stream import RelayedResponse, serve_stream, unless_disconnected
-from ledger.gateway.translate import reply_for, translatable
+from ledger.gateway.translate import reply_for, untranslated
 from ledger.gateway.upstream import MALFORMED, Reply, call, transport
 from ledger.gateway.wire import (
     UNFIT,
@@ -210,7 +210,8 @@ def _parse(
         raise GatewayError(400, "bad_pace", BAD_PACE)
     gateway_key = request.scope.get("state", {}).get(KEY_STATE)
     scopes = tuple(getattr(gateway_key, "scopes", ()))  # seam: SPEC 20 scopes go to reserve
+    outside = untranslated(fmt, body)
     gw_request = routing.Request(
-        source, model, fmt, len(raw), request_id, scopes, translatable(fmt, body)
+        source, model, fmt, len(raw), request_id, scopes, outside is None, outside
     )
     return body, gw_request, pace == "background"

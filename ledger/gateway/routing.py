@@ -92,6 +92,7 @@ class Request:
     request_id: str | None
     scopes: tuple[str, ...] = ()  # a gateway key's scopes (SPEC 20), passed on to reserve
     translatable: bool = False  # inside the common subset: other-format routes may serve it
+    untranslated: str | None = None  # else the field outside it (fixed text), for the 400
 
 
 def _routes(ledger: Ledger, request: Request, selection: Selection) -> list[str]:
@@ -125,7 +126,10 @@ async def first_route(ledger: Ledger, request: Request) -> str:
     now = ledger.clock_fn()
     if selection.retry_at_ms is not None:
         raise refused(reason, retry_after_s(selection.retry_at_ms, now))
-    raise GatewayError(400, reason, f"no route can serve this request: {reason}")
+    detail = ""
+    if reason == WIRE_FORMAT and request.untranslated is not None:
+        detail = f" ({request.untranslated} has no translation to the other wire format)"
+    raise GatewayError(400, reason, f"no route can serve this request: {reason}{detail}")
 
 
 def named_route(ledger: Ledger, request: Request) -> Route | None:

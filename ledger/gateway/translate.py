@@ -2,8 +2,11 @@
 assistant text; tool definitions, calls and results; stop reasons; usage; stream events.
 
 Invariant: a request is translated only when every part of it is inside the subset
-(`translatable`); anything else excludes the other format's routes (`wire_format`), so nothing is
-ever dropped silently. Pure functions and small stream state machines; no I/O.
+(`untranslated` is None); any other part excludes the other format's routes (`wire_format`, the
+400 naming that part when no route is left), so nothing is ever dropped silently. A part is inside
+only where a faithful translation exists: a message's `name`, an empty Anthropic turn and a
+conversation ending on an assistant turn (a prefill in one format, a finished turn in the other)
+have none. Pure functions and small stream state machines; no I/O.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ OPENAI_KEYS = frozenset(
         "stream_options",
         "tools",
         "tool_choice",
+        "parallel_tool_calls",
     }
 )
 ANTHROPIC_KEYS = frozenset(
@@ -46,12 +50,31 @@ ANTHROPIC_KEYS = frozenset(
         "tool_choice",
     }
 )
+# the documented fields outside the subset, which a 400 may name (any other key is the caller's
+# own text, never echoed)
+OPENAI_NAMED = frozenset(
+    {
+        "audio", "frequency_penalty", "function_call", "functions", "logit_bias", "logprobs",
+        "metadata", "modalities", "n", "prediction", "presence_penalty", "prompt_cache_key",
+        "reasoning_effort", "response_format", "safety_identifier", "seed", "service_tier",
+        "store", "top_logprobs", "user", "verbosity", "web_search_options",
+    }
+)  # fmt: skip
+ANTHROPIC_NAMED = frozenset(
+    {
+        "container", "context_management", "mcp_servers", "metadata", "service_tier",
+        "thinking", "top_k",
+    }
+)  # fmt: skip
 TO_OPENAI_FINISH = {
     "end_turn": "stop",
     "stop_sequence": "stop",
     "max_tokens": "length",
+    "model_context_window_exceeded": "length",
     "tool_use": "tool_calls",
     "refusal": "content_filter",
+    # server tools only (outside the subset): the turn is over for this request
+    "pause_turn": "stop",
 }
 TO_ANTHROPIC_STOP = {
     "stop": "end_turn",
@@ -82,34 +105,58 @@ def _text_parts(content: object) -> bool:
     )
 
 
-def _openai_message_ok(m: dict[str, Any]) -> bool:
+def _top_level(body: dict[str, Any], keys: frozenset[str], named: frozenset[str]) -> str | None:
+    for key in body:
+        if key not in keys:
+            return f"`{key}`" if key in named else "a top-level field"
+    return None
+
+
+def _openai_message_outside(m: dict[str, Any]) -> str | None:
+    """What of one OpenAI message has no Anthropic translation (`.field`), or None. A key whose
+    value is null says nothing and is left out."""
+    given = {k for k, v in m.items() if v is not None}
     role = m.get("role")
     if role in ("system", "developer", "user"):
-        return set(m) <= {"role", "content", "name"} and _text_parts(m.get("content"))
-    if role == "tool":
-        return (
-            set(m) <= {"role", "content", "tool_call_id"}
-            and _is_str(m.get("tool_call_id"))
-            and _text_parts(m.get("content"))
-        )
-    if role != "assistant" or not set(m) <= {"role", "content", "tool_calls", "refusal"}:
-        return False
+        allowed = {"role", "content"}  # Anthropic has no per-message `name`
+    elif role == "tool":
+        allowed = {"role", "content", "tool_call_id"}
+        if not _is_str(m.get("tool_call_id")):
+            return ".tool_call_id"
+    elif role == "assistant":
+        allowed = {"role", "content", "tool_calls", "refusal"}
+    else:
+        return ".role"
+    extra = sorted(given - allowed)
+    if extra:
+        return f".{extra[0]}" if extra[0] in ("name", "audio", "function_call") else ""
     content = m.get("content")
-    if content is not None and not _text_parts(content):
-        return False
-    calls = m.get("tool_calls")
-    if calls is None:
-        return True
-    return isinstance(calls, list) and all(_openai_call_ok(c) for c in calls)
+    if role == "assistant":
+        if content is not None and not _text_parts(content):
+            return ".content"
+        refusal = m.get("refusal")
+        if refusal is not None and not _is_str(refusal):
+            return ".refusal"
+        if refusal and _text(content):  # one turn's text: the answer or the refusal
+            return ".refusal"
+        calls = m.get("tool_calls")
+        if calls is not None and not (
+            isinstance(calls, list) and all(_openai_call_ok(c) for c in calls)
+        ):
+            return ".tool_calls"
+        return None
+    return None if _text_parts(content) else ".content"
 
 
 def _openai_call_ok(call: object) -> bool:
     if not isinstance(call, dict) or call.get("type", "function") != "function":
         return False
+    if not set(call) <= {"id", "type", "function"}:
+        return False
     fn = call.get("function")
     if not _is_str(call.get("id")) or not isinstance(fn, dict) or not _is_str(fn.get("name")):
         return False
-    return _json_object(fn.get("arguments", "{}")) is not None
+    return set(fn) <= {"name", "arguments"} and _json_object(fn.get("arguments", "{}")) is not None
 
 
 def _json_object(text: object) -> dict[str, Any] | None:
@@ -125,12 +172,67 @@ def _json_object(text: object) -> dict[str, Any] | None:
 def _openai_tools_ok(tools: object) -> bool:
     return isinstance(tools, list) and all(
         isinstance(t, dict)
+        and set(t) <= {"type", "function"}
         and t.get("type") == "function"
         and isinstance(t.get("function"), dict)
         and _is_str(t["function"].get("name"))
         and set(t["function"]) <= {"name", "description", "parameters"}
         for t in tools
     )
+
+
+def _openai_choice_ok(choice: object) -> bool:
+    if choice is None or choice in ("auto", "none", "required"):
+        return True
+    if not isinstance(choice, dict) or set(choice) != {"type", "function"}:
+        return False
+    fn = choice["function"]
+    return (
+        choice["type"] == "function"
+        and isinstance(fn, dict)
+        and set(fn) == {"name"}
+        and _is_str(fn["name"])
+    )
+
+
+def _openai_outside(body: dict[str, Any]) -> str | None:
+    named = _top_level(body, OPENAI_KEYS, OPENAI_NAMED)
+    if named is not None:
+        return named
+    stop = body.get("stop")
+    if "stop" in body and not (
+        _is_str(stop) or (isinstance(stop, list) and all(map(_is_str, stop)))
+    ):
+        return "`stop`"
+    options = body.get("stream_options")
+    if options is not None and not (
+        isinstance(options, dict) and set(options) <= {"include_usage"}
+    ):
+        return "`stream_options`"
+    if not isinstance(body.get("parallel_tool_calls", False), bool):
+        return "`parallel_tool_calls`"
+    if "tools" in body and not _openai_tools_ok(body["tools"]):
+        return "`tools`"
+    if not _openai_choice_ok(body.get("tool_choice")):
+        return "`tool_choice`"
+    began = False  # a system message after the first turn would move to the top: outside
+    for i, m in enumerate(body["messages"]):
+        field_ = _openai_message_outside(m)
+        if field_ is not None:
+            return f"`messages[{i}]{field_}`"
+        if m["role"] not in ("system", "developer"):
+            began = True
+        elif began:
+            return f"`messages[{i}].role` (a system message after the first turn)"
+    return _trailing_assistant(body["messages"])
+
+
+def _trailing_assistant(messages: list[dict[str, Any]]) -> str | None:
+    """An Anthropic conversation ending on an assistant turn asks for its continuation (a
+    prefill); an OpenAI one for a new turn after it: neither translates to the other."""
+    if messages and messages[-1].get("role") == "assistant":
+        return "`messages` (ending on an assistant turn)"
+    return None
 
 
 def _anthropic_block_ok(block: object, role: str) -> bool:
@@ -156,35 +258,32 @@ def _anthropic_block_ok(block: object, role: str) -> bool:
     return False
 
 
-def translatable(fmt: Format, body: dict[str, Any]) -> bool:
-    """Every part of this request is inside the subset both formats share."""
-    if fmt is Format.OPENAI:
-        if not set(body) <= OPENAI_KEYS:
-            return False
-        if "stop" in body and not (
-            _is_str(body["stop"])
-            or (isinstance(body["stop"], list) and all(map(_is_str, body["stop"])))
-        ):
-            return False
-        if "tools" in body and not _openai_tools_ok(body["tools"]):
-            return False
-        if "tool_choice" in body and not (
-            body["tool_choice"] in ("auto", "none", "required")
-            or (
-                isinstance(body["tool_choice"], dict)
-                and _is_str((body["tool_choice"].get("function") or {}).get("name"))
-            )
-        ):
-            return False
-        return all(isinstance(m, dict) and _openai_message_ok(m) for m in body["messages"])
-    if not set(body) <= ANTHROPIC_KEYS:
-        return False
+def _anthropic_choice_outside(choice: object) -> str | None:
+    if choice is None:
+        return None
+    if not isinstance(choice, dict) or choice.get("type") not in ("auto", "any", "none", "tool"):
+        return "`tool_choice`"
+    allowed = {"type"} if choice["type"] == "none" else {"type", "disable_parallel_tool_use"}
+    if choice["type"] == "tool":
+        allowed.add("name")
+        if not _is_str(choice.get("name")):
+            return "`tool_choice`"
+    if not set(choice) <= allowed:
+        return "`tool_choice`"
+    if not isinstance(choice.get("disable_parallel_tool_use", False), bool):
+        return "`tool_choice.disable_parallel_tool_use`"
+    return None
+
+
+def _anthropic_outside(body: dict[str, Any]) -> str | None:
+    named = _top_level(body, ANTHROPIC_KEYS, ANTHROPIC_NAMED)
+    if named is not None:
+        return named
     if "system" in body and not _text_parts(body["system"]):
-        return False
-    if "stop_sequences" in body and not (
-        isinstance(body["stop_sequences"], list) and all(map(_is_str, body["stop_sequences"]))
-    ):
-        return False
+        return "`system`"
+    stops = body.get("stop_sequences")
+    if "stop_sequences" in body and not (isinstance(stops, list) and all(map(_is_str, stops))):
+        return "`stop_sequences`"
     if "tools" in body and not (
         isinstance(body["tools"], list)
         and all(
@@ -194,23 +293,36 @@ def translatable(fmt: Format, body: dict[str, Any]) -> bool:
             for t in body["tools"]
         )
     ):
-        return False
-    choice = body.get("tool_choice")
-    if choice is not None and not (
-        isinstance(choice, dict) and choice.get("type") in ("auto", "any", "none", "tool")
-    ):
-        return False
-    for m in body["messages"]:
+        return "`tools`"
+    choice = _anthropic_choice_outside(body.get("tool_choice"))
+    if choice is not None:
+        return choice
+    for i, m in enumerate(body["messages"]):
         role = m.get("role")
-        if role not in ("user", "assistant") or not set(m) <= {"role", "content"}:
-            return False
+        if role not in ("user", "assistant"):
+            return f"`messages[{i}].role`"
+        if not set(m) <= {"role", "content"}:
+            return f"`messages[{i}]`"
         content = m.get("content")
+        if content in ("", []):  # an empty turn: no OpenAI message says the same
+            return f"`messages[{i}].content` (empty)"
         if not (
             _is_str(content)
             or (isinstance(content, list) and all(_anthropic_block_ok(b, role) for b in content))
         ):
-            return False
-    return True
+            return f"`messages[{i}].content`"
+    return _trailing_assistant(body["messages"])
+
+
+def untranslated(fmt: Format, body: dict[str, Any]) -> str | None:
+    """The first part of this request outside the subset both formats share, as fixed text
+    naming the field (never a value), or None: the request translates whole."""
+    return _openai_outside(body) if fmt is Format.OPENAI else _anthropic_outside(body)
+
+
+def translatable(fmt: Format, body: dict[str, Any]) -> bool:
+    """Every part of this request is inside the subset both formats share."""
+    return untranslated(fmt, body) is None
 
 
 def _text(content: Any) -> str:
@@ -250,9 +362,12 @@ def to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
             }
             _append(messages, "user", [result])
         else:
+            # an assistant's refusal is its turn's text (`untranslated` keeps out a turn with both),
+            # as an Anthropic refusal comes back as text to an OpenAI caller
+            text = _text(content) or m.get("refusal") or ""
             blocks: list[dict[str, Any]] = []
-            if _text(content):
-                blocks.append({"type": "text", "text": _text(content)})
+            if text:
+                blocks.append({"type": "text", "text": text})
             for call in m.get("tool_calls") or []:
                 fn = call["function"]
                 blocks.append(
@@ -289,6 +404,10 @@ def to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
         out["tool_choice"] = {"type": "tool", "name": choice["function"]["name"]}
     elif choice is not None:
         out["tool_choice"] = {"type": {"auto": "auto", "required": "any", "none": "none"}[choice]}
+    if body.get("parallel_tool_calls") is False and body.get("tools") and choice != "none":
+        # one call at most; with no tools, or none allowed, there is nothing to hold back
+        held = out.get("tool_choice", {"type": "auto"})
+        out["tool_choice"] = {**held, "disable_parallel_tool_use": True}
     return out
 
 
@@ -355,10 +474,12 @@ def to_openai(body: dict[str, Any]) -> dict[str, Any]:
     if isinstance(choice, dict):
         kind = choice["type"]
         out["tool_choice"] = (
-            {"type": "function", "function": {"name": choice.get("name", "")}}
+            {"type": "function", "function": {"name": choice["name"]}}
             if kind == "tool"
             else {"auto": "auto", "any": "required", "none": "none"}[kind]
         )
+        if choice.get("disable_parallel_tool_use") is True and body.get("tools") and kind != "none":
+            out["parallel_tool_calls"] = False
     return out
 
 
@@ -403,11 +524,6 @@ def _completion_of(doc: dict[str, Any]) -> dict[str, Any]:
     if calls:
         message["tool_calls"] = calls
     usage = doc.get("usage") or {}
-    prompt = sum(
-        usage.get(k) or 0
-        for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-    )
-    completion = usage.get("output_tokens") or 0
     return {
         "id": str(doc.get("id", "msg")),
         "object": "chat.completion",
@@ -421,21 +537,61 @@ def _completion_of(doc: dict[str, Any]) -> dict[str, Any]:
                 "finish_reason": TO_OPENAI_FINISH.get(doc.get("stop_reason") or "", "stop"),
             }
         ],
-        "usage": {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": usage.get("cache_read_input_tokens") or 0},
-        },
+        "usage": openai_usage(
+            _tokens(usage.get("input_tokens")),
+            _tokens(usage.get("cache_creation_input_tokens")),
+            _tokens(usage.get("cache_read_input_tokens")),
+            _tokens(usage.get("output_tokens")),
+        ),
+    }
+
+
+def _tokens(value: object) -> int:
+    """A token count from a reply's usage (anything but a count is none)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def openai_usage(uncached: int, written: int, read: int, completion: int) -> dict[str, Any]:
+    """OpenAI's usage for Anthropic's counts: `prompt_tokens` includes the cached tokens, and
+    `prompt_tokens_details` says how many were read from the cache (`cached_tokens`) and, when
+    any, written to it (`cache_write_tokens`, as the ledger reads an OpenAI-format reply)."""
+    prompt = uncached + written + read
+    details = {"cached_tokens": read}
+    if written:
+        details["cache_write_tokens"] = written
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": details,
+    }
+
+
+def anthropic_usage(usage: dict[str, Any]) -> dict[str, int]:
+    """Anthropic's usage for OpenAI's: `input_tokens` leaves out the cached tokens (read, and
+    written where the provider says so)."""
+    details = usage.get("prompt_tokens_details")
+    details = details if isinstance(details, dict) else {}
+    read = _tokens(details.get("cached_tokens"))
+    written = _tokens(details.get("cache_write_tokens"))
+    return {
+        "input_tokens": max(0, _tokens(usage.get("prompt_tokens")) - read - written),
+        "output_tokens": _tokens(usage.get("completion_tokens")),
+        "cache_creation_input_tokens": written,
+        "cache_read_input_tokens": read,
     }
 
 
 def _message_of(doc: dict[str, Any]) -> dict[str, Any]:
     choice = doc["choices"][0]
     message = choice["message"]
+    stop = TO_ANTHROPIC_STOP.get(choice.get("finish_reason") or "", "end_turn")
     content: list[dict[str, Any]] = []
     if message.get("content"):
         content.append({"type": "text", "text": message["content"]})
+    elif message.get("refusal"):  # OpenAI's refusal is its own field; Anthropic's is text
+        content.append({"type": "text", "text": message["refusal"]})
+        stop = "refusal"
     for call in message.get("tool_calls") or []:
         arguments = _json_object(call["function"].get("arguments", "{}"))
         if arguments is None:
@@ -448,22 +604,15 @@ def _message_of(doc: dict[str, Any]) -> dict[str, Any]:
                 "input": arguments,
             }
         )
-    usage = doc.get("usage") or {}
-    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
     return {
         "id": str(doc.get("id", "msg")),
         "type": "message",
         "role": "assistant",
         "model": doc.get("model", ""),
         "content": content,
-        "stop_reason": TO_ANTHROPIC_STOP.get(choice.get("finish_reason") or "", "end_turn"),
+        "stop_reason": stop,
         "stop_sequence": None,
-        "usage": {
-            "input_tokens": max(0, (usage.get("prompt_tokens") or 0) - cached),
-            "output_tokens": usage.get("completion_tokens") or 0,
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": cached,
-        },
+        "usage": anthropic_usage(doc.get("usage") or {}),
     }
 
 
@@ -481,7 +630,8 @@ class OpenAIFromAnthropic:
 
     model: str
     tools: dict[int, int] = field(default_factory=dict)  # Anthropic block index -> tool index
-    input_tokens: int = 0
+    # Anthropic's prompt counts (message_start's, updated by message_delta's when it has them)
+    prompt: dict[str, int] = field(default_factory=dict)
     done: bool = False
     usage: bool = True  # the caller asked for the usage chunk (`stream_options.include_usage`)
 
@@ -498,13 +648,17 @@ class OpenAIFromAnthropic:
             }
         )
 
+    def _count(self, usage: dict[str, Any]) -> None:
+        for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"):
+            if usage.get(key) is not None:
+                self.prompt[key] = _tokens(usage[key])
+
     def feed(self, event: Event) -> Iterable[bytes]:
         """The caller's events for one upstream event."""
         data = event.data or {}
         kind = data.get("type")
         if kind == "message_start":
-            usage = (data.get("message") or {}).get("usage") or {}
-            self.input_tokens = usage.get("input_tokens") or 0
+            self._count((data.get("message") or {}).get("usage") or {})
             return [self._chunk({"role": "assistant", "content": ""})]
         if kind == "content_block_start":
             block = data.get("content_block") or {}
@@ -529,12 +683,14 @@ class OpenAIFromAnthropic:
             return []
         if kind == "message_delta":
             stop = (data.get("delta") or {}).get("stop_reason") or ""
-            output = (data.get("usage") or {}).get("output_tokens") or 0
-            usage = {
-                "prompt_tokens": self.input_tokens,
-                "completion_tokens": output,
-                "total_tokens": self.input_tokens + output,
-            }
+            delta_usage = data.get("usage") or {}
+            self._count(delta_usage)
+            usage = openai_usage(
+                self.prompt.get("input_tokens", 0),
+                self.prompt.get("cache_creation_input_tokens", 0),
+                self.prompt.get("cache_read_input_tokens", 0),
+                _tokens(delta_usage.get("output_tokens")),
+            )
             finish = self._chunk({}, TO_OPENAI_FINISH.get(stop, "stop"))
             if not self.usage:
                 return [finish]
@@ -574,6 +730,8 @@ class AnthropicFromOpenAI:
     block_kind: str | None = None
     tools: dict[int, int] = field(default_factory=dict)  # OpenAI tool index -> block index
     stop: str | None = None
+    refused: bool = False  # OpenAI's `refusal` came (its own field; Anthropic's is text)
+    answered: bool = False  # content came: a refusal with it is not the turn's stop reason
     usage: dict[str, int] = field(default_factory=dict)
     done: bool = False
 
@@ -614,14 +772,13 @@ class AnthropicFromOpenAI:
         data = event.data or {}
         usage = data.get("usage")
         if isinstance(usage, dict):
-            cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-            self.usage = {
-                "input_tokens": max(0, (usage.get("prompt_tokens") or 0) - cached),
-                "output_tokens": usage.get("completion_tokens") or 0,
-            }
+            self.usage = anthropic_usage(usage)
         for choice in data.get("choices") or []:
             delta = choice.get("delta") or {}
-            if delta.get("content"):
+            self.refused = self.refused or bool(delta.get("refusal"))
+            self.answered = self.answered or bool(delta.get("content"))
+            text = delta.get("content") or delta.get("refusal")
+            if text:
                 if self.block_kind != "text":
                     out += self._open({"type": "text", "text": ""}, "text")
                 out.append(
@@ -629,7 +786,7 @@ class AnthropicFromOpenAI:
                         {
                             "type": "content_block_delta",
                             "index": self.block,
-                            "delta": {"type": "text_delta", "text": delta["content"]},
+                            "delta": {"type": "text_delta", "text": text},
                         },
                         "content_block_delta",
                     )
@@ -661,7 +818,8 @@ class AnthropicFromOpenAI:
                         )
                     )
             if isinstance(choice.get("finish_reason"), str):
-                self.stop = TO_ANTHROPIC_STOP.get(choice["finish_reason"], "end_turn")
+                stop = TO_ANTHROPIC_STOP.get(choice["finish_reason"], "end_turn")
+                self.stop = "refusal" if self.refused and not self.answered else stop
                 out += self._close_block()
         return out
 
@@ -677,6 +835,8 @@ class AnthropicFromOpenAI:
             "usage": {
                 "output_tokens": self.usage.get("output_tokens", 0),
                 "input_tokens": self.usage.get("input_tokens", 0),
+                "cache_creation_input_tokens": self.usage.get("cache_creation_input_tokens", 0),
+                "cache_read_input_tokens": self.usage.get("cache_read_input_tokens", 0),
             },
         }
         out.append(_sse(delta, "message_delta"))
