@@ -98,6 +98,15 @@ class Scripted:
     """End the stream after its finish reason (and usage) without `[DONE]` / `message_stop`."""
     no_usage: bool = False
     """Leave usage out of the stream."""
+    error_event_after: int | None = None
+    """Send the format's error event (`overloaded_error`) after this many content events, then
+    close the stream."""
+    transport_error_after: int | None = None
+    """Promise a longer body (Content-Length) and close after this many content events: an
+    incomplete body, a transport error at the reader (where `cut_after` is a clean end)."""
+    big_event_mib: int | None = None
+    """Before the first content event, one well-formed event (no content) whose `data` spans
+    this many 1 MiB `data:` lines, with no blank line between them (R-GW-5a)."""
     tool_call: tuple[str, str] | None = None
     """Answer with a call of this tool: (name, JSON arguments) (non-streaming replies)."""
 
@@ -464,18 +473,20 @@ class _Handler(BaseHTTPRequestHandler):
         """Server-sent events in the path's format, with the reply's stream faults."""
         build = anthropic_stream if anthropic else openai_stream
         events = build(model, reply.text, reply.stop_reason, reply.input_tokens,
-                       reply.output_tokens, reply.stream_pieces)  # fmt: skip
+                       reply.output_tokens, reply.stream_pieces, cache=_cache(reply))  # fmt: skip
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding" if self._keep else "Connection",
                          "chunked" if self._keep else "close")  # fmt: skip
+        if reply.transport_error_after is not None:
+            self.send_header("Content-Length", str(10**9))
         self.end_headers()
         self.wfile.flush()
         stopping = self.server.standin.stopping
         if reply.first_event_delay_s and stopping.wait(reply.first_event_delay_s):
             return
-        faulted = _faulted(events, reply)
+        faulted = _faulted(events, reply, anthropic)
         for i, event in enumerate(faulted):
             if event is _STALL:
                 stopping.wait(600)
@@ -523,6 +534,8 @@ def _fault_free(reply: Scripted) -> bool:
         reply.reset or reply.cut_body or reply.trickle_body or reply.raw_body is not None
         or reply.cut_after is not None or reply.stall_after is not None
         or reply.malformed_after is not None or reply.no_terminator
+        or reply.big_event_mib is not None or reply.error_event_after is not None
+        or reply.transport_error_after is not None
     )  # fmt: skip
 
 
@@ -531,11 +544,16 @@ _CUT: StreamEvent = ("cut", b"")
 _MALFORMED = b"data: {this is not json\n\n"
 
 
-def _faulted(events: Sequence[StreamEvent], reply: Scripted) -> list[StreamEvent]:
-    """The events as the reply's faults have them: cut, stalled, malformed, unterminated."""
+def _faulted(
+    events: Sequence[StreamEvent], reply: Scripted, anthropic: bool = False
+) -> list[StreamEvent]:
+    """The events as the reply's faults have them: cut, stalled, malformed, an error event,
+    unterminated."""
     out: list[StreamEvent] = []
     content = 0
     for role, data in events:
+        if role == "content" and content == 0 and reply.big_event_mib is not None:
+            out.append(("preamble", _big_event(reply.big_event_mib)))
         if role == "usage" and reply.no_usage:
             continue
         if role == "terminator" and reply.no_terminator:
@@ -548,12 +566,30 @@ def _faulted(events: Sequence[StreamEvent], reply: Scripted) -> list[StreamEvent
             if reply.malformed_after is not None and content == reply.malformed_after:
                 out.append(("content", _MALFORMED))
                 return [*out, _CUT]
+            if reply.error_event_after is not None and content == reply.error_event_after:
+                return [*out, ("content", _error_event(anthropic)), _CUT]
+            if reply.transport_error_after is not None and content >= reply.transport_error_after:
+                return [*out, _CUT]  # short of the Content-Length promised
         if role == "content":
             content += 1
         if role == "finish" and reply.no_usage:
             data = _without_usage(data)
         out.append((role, data))
     return out
+
+
+def _error_event(anthropic: bool) -> bytes:
+    """The error event a provider sends mid-stream (Anthropic's `event: error`; OpenAI's bare
+    `data: {"error": …}`)."""
+    document = error_json(anthropic, 529 if anthropic else 500, "overloaded_error")
+    data = b"data: " + json.dumps(document).encode() + b"\n\n"
+    return b"event: error\n" + data if anthropic else data
+
+
+def _big_event(mib: int) -> bytes:
+    """A ping (OpenAI: a chunk without choices) whose JSON spans `mib` lines of 1 MiB each."""
+    line = b"data: " + b"0," * (512 * 1024) + b"\n"
+    return b'data: {"type": "ping", "choices": [], "pad": [\n' + line * mib + b"data: 0]}\n\n"
 
 
 def _without_usage(data: bytes) -> bytes:

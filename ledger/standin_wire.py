@@ -241,9 +241,10 @@ StreamEvent = tuple[str, bytes]
 
 def openai_stream(
     model: str, text: str, stop_reason: str | None, input_tokens: int, output_tokens: int,
-    pieces: int = 3,
+    pieces: int = 3, *, cache: tuple[int, int] = (0, 0),
 ) -> list[StreamEvent]:
-    """A chat.completion.chunk stream with `stream_options.include_usage` (usage chunk last)."""
+    """A chat.completion.chunk stream with `stream_options.include_usage` (usage chunk last,
+    read as `openai_success`'s: `prompt_tokens` includes the cached, `cache` written and read)."""
     base = {"id": "chatcmpl-standin", "object": "chat.completion.chunk",
             "created": int(time.time()), "model": model}  # fmt: skip
 
@@ -254,8 +255,7 @@ def openai_stream(
     events: list[StreamEvent] = [("preamble", _sse(chunk({"role": "assistant", "content": ""})))]
     events += [("content", _sse(chunk({"content": p}))) for p in _pieces(text, pieces)]
     events.append(("finish", _sse(chunk({}, stop_reason or "stop"))))
-    usage = {"prompt_tokens": input_tokens, "completion_tokens": output_tokens,
-             "total_tokens": input_tokens + output_tokens}  # fmt: skip
+    usage = openai_success(model, "", None, input_tokens, output_tokens, cache=cache)["usage"]
     events.append(("usage", _sse({**base, "choices": [], "usage": usage})))
     events.append(("terminator", _sse("[DONE]")))
     return events
@@ -263,13 +263,16 @@ def openai_stream(
 
 def anthropic_stream(
     model: str, text: str, stop_reason: str | None, input_tokens: int, output_tokens: int,
-    pieces: int = 3,
+    pieces: int = 3, *, cache: tuple[int, int] = (0, 0),
 ) -> list[StreamEvent]:
-    """A messages event stream: message_start … message_stop, usage in start and delta."""
+    """A messages event stream: message_start … message_stop, usage in start (the prompt's
+    counts, `cache` written and read among them, as the real API sends) and delta."""
+    written, read = cache
     message: dict[str, Any] = {
         "id": "msg_standin", "type": "message", "role": "assistant", "model": model,
         "content": [], "stop_reason": None, "stop_sequence": None,
-        "usage": {"input_tokens": input_tokens, "output_tokens": 1},
+        "usage": {"input_tokens": input_tokens, "output_tokens": 1,
+                  "cache_creation_input_tokens": written, "cache_read_input_tokens": read},
     }  # fmt: skip
     events: list[StreamEvent] = [
         ("preamble", _sse({"type": "message_start", "message": message}, "message_start")),

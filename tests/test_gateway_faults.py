@@ -20,7 +20,8 @@ from ledger.records import Cancelled
 from ledger.standin import Scripted, StandIn
 from tests.gateway_setup import gateway
 
-POLICY = {"timeoutMs": 20000, "gateway": {"firstTokenMs": 1500, "idleMs": 1000}}
+IDLE_MS = 1000
+POLICY = {"timeoutMs": 20000, "gateway": {"firstTokenMs": 1500, "idleMs": IDLE_MS}}
 TEXT = "one two three four five six"
 
 
@@ -32,6 +33,7 @@ class Fault:
     replies: tuple[Scripted, ...]
     sees: str  # "answer" or "error event" or an HTTP error code
     asked: tuple[str, ...]
+    idle: bool = False  # the error event comes within idleMs (and 1 s) of the last content
 
 
 FAULTS = [
@@ -46,8 +48,14 @@ FAULTS = [
     Fault("cut before content", (Scripted(cut_after=0),), "answer", ("a1", "a1")),
     Fault("malformed before content", (Scripted(malformed_after=0),), "answer", ("a1", "a1")),
     Fault("cut mid-answer", (Scripted(cut_after=1, text=TEXT),), "error event", ("a1",)),
-    Fault("stall", (Scripted(stall_after=1, text=TEXT),), "error event", ("a1",)),
+    Fault("stall", (Scripted(stall_after=1, text=TEXT),), "error event", ("a1",), idle=True),
     Fault("malformed chunk", (Scripted(malformed_after=1, text=TEXT),), "error event", ("a1",)),
+    Fault("error event mid-answer", (Scripted(error_event_after=1, text=TEXT),), "error event",
+          ("a1",)),
+    Fault("transport error mid-answer", (Scripted(transport_error_after=1, text=TEXT),),
+          "error event", ("a1",)),
+    Fault("oversized event before content", (Scripted(big_event_mib=5, text=TEXT),) * 2,
+          "answer", ("a1", "a1", "c1")),
     Fault("no terminator", (Scripted(no_terminator=True, text=TEXT),), "answer", ("a1",)),
     Fault("context exceeded", (Scripted(status=400, error_code="context_length_exceeded"),),
           "answer", ("a1", "c1")),
@@ -63,19 +71,24 @@ def test_r_gw_5_stream_fault_table(home: Path, fault: Fault) -> None:
         text: list[str] = []
         seen = "answer"
         model = None
+        last = ended = time.monotonic()
         try:
             with client.chat.completions.create(
                 model="acme/a1", messages=[{"role": "user", "content": "x"}], stream=True
             ) as stream:
                 for chunk in stream:
+                    last = time.monotonic()
                     model = chunk.model
                     for choice in chunk.choices:
                         text.append(choice.delta.content or "")
         except openai.APIStatusError as error:
             seen = str(error.code)
         except openai.APIError:
+            ended = time.monotonic()
             seen = "error event"
         assert seen == fault.sees
+        if fault.idle:  # R-GW-5: gateway.idleMs ends it, not the deadline (20 s)
+            assert ended - last <= IDLE_MS / 1000 + 1
         time.sleep(0.2)
         assert tuple(gw.models_asked()) == fault.asked
         if seen == "answer":
@@ -83,6 +96,9 @@ def test_r_gw_5_stream_fault_table(home: Path, fault: Fault) -> None:
             assert "".join(text)
         if seen == "error event":
             assert text  # the caller had content before the stream ended
+            # R-GW-5: settled as the failure it is, and nothing may follow it: no retry, no
+            # fallback permitted (follow_up none) and no second reservation made
+            assert _follow_ups(home) == [("failed", "transport", None)]
 
 
 def test_r_gw_5_anthropic_stream_and_usage(home: Path) -> None:
@@ -182,6 +198,14 @@ def _costs(home: Path) -> list[tuple[int, int]]:
             "SELECT cost_micro, estimate_micro FROM reservations ORDER BY id"
         ).all()
     return [(int(r[0]), int(r[1])) for r in rows]
+
+
+def _follow_ups(home: Path) -> list[tuple[object, ...]]:
+    with Ledger.open(home).db.engine.connect() as conn:
+        rows = conn.exec_driver_sql(
+            "SELECT status, kind, follow_up FROM reservations ORDER BY id"
+        ).all()
+    return [tuple(r) for r in rows]
 
 
 def _reservations(home: Path) -> list[tuple[object, ...]]:

@@ -1,8 +1,10 @@
 """Server-sent events of the two wire formats, read from an upstream stream (R-GW-5).
 
 Pure parsing over lines; `Tracker` keeps what the gateway must know about a stream in flight:
-whether its first content event arrived, its finish reason, its usage and its terminator.
-A malformed event (not JSON where the format says JSON) is reported, never guessed at.
+whether its first content event arrived, its finish reason, its usage (prompt-cache tokens too,
+read by the provider adapters' own functions, R-GW-5c) and its terminator.
+A malformed event (not JSON where the format says JSON, or larger than MAX_EVENT_BYTES) is
+reported, never guessed at.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ledger.gateway.wire import Format
-from ledger.providers.base import token_count
+from ledger.providers import anthropic_messages, openai_chat
 
 DONE = "[DONE]"
 MAX_HELD_EVENTS = 256
@@ -24,6 +26,10 @@ MAX_LINE_BYTES = 4 * 1024 * 1024
 """The longest line an upstream stream may send (4 MiB, the bound on a request body; a `data:`
 line carries one chunk): a longer one is Malformed, so an upstream that never ends its line
 cannot grow the gateway's memory without bound."""
+MAX_EVENT_BYTES = MAX_LINE_BYTES
+"""The most `data:` an upstream event may carry across all its lines (R-GW-5a, the same 4 MiB):
+a larger one is Malformed, so an event whose lines never end in a blank line cannot grow the
+gateway's memory without bound either."""
 
 
 @dataclass(frozen=True)
@@ -72,15 +78,20 @@ async def lines_of(
         yield pending.removesuffix(b"\r").decode("utf-8", "replace")
 
 
-async def events(lines: AsyncIterator[str]) -> AsyncIterator[Event]:
-    """The events of an SSE body, one per blank-line-separated block."""
+async def events(
+    lines: AsyncIterator[str], limit: int = MAX_EVENT_BYTES
+) -> AsyncIterator[Event]:
+    """The events of an SSE body, one per blank-line-separated block; an event whose `data`
+    lines come to more than `limit` bytes (UTF-8, with the newlines that join them) raises
+    Malformed once the line that crosses it arrives (R-GW-5a)."""
     name: str | None = None
     data: list[str] = []
+    size = 0
     async for line in lines:
         if line == "":
             if data:
                 yield _event(name, "\n".join(data))
-            name, data = None, []
+            name, data, size = None, [], 0
             continue
         if line.startswith(":"):
             continue
@@ -89,6 +100,10 @@ async def events(lines: AsyncIterator[str]) -> AsyncIterator[Event]:
         if field == "event":
             name = value
         elif field == "data":
+            # isascii() is a flag in CPython: the usual line is measured without encoding it
+            size += 1 + (len(value) if value.isascii() else len(value.encode()))
+            if size > limit + 1:  # the first line has no newline before it
+                raise Malformed
             data.append(value)
     if data:
         yield _event(name, "\n".join(data))
@@ -130,6 +145,8 @@ class Tracker:
     terminated: bool = False
     input_tokens: int | None = None
     output_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    cache_read_tokens: int | None = None
     error: bool = False
 
     def observe(self, event: Event) -> None:
@@ -163,9 +180,11 @@ class Tracker:
                 self.finish = choice["finish_reason"]
                 self.content = True
         usage = data.get("usage")
-        if isinstance(usage, dict):
-            self.input_tokens = token_count(usage.get("prompt_tokens"))
-            self.output_tokens = token_count(usage.get("completion_tokens"))
+        if isinstance(usage, dict):  # read as a whole answer's is (R-GW-5c)
+            counts = openai_chat.usage_counts(usage)
+            self.input_tokens, self.output_tokens = counts.input_tokens, counts.output_tokens
+            self.cache_write_tokens = counts.cache_write_tokens
+            self.cache_read_tokens = counts.cache_read_tokens
 
     def _anthropic(self, event: Event) -> None:
         if event.done:
@@ -180,7 +199,7 @@ class Tracker:
             message = data.get("message")
             usage = message.get("usage") if isinstance(message, dict) else None
             if isinstance(usage, dict):  # its output_tokens is a placeholder, not a count
-                self.input_tokens = token_count(usage.get("input_tokens"))
+                self._prompt(usage)
         elif kind == "content_block_start":
             block = data.get("content_block")
             if isinstance(block, dict) and block.get("type") not in ("text", None):
@@ -194,12 +213,22 @@ class Tracker:
                 self.finish = delta["stop_reason"]
             usage = data.get("usage")
             if isinstance(usage, dict):
-                self.output_tokens = token_count(usage.get("output_tokens"))
-                if usage.get("input_tokens") is not None:
-                    self.input_tokens = token_count(usage.get("input_tokens"))
+                self.output_tokens = anthropic_messages.usage_counts(usage).output_tokens
+                self._prompt(usage)  # its prompt counts, when given, are the final ones
         elif kind == "message_stop":
             self.content = True
             self.terminated = True
+
+    def _prompt(self, usage: dict[str, Any]) -> None:
+        """The prompt's counts of an Anthropic usage object, read as a whole answer's is
+        (R-GW-5c); a count the event leaves out keeps the one seen before."""
+        counts = anthropic_messages.usage_counts(usage)
+        if counts.input_tokens is not None:
+            self.input_tokens = counts.input_tokens
+        if counts.cache_write_tokens is not None:
+            self.cache_write_tokens = counts.cache_write_tokens
+        if counts.cache_read_tokens is not None:
+            self.cache_read_tokens = counts.cache_read_tokens
 
     @property
     def usage_known(self) -> bool:

@@ -7,14 +7,21 @@ Once the first content event is ready the answer starts, and from then on a fail
 timeout, cut, malformed event) ends the stream with the format's error event: it is settled as
 the failure it is and never replayed or continued on another model.
 
+A stream still being relayed when its reservation's deadline comes (a slow upstream or a slow
+reader) is ended with the format's error event, code `deadline` (R-GW-5b): its upstream request
+is closed and its reservation settled `cancelled` before that deadline, a margin ahead of it
+(`stop_ms`), so its in-flight slot is never free in the store while the exchange is still open.
+
 Invariant: the reservation of an opened stream is settled exactly once, by `relay`: success with
 the stream's usage (none: the estimate, marked `usage_estimated`), the failure, or `cancelled`
-when the caller left (the upstream request is closed first) with the usage seen so far (R-GW-7).
+when the caller left or the deadline came (the upstream request is closed first) with the usage
+seen so far (R-GW-7, R-GW-5b). Usage includes the prompt-cache tokens (R-GW-5c).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
@@ -48,12 +55,17 @@ from ledger.gateway.upstream import (
 from ledger.gateway.wire import Format, stream_error_event, usage_only
 from ledger.kinds import FailureKind
 from ledger.providers.bounded import TRANSPORT_ERRORS
-from ledger.records import Cancelled, Failed, Success
+from ledger.records import Cancelled, Failed, Reservation, Success
 
 STALLED = Classification(FailureKind.TRANSPORT, "stream_stalled")
 CUT = Classification(FailureKind.TRANSPORT, "stream_cut")
 FIRST_EVENT = Classification(FailureKind.TRANSPORT, "first_event_timeout")
 ENDED = "the upstream stream failed after it began; it is not continued elsewhere"
+DEADLINE = "the reservation's deadline came before the stream ended; it is not continued"
+DEADLINE_MARGIN_MS = 1000
+"""How long before its reservation's deadline a stream's exchange ends (at most a tenth of the
+reservation's allowance): room to close the upstream request and settle, so that neither happens
+after the deadline (R-GW-5b)."""
 
 
 @dataclass
@@ -80,11 +92,42 @@ async def serve_stream(
     assert isinstance(opened, Opened)
     attempt = answered.attempt
     pace = loop.pace_for(ctx.ledger, background, attempt.number, True)
-    return RelayedResponse(
-        relay(ctx, attempt, opened, pace),
+    deadline = Deadline(
+        anyio.current_time() + _deadline_s(ctx, attempt),
+        stream_error_event(attempt.prepared.caller, 504, "deadline", DEADLINE),
+        ctx.ledger.policy.gateway.idle_ms / 1000,
+        lambda: _count_failed(ctx),
+    )
+    response = RelayedResponse(
+        relay(ctx, attempt, opened, pace, deadline),
         media_type="text/event-stream",
         headers={**attempt.headers(), "cache-control": "no-cache"},
     )
+    response.deadline = deadline
+    return response
+
+
+@dataclass
+class Deadline:
+    """When a relayed stream ends unless it ended before (R-GW-5b): `at` on anyio's clock, the
+    error event the caller then gets (within `grace_s`: a caller that does not take it by then
+    is cut), and the metric it counts. `scope` is the relay's, while it runs."""
+
+    at: float
+    event: bytes
+    grace_s: float
+    count: Callable[[], None]
+    scope: anyio.CancelScope | None = None
+
+    def disarm(self) -> bool:
+        """The stream ends now on its own (settled as what it was): no deadline after this.
+        False when the deadline came first (its cancellation is then on its way)."""
+        if self.scope is None:
+            return True
+        if self.scope.cancel_called:
+            return False
+        self.scope.deadline = math.inf
+        return True
 
 
 class RelayedResponse(StreamingResponse):
@@ -95,14 +138,44 @@ class RelayedResponse(StreamingResponse):
     request and settles `cancelled`). Starlette would start an anyio task group for both before
     the first byte, which cost 0.25 ms here."""
 
+    deadline: Deadline | None = None
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         chunks = self.body_iterator.__aiter__()
-        first = await anext(chunks, b"")
-        await send({"type": "http.response.start", "status": self.status_code,
-                    "headers": self.raw_headers})  # fmt: skip
-        if first:
-            await send({"type": "http.response.body", "body": first, "more_body": True})
-        await unless_disconnected(receive, lambda: self.rest(chunks, send))
+        deadline = self.deadline
+        started = False
+        # R-GW-5b: the deadline covers the writes to the caller (a slow reader) as well as the
+        # reads from upstream; the relay, cancelled, closes upstream and settles `cancelled`
+        timed = anyio.CancelScope(deadline=math.inf if deadline is None else deadline.at)
+        if deadline is not None:
+            deadline.scope = timed
+        try:
+            with timed:
+                first = await anext(chunks, b"")
+                await send({"type": "http.response.start", "status": self.status_code,
+                            "headers": self.raw_headers})  # fmt: skip
+                started = True
+                if first:
+                    await send({"type": "http.response.body", "body": first, "more_body": True})
+                await unless_disconnected(receive, lambda: self.rest(chunks, send))
+        finally:
+            # the relay settles in its own `finally` (shielded) if it had not: close it here
+            # rather than leave it to the garbage collector
+            with anyio.CancelScope(shield=True):
+                await chunks.aclose()  # type: ignore[attr-defined]
+        if timed.cancelled_caught and deadline is not None:
+            await self._deadline(deadline, send, started)
+
+    async def _deadline(self, deadline: Deadline, send: Send, started: bool) -> None:
+        """The format's error event, code `deadline`, and the body's end (R-GW-5b); the
+        reservation is settled already."""
+        deadline.count()
+        with anyio.move_on_after(deadline.grace_s):
+            if not started:
+                await send({"type": "http.response.start", "status": self.status_code,
+                            "headers": self.raw_headers})  # fmt: skip
+            await send({"type": "http.response.body", "body": deadline.event, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def rest(self, chunks: AsyncIterator[Any], send: Send) -> None:
         """The chunks after the first, then the end of the body."""
@@ -134,8 +207,15 @@ async def unless_disconnected(receive: Receive, work: Callable[[], Awaitable[T]]
         watcher.cancel()
 
 
+def stop_ms(reservation: Reservation) -> int:
+    """When a stream's upstream exchange ends at the latest (ledger time): DEADLINE_MARGIN_MS,
+    at most a tenth of the allowance, before the reservation's deadline (R-GW-5b)."""
+    allowance = reservation.deadline_ms - reservation.created_ms
+    return reservation.deadline_ms - min(DEADLINE_MARGIN_MS, max(0, allowance) // 10)
+
+
 def _deadline_s(ctx: loop.Context, attempt: loop.Attempt) -> float:
-    return max(0.001, (attempt.reservation.deadline_ms - ctx.ledger.clock_fn()) / 1000)
+    return max(0.001, (stop_ms(attempt.reservation) - ctx.ledger.clock_fn()) / 1000)
 
 
 async def stream_exchange(ctx: loop.Context, attempt: loop.Attempt) -> Reply | Opened:
@@ -188,9 +268,15 @@ async def _close(response: httpx.Response | None) -> None:
 
 
 async def relay(
-    ctx: loop.Context, attempt: loop.Attempt, opened: Opened, pace: Any
+    ctx: loop.Context,
+    attempt: loop.Attempt,
+    opened: Opened,
+    pace: Any,
+    deadline: Deadline | None = None,
 ) -> AsyncIterator[bytes]:
-    """The caller's stream: held events, then the rest; settles the reservation exactly once."""
+    """The caller's stream: held events, then the rest; settles the reservation exactly once.
+    Its consumer cancels it at the deadline (R-GW-5b): its `finally` then closes the upstream
+    request and settles `cancelled`, as when the caller leaves."""
     fmt = attempt.prepared.caller
     shown = attempt.prepared.usage_shown
     translator = stream_translator(fmt, attempt.prepared.fmt, attempt.route, shown)
@@ -211,7 +297,7 @@ async def relay(
         _count_opened(ctx, attempt, opened)  # once the caller has its first bytes
         while not tracker.terminated:
             try:
-                async with asyncio.timeout(min(idle, _deadline_s(ctx, attempt))):
+                async with asyncio.timeout(idle):  # the deadline is the consumer's scope
                     event = await opened.rest.__anext__()
                 tracker.observe(event)
             except StopAsyncIteration:
@@ -235,11 +321,12 @@ async def relay(
         if failure is None and tracker.terminated:
             await _drain(opened)
         await _close(opened.response)
+        if deadline is not None and not deadline.disarm():
+            await anyio.lowlevel.checkpoint()  # the deadline came first: cancelled here
         if failure is not None:
             settled = True
             await _settle_failure(ctx, attempt, tracker, failure, pace)
-            if ctx.metrics is not None:
-                ctx.metrics.request(ctx.template, "stream_failed")
+            _count_failed(ctx)
             yield stream_error_event(fmt, 502, "upstream_stream_failed", ENDED)
             return
         settled = True
@@ -253,6 +340,12 @@ async def relay(
                 await opened.response.aclose()
                 await routing.settle(ctx.ledger, ctx.group, attempt.reservation.id,
                                      cancelled(tracker), None)  # fmt: skip
+
+
+def _count_failed(ctx: loop.Context) -> None:
+    """A stream that began and then failed or met its deadline, in the metrics."""
+    if ctx.metrics is not None:
+        ctx.metrics.request(ctx.template, "stream_failed")
 
 
 def _count_opened(ctx: loop.Context, attempt: loop.Attempt, opened: Opened) -> None:
@@ -284,12 +377,15 @@ async def _drain(opened: Opened) -> None:
 
 
 def cancelled(tracker: Tracker) -> Cancelled:
-    """R-GW-7: the caller left; the usage the stream carried so far (Anthropic's input tokens
-    from `message_start`, the final counts if they had arrived), the cost at the estimate and
-    marked `usage_estimated` unless both counts were seen."""
+    """R-GW-7, R-GW-5b: the caller left or the deadline came; the usage the stream carried so
+    far (Anthropic's input and cache tokens from `message_start`, the final counts if they had
+    arrived), the cost at the estimate and marked `usage_estimated` unless both counts were
+    seen."""
     return Cancelled(
         input_tokens=tracker.input_tokens,
         output_tokens=tracker.output_tokens,
+        cache_write_tokens=tracker.cache_write_tokens,
+        cache_read_tokens=tracker.cache_read_tokens,
         usage_estimated=not tracker.usage_known,
     )
 
@@ -300,7 +396,9 @@ async def _settle_failure(
     # after the first content event nothing follows: no retry, no fallback (R-GW-5)
     ended = replace(pace, attempts_left=0) if pace is not None else None
     outcome = Failed(failure, input_tokens=tracker.input_tokens,
-                     output_tokens=tracker.output_tokens)  # fmt: skip
+                     output_tokens=tracker.output_tokens,
+                     cache_write_tokens=tracker.cache_write_tokens,
+                     cache_read_tokens=tracker.cache_read_tokens)  # fmt: skip
     with anyio.CancelScope(shield=True):
         await routing.settle(ctx.ledger, ctx.group, attempt.reservation.id, outcome, ended)
 
@@ -310,6 +408,8 @@ async def _settle_success(ctx: loop.Context, attempt: loop.Attempt, tracker: Tra
     outcome = Success(
         tracker.input_tokens if known else None,
         tracker.output_tokens if known else None,
+        cache_write_tokens=tracker.cache_write_tokens if known else None,
+        cache_read_tokens=tracker.cache_read_tokens if known else None,
         usage_estimated=not known,
     )
     with anyio.CancelScope(shield=True):

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ledger.providers.base import CallRequest, HttpAdapter, ProviderResponse, token_count
+from ledger.providers.base import (
+    CallRequest,
+    HttpAdapter,
+    ProviderResponse,
+    UsageCounts,
+    token_count,
+)
 from ledger.providers.bounded import JsonReply, post_and_parse
 from ledger.routing.effort import anthropic_fields
 
@@ -60,18 +66,28 @@ def parse_message(reply: JsonReply) -> ProviderResponse:
             if not isinstance(text, str):
                 return reply.invalid()
             texts.append(text)
-    usage = data.get("usage")
-    if not isinstance(usage, dict):
-        usage = {}
+    counts = usage_counts(data.get("usage"))
     return ProviderResponse(
         ok=True,
         status=reply.status,
         text="".join(texts),
         stop_reason=stop,
-        # input_tokens leaves out the cache writes and reads, which are billed at their own prices
+        input_tokens=counts.input_tokens,
+        output_tokens=counts.output_tokens,
+        cache_write_tokens=counts.cache_write_tokens,
+        cache_read_tokens=counts.cache_read_tokens,
+        elapsed_ms=reply.elapsed_ms(),
+    )
+
+
+def usage_counts(usage: object) -> UsageCounts:
+    """The counts of a messages `usage` object (a whole answer's, or a stream's `message_start`
+    and `message_delta`): `input_tokens` already leaves out the cache writes and reads."""
+    if not isinstance(usage, dict):
+        usage = {}
+    return UsageCounts(
         input_tokens=token_count(usage.get("input_tokens")),
         output_tokens=token_count(usage.get("output_tokens")),
         cache_write_tokens=token_count(usage.get("cache_creation_input_tokens")),
         cache_read_tokens=token_count(usage.get("cache_read_input_tokens")),
-        elapsed_ms=reply.elapsed_ms(),
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal, Protocol
+from typing import Literal, NamedTuple, Protocol
 
 import httpx
 
@@ -130,6 +130,17 @@ class HttpAdapter:
         """A string option, or `default` when absent or not a string."""
         value = self._provider.options.get(name)
         return value if isinstance(value, str) and value else default
+
+
+class UsageCounts(NamedTuple):
+    """The token counts of one `usage` object, as the ledger bills them (any may be unknown):
+    `input_tokens` leaves out the cache writes and reads, which are billed at their own prices.
+    A whole answer and a stream's usage events are read by the same function (R-GW-5c)."""
+
+    input_tokens: int | None
+    output_tokens: int | None
+    cache_write_tokens: int | None
+    cache_read_tokens: int | None
 
 
 def token_count(value: object) -> int | None:

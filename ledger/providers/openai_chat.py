@@ -14,6 +14,7 @@ from ledger.providers.base import (
     CallRequest,
     HttpAdapter,
     ProviderResponse,
+    UsageCounts,
     reported_cost,
     token_count,
 )
@@ -100,6 +101,25 @@ def parse_chat_completion(reply: JsonReply) -> ProviderResponse:
     elif not (content is None or isinstance(content, str)):
         return reply.invalid()
     usage = data.get("usage")
+    counts = usage_counts(usage)
+    return ProviderResponse(
+        ok=True,
+        status=reply.status,
+        text=content if isinstance(content, str) else "",
+        stop_reason=stop,
+        input_tokens=counts.input_tokens,
+        output_tokens=counts.output_tokens,
+        cost_usd=reported_cost(usage.get("cost")) if isinstance(usage, dict) else None,
+        elapsed_ms=reply.elapsed_ms(),
+        cache_write_tokens=counts.cache_write_tokens,
+        cache_read_tokens=counts.cache_read_tokens,
+    )
+
+
+def usage_counts(usage: object) -> UsageCounts:
+    """The counts of a chat-completions `usage` object (a whole answer's, or a stream's usage
+    chunk): `prompt_tokens` includes the cached ones (`prompt_tokens_details.cached_tokens`, and
+    OpenRouter's `cache_write_tokens`), so the input tokens are the rest."""
     if not isinstance(usage, dict):
         usage = {}
     details = usage.get("prompt_tokens_details")
@@ -107,15 +127,9 @@ def parse_chat_completion(reply: JsonReply) -> ProviderResponse:
         details = {}
     cache_read = token_count(details.get("cached_tokens"))
     cache_write = token_count(details.get("cache_write_tokens"))
-    return ProviderResponse(
-        ok=True,
-        status=reply.status,
-        text=content if isinstance(content, str) else "",
-        stop_reason=stop,
+    return UsageCounts(
         input_tokens=_uncached(token_count(usage.get("prompt_tokens")), cache_read, cache_write),
         output_tokens=token_count(usage.get("completion_tokens")),
-        cost_usd=reported_cost(usage.get("cost")),
-        elapsed_ms=reply.elapsed_ms(),
         cache_write_tokens=cache_write,
         cache_read_tokens=cache_read,
     )
