@@ -187,12 +187,18 @@ class Ledger:
         fallback_from: str | None = None,
         after: int | None = None,
         scopes: Iterable[str] = (),
+        key: str | None = None,
     ) -> Step[Reservation]:
-        """`reserve`, its arguments checked now, as a step for `write_steps` (group commit)."""
+        """`reserve`, its arguments checked now, as a step for `write_steps` (group commit).
+
+        `key`: the gateway key that sent the request (R-SC-3a), with its scopes as `scopes`: its
+        request ids are its own, and its source must be new or under its scopes only."""
         request = self._reserve_request(
             source, model, input_bytes, text, request_id, override, role, fallback_from, after,
             scopes,
         )
+        if key is not None:
+            request = replace(request, key=check_str(key, "a gateway key's name"))
         return self.store.reserve_step(self.policy, request, self.fingerprint)
 
     def _reserve_request(
