@@ -29,9 +29,12 @@ def _reserve(
     led: Ledger, source: str, key: str | None, scopes: tuple[str, ...], request_id: str | None
 ) -> Reservation:
     """One reserve as the service's gateway makes it: a step of a group commit."""
-    step = led.reserve_step(source, MODEL, request_id=request_id, scopes=scopes, key=key)
+    step = led.reserve_step(
+        source, MODEL, request_id=request_id, scopes=scopes, gateway_key=key
+    )
     (answered,) = led.write_steps([step])
-    return answered.get()
+    reservation: Reservation = answered.get()
+    return reservation
 
 
 @pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
@@ -42,7 +45,8 @@ def test_r_sc_3a_each_key_is_a_request_id_namespace_of_its_own(
     first_a = _reserve(led, "src-a", "alpha", ("a",), "job-1")
     first_b = _reserve(led, "src-b", "beta", ("b",), "job-1")  # not blocked by alpha's id
     assert (first_a.replayed, first_b.replayed) == (False, False)
-    assert first_b.id != first_a.id and first_b.source == "src-b"
+    assert first_b.id != first_a.id
+    assert first_b.source == "src-b"
     again_a = _reserve(led, "src-a", "alpha", ("a",), "job-1")
     assert (again_a.id, again_a.replayed) == (first_a.id, True)  # the same key: the same slot
     again_b = _reserve(led, "src-b", "beta", ("b",), "job-1")
@@ -53,7 +57,8 @@ def test_r_sc_3a_each_key_is_a_request_id_namespace_of_its_own(
         _reserve(led, "src-a", "beta", ("b",), "job-1")
     # the default namespace (library, CLI, /v1, socket, service token) is one, apart from keys
     plain = led.reserve("src-plain", MODEL, request_id="job-1")
-    assert plain.id not in (first_a.id, first_b.id) and not plain.replayed
+    assert plain.id not in (first_a.id, first_b.id)
+    assert not plain.replayed
     assert led.reserve("src-plain", MODEL, request_id="job-1").id == plain.id
     with pytest.raises(UsageError, match="already used"):  # as before for non-key callers
         led.reserve("src-other", MODEL, request_id="job-1")

@@ -92,7 +92,7 @@ class Request:
     request_id: str | None
     scopes: tuple[str, ...] = ()  # a gateway key's scopes (SPEC 20), passed on to reserve
     translatable: bool = False  # inside the common subset: other-format routes may serve it
-    key: str | None = None  # the gateway key's name: its own request ids and sources (R-SC-3a)
+    gateway_key: str | None = None  # its name: its own request ids and sources (R-SC-3a)
 
 
 def _routes(ledger: Ledger, request: Request, selection: Selection) -> list[str]:
@@ -202,7 +202,7 @@ async def reserve(
         fallback_from=plan.fallback_from if plan is not None else None,
         after=plan.after if plan is not None else None,
         scopes=request.scopes,  # a gateway key's scopes (R-SC-1, R-SC-3)
-        key=request.key,
+        gateway_key=request.gateway_key,
     )
     try:
         return await group.submit(step)

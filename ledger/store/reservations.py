@@ -145,12 +145,12 @@ class ReserveRequest:
     scopes: tuple[str, ...] = ()
     # the gateway key that sent it (R-SC-3a; `scopes` are then the key's): its request ids are
     # its own namespace, and it may name only a source wholly inside its scopes, or a new one
-    key: str | None = None
+    gateway_key: str | None = None
 
     @property
     def namespace(self) -> str:
         """Where the request id is unique: each gateway key's own, else the default one."""
-        return DEFAULT_NAMESPACE if self.key is None else f"key:{self.key}"
+        return DEFAULT_NAMESPACE if self.gateway_key is None else f"key:{self.gateway_key}"
 
 
 @dataclass(frozen=True)
@@ -371,7 +371,7 @@ def reserve(
     """All checks of R-RES-1..9 and the insert, inside the caller's write transaction; through a
     pool, the pool's choice among the candidates eligible now (R-RT-5) in the same transaction.
     A gateway key's source is checked first, in the same transaction (R-SC-3a)."""
-    if request.key is not None:
+    if request.gateway_key is not None:
         _check_key_source(conn, request)
     if request.pool is not None:
         return _reserve_pool(conn, now, policy, request, request.pool, policy_fp)
@@ -462,7 +462,7 @@ def _reserve_model(
         return scoped
     if new_source:
         insert_source(conn, request.source_id, now)
-        if request.key is not None and request.scopes:  # R-SC-3a: under the key's scopes
+        if request.gateway_key is not None and request.scopes:  # R-SC-3a: under the key's scopes
             rows = [{"source_id": request.source_id, "scope": s} for s in request.scopes]
             conn.execute(_INSERT_SOURCE_SCOPE, rows)
     if shared.overdue:
