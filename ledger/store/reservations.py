@@ -408,7 +408,12 @@ def _reserve_model(
         source = budgets.SourceBudget(SourceState.QUEUED, None, 0, frozenset(), 0)
     # R-SC-1: the scopes' use is read in the same round trip as the shared state, and checked
     # after every check of section 7 below (see ledger/store/scopes.py)
-    names = scopes.names_for(conn, policy, request.source_id, request.scopes, stored=not new_source)
+    if request.gateway_key is not None:  # `reserve` checked its source has none but these (R-SC-3a)
+        names = list(request.scopes)
+    else:
+        names = scopes.names_for(
+            conn, policy, request.source_id, request.scopes, stored=not new_source
+        )
     shared, scope_values = reads.shared_state(
         conn,
         now,
