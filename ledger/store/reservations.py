@@ -394,8 +394,8 @@ def _reserve_model(
     """R-RES-1..9 and the insert for one concrete model."""
     model = request.model
     if request.request_id is not None:
-        found = {"b_namespace": request.namespace, "request_id": request.request_id}
-        row = conn.execute(_BY_REQUEST_ID, found).first()
+        ids = {"b_namespace": request.namespace, "request_id": request.request_id}
+        row = conn.execute(_BY_REQUEST_ID, ids).first()
         if row is not None:
             if row.source_id != request.source_id or row.model_key != model.key:
                 raise UsageError("this request id was already used for another source or model")
@@ -585,8 +585,8 @@ def _reserve_pool(
 ) -> Reservation | budgets.Refusal:
     """The pool's choice and the reservation, in the caller's write transaction (R-RT-5)."""
     if request.request_id is not None:
-        found = {"b_namespace": request.namespace, "request_id": request.request_id}
-        row = conn.execute(_BY_REQUEST_ID, found).first()
+        ids = {"b_namespace": request.namespace, "request_id": request.request_id}
+        row = conn.execute(_BY_REQUEST_ID, ids).first()
         if row is not None:
             if row.source_id != request.source_id or row.pool != plan.pool:
                 raise UsageError("this request id was already used for another source or model")
