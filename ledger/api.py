@@ -187,12 +187,20 @@ class Ledger:
         fallback_from: str | None = None,
         after: int | None = None,
         scopes: Iterable[str] = (),
+        gateway_key: str | None = None,
     ) -> Step[Reservation]:
-        """`reserve`, its arguments checked now, as a step for `write_steps` (group commit)."""
+        """`reserve`, its arguments checked now, as a step for `write_steps` (group commit).
+
+        `gateway_key`: the name of the gateway key that sent the request (R-SC-3a), its scopes
+        given as `scopes`: its request ids are its own, and its source must be new (then made
+        under its scopes) or under its scopes only, else SourceScopeMismatch."""
         request = self._reserve_request(
             source, model, input_bytes, text, request_id, override, role, fallback_from, after,
             scopes,
         )
+        if gateway_key is not None:
+            name = check_str(gateway_key, "gateway_key")
+            request = replace(request, gateway_key=name)
         return self.store.reserve_step(self.policy, request, self.fingerprint)
 
     def _reserve_request(

@@ -40,6 +40,10 @@ class NotFoundError(UsageError):
     """No such object in the ledger."""
 
 
+class SourceScopeMismatch(UsageError):
+    """the source is not under the gateway key's scopes; nothing reserved (R-SC-3a)"""
+
+
 class Refused(LedgerError):
     """Refused by policy; `reason` is the reason code printed for the operator."""
 

@@ -179,7 +179,8 @@ VALID: dict[str, dict[str, Any]] = {
     # group commit (the service): the same checks, then the steps in one transaction
     "reserve_step": {"source": "s9", "model": "alpha/small", "input_bytes": 10, "text": None,
                      "request_id": None, "override": False, "role": AttemptRole.PRIMARY,
-                     "fallback_from": None, "after": None, "scopes": ()},
+                     "fallback_from": None, "after": None, "scopes": (),
+                     "gateway_key": None},  # R-SC-3a: the service's gateway only
     "settle_step": {
         "reservation_id": None, "outcome": Cancelled(), "overran": False, "pace": None,
     },
@@ -220,6 +221,7 @@ TYPES: dict[str, tuple[type, ...]] = {
     "unpaused": (bool,), "batch": (int,), "steps": (list, tuple),
     "scopes": (list, tuple, set, frozenset),
     "pace": (InteractivePace, type(None)),  # R-GW-4: the gateway's interactive pace
+    "gateway_key": (str,),  # R-SC-3a: the name of the gateway key that sent the request
 }
 
 

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse, Response
 
 from ledger.api import Ledger
 from ledger.arguments import check_request_id, check_source_id
-from ledger.errors import LedgerError, UsageError
+from ledger.errors import LedgerError, SourceScopeMismatch, UsageError
 from ledger.gateway import loop, routing
 from ledger.gateway.errors import GatewayError
 from ledger.gateway.gate import KEY_STATE
@@ -45,6 +45,10 @@ BAD_SOURCE = "X-Ledger-Source must be a source id (1-200 printable characters)"
 MAX_KEY = 190  # later attempts carry it with `#N` (R-RES-10a request ids hold 200)
 BAD_KEY = "Idempotency-Key must be 1-190 printable characters"
 BAD_PACE = "X-Ledger-Pace must be `interactive` or `background`"
+SOURCE_SCOPE_MISMATCH = (
+    "X-Ledger-Source names a source this key may not use: a key's source is new or under the"
+    " key's scopes only (R-SC-3a)"
+)
 
 
 def error_answer(fmt: Format, error: GatewayError) -> JSONResponse:
@@ -139,6 +143,8 @@ async def _answer(request: Request, fmt: Format, ctx: loop.Context) -> Response:
             return Response(status_code=499)
     except GatewayError as error:
         return error_answer(fmt, error)
+    except SourceScopeMismatch:  # R-SC-3a: found in the reserve's transaction, nothing reserved
+        return error_answer(fmt, GatewayError(403, "source_scope_mismatch", SOURCE_SCOPE_MISMATCH))
     except UsageError as error:  # fixed text by construction (never a value)
         return error_answer(fmt, GatewayError(400, "bad_request", str(error)))
     except LedgerError as error:  # busy or unreadable database: retry later
@@ -202,16 +208,19 @@ def _parse(
             raise UsageError(BAD_KEY)
     except UsageError:
         raise GatewayError(400, "bad_idempotency_key", BAD_KEY) from None
+    gateway_key = request.scope.get("state", {}).get(KEY_STATE)
+    key_name: str | None = getattr(gateway_key, "name", None)
     if headers.get(SOURCE_HEADER) is None and request_id is not None:
-        # a repeated request is the same request: the same source, so the key finds its slot
-        source = "gw-" + hashlib.sha256(request_id.encode()).hexdigest()[:24]
+        # a repeated request is the same request: the same source, so the key finds its slot;
+        # a gateway key's ids are its own (R-SC-3a), so are the sources they name
+        seed = request_id if key_name is None else f"key:{key_name}\n{request_id}"
+        source = "gw-" + hashlib.sha256(seed.encode()).hexdigest()[:24]
     pace = headers.get(PACE_HEADER, "interactive")
     if pace not in ("interactive", "background"):
         raise GatewayError(400, "bad_pace", BAD_PACE)
-    gateway_key = request.scope.get("state", {}).get(KEY_STATE)
     scopes = tuple(getattr(gateway_key, "scopes", ()))  # seam: SPEC 20 scopes go to reserve
     outside = untranslated(fmt, body)
     gw_request = routing.Request(
-        source, model, fmt, len(raw), request_id, scopes, outside is None, outside
+        source, model, fmt, len(raw), request_id, scopes, outside is None, outside, key_name
     )
     return body, gw_request, pace == "background"

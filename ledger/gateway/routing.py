@@ -93,6 +93,7 @@ class Request:
     scopes: tuple[str, ...] = ()  # a gateway key's scopes (SPEC 20), passed on to reserve
     translatable: bool = False  # inside the common subset: other-format routes may serve it
     untranslated: str | None = None  # else the field outside it (fixed text), for the 400
+    gateway_key: str | None = None  # its name: its own request ids and sources (R-SC-3a)
 
 
 def _routes(ledger: Ledger, request: Request, selection: Selection) -> list[str]:
@@ -190,7 +191,9 @@ async def reserve(
     """One reservation (every section 7 check in one write transaction); a refusal is 429.
 
     The Idempotency-Key is the first attempt's request id (R-RES-10a); later attempts of the
-    request carry it with their number, so each attempt is its own reservation."""
+    request carry it with their number, so each attempt is its own reservation. A gateway key's
+    ids are its own namespace, and its source is checked in the same transaction: a source
+    outside its scopes raises SourceScopeMismatch, the endpoint's 403 (R-SC-3a)."""
     request_id = request.request_id
     if request_id is not None and attempt > 1:
         request_id = f"{request_id}#{attempt}"
@@ -203,6 +206,7 @@ async def reserve(
         fallback_from=plan.fallback_from if plan is not None else None,
         after=plan.after if plan is not None else None,
         scopes=request.scopes,  # a gateway key's scopes (R-SC-1, R-SC-3)
+        gateway_key=request.gateway_key,
     )
     try:
         return await group.submit(step)

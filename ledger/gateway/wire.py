@@ -41,6 +41,7 @@ OPENAI_ERROR_TYPES: Mapping[int, str] = {
 ANTHROPIC_ERROR_TYPES: Mapping[int, str] = {
     400: "invalid_request_error",
     401: "authentication_error",
+    403: "permission_error",
     404: "not_found_error",
     408: "timeout_error",
     409: "invalid_request_error",

@@ -29,7 +29,7 @@ from sqlalchemy import (
 from ledger import budgets
 from ledger.catalog import Catalog, Model
 from ledger.config import Policy
-from ledger.errors import NotFoundError, UsageError
+from ledger.errors import NotFoundError, SourceScopeMismatch, UsageError
 from ledger.kinds import (
     AttemptRole,
     AttemptStatus,
@@ -52,6 +52,7 @@ from ledger.store.schema import (
     pool_sticky,
     reservations,
     source_models,
+    source_scopes,
     sources,
     transport_strikes,
 )
@@ -61,8 +62,22 @@ FOLLOW_UP_GRACE_MS = 10_000
 """How long after the failed reservation's deadline its immediate follow-up may still be
 reserved (a settle and a reserve of the same queue item, each maybe waiting for the write lock)."""
 
+DEFAULT_NAMESPACE = ""
+"""The request ids of the socket, the service token, /v1, the CLI and the library (R-SC-3a)."""
+
 # Hot-path statements, built once (construction and cache-key work is most of the Python cost).
-_BY_REQUEST_ID = select(reservations).where(reservations.c.request_id == bindparam("request_id"))
+_BY_REQUEST_ID = select(reservations).where(
+    reservations.c.namespace == bindparam("b_namespace"),
+    reservations.c.request_id == bindparam("request_id"),
+)
+# R-SC-3a: a source and its scopes, one row per scope (one with NULL: a source under none; no
+# row: a source new to the ledger)
+_SOURCE_AND_SCOPES = (
+    select(source_scopes.c.scope)
+    .select_from(sources.outerjoin(source_scopes, source_scopes.c.source_id == sources.c.id))
+    .where(sources.c.id == bindparam("b_id"))
+)
+_INSERT_SOURCE_SCOPE = insert(source_scopes)
 _BY_ID = select(reservations).where(reservations.c.id == bindparam("b_id"))
 # What settle reads: the row, whether it holds a probe, whether its model has transport strikes
 # to clear on a success (each a statement an ordinary settle then skips).
@@ -128,6 +143,14 @@ class ReserveRequest:
     sticky_scope: str | None = None
     # the scopes the caller puts this reservation under (R-SC-1; the source's own are added)
     scopes: tuple[str, ...] = ()
+    # the gateway key that sent it (R-SC-3a; `scopes` are then the key's): its request ids are
+    # its own namespace, and it may name only a source wholly inside its scopes, or a new one
+    gateway_key: str | None = None
+
+    @property
+    def namespace(self) -> str:
+        """Where the request id is unique: each gateway key's own, else the default one."""
+        return DEFAULT_NAMESPACE if self.gateway_key is None else f"key:{self.gateway_key}"
 
 
 @dataclass(frozen=True)
@@ -347,10 +370,23 @@ def reserve(
     conn: Connection, now: int, policy: Policy, request: ReserveRequest, policy_fp: str
 ) -> Reservation | budgets.Refusal:
     """All checks of R-RES-1..9 and the insert, inside the caller's write transaction; through a
-    pool, the pool's choice among the candidates eligible now (R-RT-5) in the same transaction."""
+    pool, the pool's choice among the candidates eligible now (R-RT-5) in the same transaction.
+    A gateway key's source is checked first, in the same transaction (R-SC-3a)."""
+    if request.gateway_key is not None:
+        _check_key_source(conn, request)
     if request.pool is not None:
         return _reserve_pool(conn, now, policy, request, request.pool, policy_fp)
     return _reserve_model(conn, now, policy, request, policy_fp)
+
+
+def _check_key_source(conn: Connection, request: ReserveRequest) -> None:
+    """R-SC-3a: a gateway key may name a source under at least one scope, all of them among the
+    key's, or a source new to the ledger (then made under the key's scopes on a grant); never an
+    unscoped one. Read in the reserving transaction, so two keys racing to make one new source
+    cannot both have it: the second finds it under the first's scopes."""
+    found = set(conn.execute(_SOURCE_AND_SCOPES, {"b_id": request.source_id}).scalars())
+    if found and (None in found or not found <= set(request.scopes)):
+        raise SourceScopeMismatch
 
 
 def _reserve_model(
@@ -359,7 +395,8 @@ def _reserve_model(
     """R-RES-1..9 and the insert for one concrete model."""
     model = request.model
     if request.request_id is not None:
-        row = conn.execute(_BY_REQUEST_ID, {"request_id": request.request_id}).first()
+        ids = {"b_namespace": request.namespace, "request_id": request.request_id}
+        row = conn.execute(_BY_REQUEST_ID, ids).first()
         if row is not None:
             if row.source_id != request.source_id or row.model_key != model.key:
                 raise UsageError("this request id was already used for another source or model")
@@ -372,7 +409,12 @@ def _reserve_model(
         source = budgets.SourceBudget(SourceState.QUEUED, None, 0, frozenset(), 0)
     # R-SC-1: the scopes' use is read in the same round trip as the shared state, and checked
     # after every check of section 7 below (see ledger/store/scopes.py)
-    names = scopes.names_for(conn, policy, request.source_id, request.scopes, stored=not new_source)
+    if request.gateway_key is not None:  # `reserve` checked its source has none but these (R-SC-3a)
+        names = list(request.scopes)
+    else:
+        names = scopes.names_for(
+            conn, policy, request.source_id, request.scopes, stored=not new_source
+        )
     shared, scope_values = reads.shared_state(
         conn,
         now,
@@ -426,6 +468,9 @@ def _reserve_model(
         return scoped
     if new_source:
         insert_source(conn, request.source_id, now)
+        if request.gateway_key is not None and request.scopes:  # R-SC-3a: under the key's scopes
+            rows = [{"source_id": request.source_id, "scope": s} for s in request.scopes]
+            conn.execute(_INSERT_SOURCE_SCOPE, rows)
     if shared.overdue:
         expire_open(conn, now)
     role = recorded.role
@@ -433,6 +478,7 @@ def _reserve_model(
         _INSERT_RESERVATION,
         {
             "request_id": request.request_id,
+            "namespace": request.namespace,
             "source_id": request.source_id,
             "model_key": model.key,
             "provider": model.provider,
@@ -540,7 +586,8 @@ def _reserve_pool(
 ) -> Reservation | budgets.Refusal:
     """The pool's choice and the reservation, in the caller's write transaction (R-RT-5)."""
     if request.request_id is not None:
-        row = conn.execute(_BY_REQUEST_ID, {"request_id": request.request_id}).first()
+        ids = {"b_namespace": request.namespace, "request_id": request.request_id}
+        row = conn.execute(_BY_REQUEST_ID, ids).first()
         if row is not None:
             if row.source_id != request.source_id or row.pool != plan.pool:
                 raise UsageError("this request id was already used for another source or model")

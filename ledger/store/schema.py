@@ -16,6 +16,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
+    UniqueConstraint,
     false,
     text,
 )
@@ -88,7 +89,11 @@ reservations = Table(
     "reservations",
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("request_id", String(200), nullable=True, unique=True),
+    # R-RES-10a, R-SC-3a: a caller's request id is unique within its namespace: '' (the default:
+    # the socket, the service token, /v1, the CLI and the library) or `key:NAME` (each gateway key
+    # its own, so one key can neither learn nor block another's ids; revision 0009)
+    Column("request_id", String(200), nullable=True),
+    Column("namespace", String(100), nullable=False, server_default=text("''")),
     Column("source_id", String(200), ForeignKey("sources.id"), nullable=False),
     Column("model_key", String(300), nullable=False),
     Column("provider", String(100), nullable=False),
@@ -127,6 +132,7 @@ reservations = Table(
     CheckConstraint(
         "status IN ('open', 'succeeded', 'failed', 'cancelled', 'expired')", name="status"
     ),
+    UniqueConstraint("namespace", "request_id"),
     Index("ix_reservations_created", "created_ms", "cost_micro"),
     Index("ix_reservations_source", "source_id", "status"),
     Index("ix_reservations_open", "status", "deadline_ms"),
