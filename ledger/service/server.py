@@ -271,7 +271,6 @@ PROTOCOL_ERRORS: dict[int, tuple[str, str]] = {
     400: ("bad_request", "malformed HTTP request"),
     431: ("headers_too_large", "the request line and headers are larger than 16 KiB"),
     501: ("not_implemented", "unsupported transfer encoding"),
-    503: TOO_MANY,
 }
 REFUSED_LINGER_S = 1.0
 """A connection refused unread (past every pool) is closed when its caller closes, or this late:
@@ -330,9 +329,11 @@ class HeadWithBody:
 
 class Protocol(H11Protocol):
     """uvicorn's h11 protocol plus the service's HTTP-layer rules (R-SRV-6, R-SRV-9): a deadline
-    for each request's headers (slow clients); the connection pools (`ledger.service.connections`,
-    a TCP connection is `unauthenticated` and cut after a short deadline until the gate sees its
-    credential); the HTTP layer's own errors in the JSON shape; its log lines bounded."""
+    for each request's headers (slow clients); the connection pools (`ledger.service.connections`:
+    a TCP connection is `unauthenticated`, or past that pool `overflow` with one request, and cut
+    after a short deadline until the gate sees its credential; past every pool it is answered 503
+    `too_many_connections`, never reset); the HTTP layer's own errors in the JSON shape; its log
+    lines bounded."""
 
     pools: ConnectionPools = ConnectionPools()  # serve() gives every server its own
     _header_timer: asyncio.TimerHandle | None = None
@@ -399,7 +400,7 @@ class Protocol(H11Protocol):
 
     def send_400_response(self, msg: str) -> None:
         """The HTTP layer's own errors (malformed request line, bad lengths or chunks, a head
-        over 16 KiB, past a pool's limit): the JSON error shape, then close."""
+        over 16 KiB): the JSON error shape, then close."""
         status = self.conn.error_status
         code, message = PROTOCOL_ERRORS.get(status, PROTOCOL_ERRORS[400])
         self._answer_and_close(status, code, message)
