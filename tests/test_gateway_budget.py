@@ -25,9 +25,13 @@ out = []
 barrier = threading.Barrier(n)
 def one():
     barrier.wait()
-    r = httpx.post(url + "/openai/v1/chat/completions", timeout=120,
-                   headers={"authorization": "Bearer " + token},
-                   json={"model": "acme/a1", "messages": [{"role": "user", "content": "x"}]})
+    try:
+        r = httpx.post(url + "/openai/v1/chat/completions", timeout=120,
+                       headers={"authorization": "Bearer " + token},
+                       json={"model": "acme/a1", "messages": [{"role": "user", "content": "x"}]})
+    except httpx.TransportError as exc:  # a reset or a close without an answer: a row too
+        out.append([type(exc).__name__, None, None])
+        return
     body = r.json()
     code = body["error"]["code"] if r.status_code != 200 else None
     out.append([r.status_code, code, r.headers.get("retry-after")])
@@ -54,7 +58,8 @@ def test_r_gw_2_two_hundred_concurrent_requests_reach_upstream_exactly_twenty_ti
         results = [row for p in procs for row in json.loads(p.communicate(timeout=300)[0])]
         assert len(results) == 200
         statuses = Counter(status for status, _, _ in results)
-        assert statuses == {200: 20, 429: 180}
+        # every one answered, none reset (R-SRV-9: the fan-out is past the strangers' pool)
+        assert statuses == {200: 20, 429: 180}, statuses
         refusals = [(code, after) for status, code, after in results if status == 429]
         assert all(code == "shared_hourly_budget" for code, _ in refusals)
         assert all(after is not None and int(after) > 0 for _, after in refusals)

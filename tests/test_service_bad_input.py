@@ -348,7 +348,9 @@ def test_r_srv_6_past_the_connection_limit_a_json_503_then_serving_again(served:
     try:
         time.sleep(0.5)  # the service has accepted them all
         with served.client() as http:
-            _assert_clean_error(http.get("/healthz"), 503, "unavailable")
+            refused = http.get("/healthz")
+            _assert_clean_error(refused, 503, "too_many_connections")
+            assert refused.headers["retry-after"] == "1"
     finally:
         for sock in idle:
             sock.close()

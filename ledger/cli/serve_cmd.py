@@ -33,10 +33,16 @@ def serve(app: AppContext, listen: str | None, allow_remote: bool, grace: float)
         raise UsageError(MISSING_EXTRA) from None
     address = server.parse_listen(listen, allow_remote) if listen is not None else None
     server.check_state_dir(app.state.path)  # before the ledger creates anything (issue 29)
-    server.serve(
-        app.ledger(lazy=False),
-        listen=address,
-        grace_s=grace,
-        announce=lambda line: click.echo(line, err=True),
-    )
+    # bound before anything is created too: a port in use leaves the state directory as it was
+    tcp = server.tcp_listener(address) if address is not None else None
+    try:
+        server.serve(
+            app.ledger(lazy=False),
+            tcp=tcp,
+            grace_s=grace,
+            announce=lambda line: click.echo(line, err=True),
+        )
+    finally:
+        if tcp is not None:
+            tcp.close()
     server.abandon_stuck_work()

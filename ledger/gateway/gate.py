@@ -3,9 +3,13 @@ wire format, before any gateway route runs.
 
 Authentication is the service's (R-SRV-1): the unix socket's file mode; on TCP the bearer token,
 or a gateway key (SPEC 20) when the app has a `key_verifier`. Anthropic's `x-api-key` header is
-read like a bearer. Tokens are compared in constant time and never logged or echoed. The body is
-read in full (at most MAX_BODY_BYTES within BODY_TIMEOUT_S) before the route runs, so no route
-waits on a slow client while it holds a reservation.
+read like a bearer. Tokens are compared in constant time and never logged or echoed. A key is
+verified in a worker thread, never on the event loop (R-GW-8: its read, and the last-used note it
+may hand on, would otherwise hold every other request up behind a busy database); the token is
+compared on the loop, no thread involved. A TCP connection that showed a credential when the
+authenticated pool is full is answered 503 `too_many_connections` with Retry-After (R-SRV-9).
+The body is read in full (at most MAX_BODY_BYTES within BODY_TIMEOUT_S) before the route runs,
+so no route waits on a slow client while it holds a reservation.
 
 The gateway's own routes (`routes`: a method and an exact path) are then called straight from
 here, as Starlette would call them but without matching every route of the app in turn or
@@ -18,6 +22,7 @@ ahead of FastAPI's middleware: a 500 in the format's shape too (`error`), never 
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 from collections.abc import Callable, Iterable
@@ -29,6 +34,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ledger.gateway.wire import Format, error_document
 from ledger.service.bodies import read_body, replay
+from ledger.service.errors import RETRY_AFTER_S, TOO_MANY
 
 PREFIXES: dict[str, Format] = {"/openai/": Format.OPENAI, "/anthropic/": Format.ANTHROPIC}
 MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -71,6 +77,24 @@ async def error(fmt: Format, status: int, send: Send, allow: str | None = None) 
     await send({"type": "http.response.body", "body": body})
 
 
+def too_many_document(fmt: Format) -> bytes:
+    """The body of a 503 `too_many_connections` in the format's error shape (R-SRV-9)."""
+    return json.dumps(error_document(fmt, 503, *TOO_MANY)).encode()
+
+
+async def too_many(fmt: Format, send: Send) -> None:
+    """503 `too_many_connections` with Retry-After, and the connection closed (R-SRV-9)."""
+    body = too_many_document(fmt)
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"retry-after", str(RETRY_AFTER_S).encode()),
+        (b"connection", b"close"),
+    ]
+    await send({"type": "http.response.start", "status": 503, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
 class GatewayGate:
     """Called by the service's gate for the gateway paths (see the module docstring)."""
 
@@ -102,12 +126,16 @@ class GatewayGate:
         if self.draining():
             await error(fmt, 503, send)
             return
-        if not self._authenticated(scope):
-            await error(fmt, 401, send)
-            return
-        if _is_tcp(scope) and not self.authenticated(scope.get("client")):
-            await error(fmt, 503, send)
-            return
+        if _is_tcp(scope):  # the unix socket: its mode is the authentication
+            presented = _presented(dict(scope["headers"]))
+            if presented is None or not (
+                self._is_token(presented) or await self._is_key(scope, presented)
+            ):
+                await error(fmt, 401, send)
+                return
+            if not self.authenticated(scope.get("client")):
+                await too_many(fmt, send)
+                return
         body = await read_body(scope, receive, MAX_BODY_BYTES, BODY_TIMEOUT_S)
         if isinstance(body, int):
             await error(fmt, body, send)
@@ -125,20 +153,18 @@ class GatewayGate:
         response = await route.endpoint(Request(scope, replayed))
         await response(scope, replayed, send)
 
-    def _authenticated(self, scope: Scope) -> bool:
-        if not _is_tcp(scope):  # the unix socket: its mode is the authentication
-            return True
-        headers = dict(scope["headers"])
-        presented = _presented(headers)
-        if presented is None:
-            return False
-        if self.token is not None and hmac.compare_digest(presented, self.token):
-            return True
+    def _is_token(self, presented: bytes) -> bool:
+        return self.token is not None and hmac.compare_digest(presented, self.token)
+
+    async def _is_key(self, scope: Scope, presented: bytes) -> bool:
+        """A gateway key the app's verifier accepts, asked in a worker thread (R-GW-8); its
+        identity is left in the scope's state for the request's scopes."""
         app = scope.get("app")
         verifier = getattr(getattr(app, "state", None), "key_verifier", None)
         if verifier is None:
             return False
-        key = verifier(presented.decode("utf-8", "replace"))
+        text = presented.decode("utf-8", "replace")
+        key = await asyncio.get_running_loop().run_in_executor(None, verifier, text)
         if key is None:
             return False
         scope.setdefault("state", {})[KEY_STATE] = key

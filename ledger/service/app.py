@@ -3,12 +3,14 @@
 The gate (a plain ASGI middleware, for every path, in this order): a draining service answers
 503; a TCP request without the bearer token (scheme case-insensitive, RFC 7235; compared in
 constant time) answers 401, except the page and its assets with a live page session (R-SRV-10;
-`/` without one shows how to sign in); the unix socket's file mode is its authentication; a
-database file gone from its path answers 503 (a replaced one is reopened first, R-SRV-10); the
-body is read in full, at most 64 KiB (413) within `BODY_TIMEOUT_S` (408), before any route runs,
-so no route ever waits on a client while it holds a transaction. HEAD is answered as GET without
-the body. Every answer is counted for `/metrics` under labels from fixed sets (R-SRV-9): a known
-method or `other`, the route template, `unmatched` or `unauthenticated`, never the raw path.
+`/` without one shows how to sign in), and one with it when the authenticated pool is full 503
+`too_many_connections` with Retry-After (R-SRV-9); the unix socket's file mode is its
+authentication; a database file gone from its path answers 503 (a replaced one is reopened
+first, R-SRV-10); the body is read in full, at most 64 KiB (413) within `BODY_TIMEOUT_S` (408),
+before any route runs, so no route ever waits on a client while it holds a transaction. HEAD is
+answered as GET without the body. Every answer is counted for `/metrics` under labels from fixed
+sets (R-SRV-9): a known method or `other`, the route template, `unmatched` or `unauthenticated`,
+never the raw path.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from fastapi import FastAPI
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger import gateway
@@ -30,11 +33,11 @@ from ledger.gateway.gate import error as gateway_error
 from ledger.service import admin, calls, ops, page_routes, queue_routes
 from ledger.service.bodies import read_body, replay
 from ledger.service.db_watch import DatabaseWatch
-from ledger.service.errors import error_response, install
+from ledger.service.errors import error_response, install, too_many_response
 from ledger.service.group_commit import GroupCommit
 from ledger.service.models import finish_openapi
 from ledger.service.sessions import SESSION_COOKIE, PageSessions, sign_in_page
-from ledger.store.keys import verify_key
+from ledger.store.keys import LastUsed, verify_key
 
 MAX_BODY_BYTES = 64 * 1024
 BODY_TIMEOUT_S = 10.0
@@ -70,8 +73,9 @@ def create_app(
         redoc_url=None,
     )
     app.state.ledger = ledger
-    # R-SC-3: the gateway's key check (a key never opens /v1 or the page; the Gate knows none)
-    app.state.key_verifier = partial(verify_key, ledger.db)
+    # R-SC-3: the gateway's key check (a key never opens /v1 or the page; the Gate knows none);
+    # called in a worker thread, its last-used write made later in one of its own (R-GW-8)
+    app.state.key_verifier = partial(verify_key, ledger.db, touch=LastUsed(ledger.db).note)
     app.openapi = lambda: app.openapi_schema or _openapi(app)  # type: ignore[method-assign]
     app.state.metrics = ops.RequestMetrics()
     app.state.group = GroupCommit(ledger.write_steps, observe=app.state.metrics.batch.observe)
@@ -189,7 +193,7 @@ class Gate:
                 await self.gateway(scope, receive, counted)
                 return
             refusal = self._refusal(scope)
-            if refusal == 401:
+            if refusal is not None and refusal.status_code == 401:
                 route_label = UNAUTHENTICATED_ROUTE
                 if scope["path"] == "/" and scope["method"] == "GET":
                     await self._sign_in_page(counted)
@@ -202,11 +206,11 @@ class Gate:
             if refusal is None:
                 body = await self._body(scope, receive)
                 if isinstance(body, int):
-                    refusal = body
+                    refusal = error_response(body)
                 else:
                     await self.app(_as_json(scope), replay(body, receive), counted)
             if refusal is not None:
-                await error_response(refusal)(scope, receive, counted)
+                await refusal(scope, receive, counted)
         except asyncio.CancelledError:
             if status:  # the answer had begun: nothing more can be said
                 raise
@@ -220,17 +224,18 @@ class Gate:
             elapsed = time.perf_counter() - started
             self.metrics.observe(method, route_label, status or 500, elapsed)
 
-    def _refusal(self, scope: Scope) -> int | None:
+    def _refusal(self, scope: Scope) -> Response | None:
+        """Why the request is not let in (draining, no credential, no room), if it is not."""
         if self.draining():
-            return 503
+            return error_response(503)
         if not _is_tcp(scope):
             return None
         headers = dict(scope["headers"])
         if self._bearer_ok(headers.get(b"authorization", b"")) or self._session_ok(
             scope, headers
         ):
-            return None if self.authenticated(scope.get("client")) else 503
-        return 401
+            return None if self.authenticated(scope.get("client")) else too_many_response()
+        return error_response(401)
 
     def _bearer_ok(self, given: bytes) -> bool:
         """`Bearer <token>`, the scheme in any case (RFC 7235), the token in constant time."""
@@ -251,7 +256,7 @@ class Gate:
             await error_response(401)(scope, receive, send)
             return
         if not self.authenticated(scope.get("client")):
-            await error_response(503)(scope, receive, send)
+            await too_many_response()(scope, receive, send)
             return
         cookie = self.sessions.cookie(self.sessions.new())
         await send(

@@ -2,9 +2,17 @@
 
 Every connection is in one pool with its own limit: `unix` (the socket's clients, authenticated
 by the file permission), `unauthenticated` (TCP connections that have not yet shown the bearer
-token or a page session) and `tcp` (TCP connections that have). Strangers can fill only the
-`unauthenticated` pool, whose members are also cut after a short deadline, so they never use up
-the capacity kept for the socket's clients or for authenticated TCP clients.
+token, a gateway key or a page session) and `tcp` (TCP connections that have). Strangers can fill
+only the `unauthenticated` pool, whose members are also cut after a short deadline, so they never
+use up the capacity kept for the socket's clients or for authenticated TCP clients.
+
+A TCP connection arriving while `unauthenticated` is full is not reset: it joins `overflow`
+(as large as `tcp`, the same deadline), where its first request's head is read and judged. With
+a credential it moves to `tcp` like any other; without one it gets its answer (401) and is
+closed, so a stranger there has one request, never a keep-alive. A burst of authenticated
+callers (a job fanning out) is thus answered, up to the `tcp` pool's size, and refused past it
+with 503 `too_many_connections` and Retry-After in the path's error shape, never reset. Only
+past `overflow` too is a connection refused unread: a JSON 503 `too_many_connections` at once.
 
 The HTTP layer's own log lines (malformed requests, connections refused over a limit) go through
 `BoundedLog`: at most `LOG_BURST` lines per `LOG_WINDOW_S`, then one line with the count of those
@@ -21,7 +29,8 @@ from typing import Protocol
 UNIX = "unix"
 TCP = "tcp"
 UNAUTHENTICATED = "unauthenticated"
-CONNECTION_LIMITS: Mapping[str, int] = {UNIX: 1000, TCP: 500, UNAUTHENTICATED: 100}
+OVERFLOW = "overflow"
+CONNECTION_LIMITS: Mapping[str, int] = {UNIX: 1000, TCP: 500, UNAUTHENTICATED: 100, OVERFLOW: 500}
 UNAUTHENTICATED_DEADLINE_S = 5.0
 """A TCP connection that has not authenticated within this (from its start) is closed."""
 LOG_WINDOW_S = 60.0
@@ -32,7 +41,7 @@ class Member(Protocol):
     """A connection as the pools see it."""
 
     def authenticated(self) -> None:
-        """Told once when it moves from `unauthenticated` to `tcp`."""
+        """Told once when it moves from `unauthenticated` (or `overflow`) to `tcp`."""
 
 
 Client = tuple[str, int]
@@ -74,11 +83,12 @@ class ConnectionPools:
         False when that pool is full (the request is then answered 503); True for a connection
         the pools do not know (not served by this HTTP layer)."""
         member = self._by_client.get(client) if client is not None else None
-        if member is None or self._pool.get(member) != UNAUTHENTICATED:
+        pool = None if member is None else self._pool.get(member)
+        if member is None or pool not in (UNAUTHENTICATED, OVERFLOW):
             return True
         if len(self.members[TCP]) >= self.limits[TCP]:
             return False
-        self.members[UNAUTHENTICATED].discard(member)
+        self.members[pool].discard(member)
         self.members[TCP].add(member)
         self._pool[member] = TCP
         member.authenticated()

@@ -61,6 +61,19 @@ HEADERS: dict[int, dict[str, str]] = {
 }
 
 
+TOO_MANY = ("too_many_connections", "too many connections; retry shortly")
+"""A 503's code and text when the connection pools are full (R-SRV-9)."""
+RETRY_AFTER_S = 1
+TOO_MANY_HEADERS = {"retry-after": str(RETRY_AFTER_S), "connection": "close"}
+
+
+def too_many_response() -> JSONResponse:
+    """503 `too_many_connections` with Retry-After; the connection is closed after it."""
+    return JSONResponse(
+        error_body(*TOO_MANY), status_code=503, headers=TOO_MANY_HEADERS
+    )
+
+
 def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
     """The one error shape (the same as the CLI's `--json` errors)."""
     return {"error": {"code": code, "message": message, **extra}}

@@ -6,6 +6,8 @@ the service's own request counts and latency histograms.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -71,6 +73,17 @@ class RequestMetrics:
             "Reserves and settles in the write transaction in progress (0: none).",
             registry=self.registry,
         )
+
+    def watch_connections(self, count: Callable[[str], int], pools: Iterable[str]) -> None:
+        """Export each connection pool's live count (`ledger_http_connections{pool}`, R-SRV-9)."""
+        gauge = Gauge(
+            "ledger_http_connections",
+            "Live HTTP connections, by pool (unix, tcp, unauthenticated, overflow).",
+            ("pool",),
+            registry=self.registry,
+        )
+        for pool in pools:
+            gauge.labels(pool).set_function(partial(count, pool))
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         """Count one answered request."""

@@ -18,6 +18,7 @@ import json
 import logging
 import math
 import os
+import resource
 import secrets
 import signal
 import socket
@@ -36,15 +37,19 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ledger.api import Ledger
 from ledger.errors import ServiceRunningError, UsageError
+from ledger.gateway.gate import format_of, too_many_document
 from ledger.service.app import create_app
 from ledger.service.connections import (
+    CONNECTION_LIMITS,
+    OVERFLOW,
+    TCP,
     UNAUTHENTICATED,
     UNAUTHENTICATED_DEADLINE_S,
     UNIX,
     BoundedLog,
     ConnectionPools,
 )
-from ledger.service.errors import MESSAGES, error_body
+from ledger.service.errors import MESSAGES, TOO_MANY, TOO_MANY_HEADERS, error_body
 
 SOCKET_NAME = "ledger.sock"
 LOCK_NAME = "ledger.sock.lock"
@@ -65,6 +70,9 @@ LIMITS: dict[str, Any] = {
     # X-Forwarded-For when the peer is 127.0.0.1, and the pools know connections by it)
     "proxy_headers": False,
 }
+FILES_BESIDE_CONNECTIONS = 256
+"""Descriptors the service needs besides its connections and one upstream connection for each:
+listeners, the database and its locks, the log."""
 HTTP_LOG = logging.getLogger("ledger.service.http")
 HTTP_LOG.addFilter(BoundedLog())
 
@@ -263,8 +271,10 @@ PROTOCOL_ERRORS: dict[int, tuple[str, str]] = {
     400: ("bad_request", "malformed HTTP request"),
     431: ("headers_too_large", "the request line and headers are larger than 16 KiB"),
     501: ("not_implemented", "unsupported transfer encoding"),
-    503: ("unavailable", "too many connections; retry shortly"),
 }
+REFUSED_LINGER_S = 1.0
+"""A connection refused unread (past every pool) is closed when its caller closes, or this late:
+closing with its request unread would reset it, and the caller could lose the answer."""
 
 
 def no_delay(transport: asyncio.BaseTransport) -> None:
@@ -319,14 +329,17 @@ class HeadWithBody:
 
 class Protocol(H11Protocol):
     """uvicorn's h11 protocol plus the service's HTTP-layer rules (R-SRV-6, R-SRV-9): a deadline
-    for each request's headers (slow clients); the connection pools (`ledger.service.connections`,
-    a TCP connection is `unauthenticated` and cut after a short deadline until the gate sees its
-    credential); the HTTP layer's own errors in the JSON shape; its log lines bounded."""
+    for each request's headers (slow clients); the connection pools (`ledger.service.connections`:
+    a TCP connection is `unauthenticated`, or past that pool `overflow` with one request, and cut
+    after a short deadline until the gate sees its credential; past every pool it is answered 503
+    `too_many_connections`, never reset); the HTTP layer's own errors in the JSON shape; its log
+    lines bounded."""
 
     pools: ConnectionPools = ConnectionPools()  # serve() gives every server its own
     _header_timer: asyncio.TimerHandle | None = None
     _stranger_timer: asyncio.TimerHandle | None = None
     _pool: str | None = None
+    _refused = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -338,15 +351,15 @@ class Protocol(H11Protocol):
         tcp = self.server is not None and self.server[1] is not None
         if tcp:
             no_delay(transport)
-        pool = UNAUTHENTICATED if tcp else UNIX
-        if not self.pools.join(self, pool, self.client):
-            if tcp:  # a stranger past its pool's limit: nothing is read from it
-                self.logger.warning("a TCP connection was closed: too many unauthenticated ones")
-                self.transport.close()
+        for pool in (UNAUTHENTICATED, OVERFLOW) if tcp else (UNIX,):
+            if self.pools.join(self, pool, self.client):
+                self._pool = pool
+                break
+        else:  # past the limit: a socket client's request gets a 503 once its head is read
+            if tcp:  # past `overflow` too: refused unread
+                self.logger.warning("a TCP connection was refused: too many connections")
+                self._refuse_unread()
                 return
-            self._pool = None  # a socket client past the limit: its request gets a JSON 503
-        else:
-            self._pool = pool
         if tcp:
             self._stranger_timer = self.loop.call_later(
                 UNAUTHENTICATED_DEADLINE_S, self._stranger_late
@@ -354,10 +367,18 @@ class Protocol(H11Protocol):
         self._arm()
 
     def authenticated(self) -> None:
-        """The gate saw this TCP connection's credential: the stranger's deadline is off."""
+        """The gate saw this TCP connection's credential: the stranger's deadline is off (and
+        one that came in through `overflow` may now be kept alive)."""
         if self._stranger_timer is not None:
             self._stranger_timer.cancel()
             self._stranger_timer = None
+            if self._pool == OVERFLOW and self.cycle is not None:
+                self.cycle.keep_alive = True
+        self._pool = TCP
+
+    def data_received(self, data: bytes) -> None:
+        if not self._refused:  # a refused connection's request is read and dropped
+            super().data_received(data)
 
     def handle_events(self) -> None:
         if self._pool is None and not self.transport.is_closing():
@@ -366,18 +387,20 @@ class Protocol(H11Protocol):
             except h11.RemoteProtocolError:
                 event = None
             if event is not h11.NEED_DATA:
-                self.conn.error_status = 503
                 self.logger.warning("a request was refused: too many connections on the socket")
-                self.send_400_response("")
+                target = event.target if isinstance(event, h11.Request) else b""
+                self._too_many(format_of({"path": target.decode("latin-1")}))
             return
         super().handle_events()
         cycle = self.cycle
         if cycle is not None and not isinstance(cycle.transport, HeadWithBody):
             cycle.transport = HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
+            if self._pool == OVERFLOW:  # one answer, unless the gate moves it to `tcp`
+                cycle.keep_alive = False
 
     def send_400_response(self, msg: str) -> None:
         """The HTTP layer's own errors (malformed request line, bad lengths or chunks, a head
-        over 16 KiB, past a pool's limit): the JSON error shape, then close."""
+        over 16 KiB): the JSON error shape, then close."""
         status = self.conn.error_status
         code, message = PROTOCOL_ERRORS.get(status, PROTOCOL_ERRORS[400])
         self._answer_and_close(status, code, message)
@@ -419,21 +442,49 @@ class Protocol(H11Protocol):
         elif self.cycle is not None:
             self.cycle.keep_alive = False  # its answer is being written: the last one
 
-    def _answer_and_close(self, status: int, code: str, message: str) -> None:
-        body = json.dumps(error_body(code, message)).encode()
-        reason = h11_impl.STATUS_PHRASES.get(status, b"Error")
-        head = (
-            b"HTTP/1.1 " + str(status).encode() + b" " + reason + b"\r\n"
-            b"content-type: application/json\r\nconnection: close\r\n"
-            b"content-length: " + str(len(body)).encode() + b"\r\n\r\n"
-        )
+    def _refuse_unread(self) -> None:
+        """Past every pool: a JSON 503 `too_many_connections` at once, the write side closed
+        after it; what the caller sends is dropped until it closes (or `REFUSED_LINGER_S`)."""
+        self._refused = True
+        self.transport.write(_answer(503, json.dumps(error_body(*TOO_MANY)).encode()))
+        self.transport.write_eof()
+        self._header_timer = self.loop.call_later(REFUSED_LINGER_S, self.transport.abort)
+
+    def eof_received(self) -> None:
+        if self._refused:
+            self.transport.close()
+
+    def _too_many(self, fmt: Any) -> None:
+        """503 `too_many_connections` with Retry-After, in the path's error shape, then close."""
+        body = too_many_document(fmt) if fmt is not None else None
+        self._answer_and_close(503, *TOO_MANY, body=body)
+
+    def _answer_and_close(
+        self, status: int, code: str, message: str, body: bytes | None = None
+    ) -> None:
+        if body is None:
+            body = json.dumps(error_body(code, message)).encode()
         if self.cycle is not None and not self.cycle.response_complete:
             self.cycle.disconnected = True  # the app's answer, if any, is not written after
             self.cycle.message_event.set()
         with contextlib.suppress(h11.LocalProtocolError):
             self.conn.send(h11.ConnectionClosed())
-        self.transport.write(head + body)
+        self.transport.write(_answer(status, body))
         self.transport.close()
+
+
+def _answer(status: int, body: bytes) -> bytes:
+    """A whole JSON answer that closes the connection (a 503 also says when to retry)."""
+    reason = h11_impl.STATUS_PHRASES.get(status, b"Error")
+    extra = b"".join(
+        f"{name}: {value}\r\n".encode() for name, value in TOO_MANY_HEADERS.items()
+        if name != "connection"
+    ) if status == 503 else b""
+    return (
+        b"HTTP/1.1 " + str(status).encode() + b" " + reason + b"\r\n"
+        b"content-type: application/json\r\nconnection: close\r\n" + extra
+        + b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
 
 
 class Server(uvicorn.Server):
@@ -451,6 +502,18 @@ class Server(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
+def raise_file_limit() -> None:
+    """The soft limit on open files raised (up to the hard one) to what the connection pools
+    can hold (R-SRV-9): at a common default of 1024, a full `tcp` pool and the strangers' would
+    leave no descriptor to accept the socket's clients with."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 2 * sum(CONNECTION_LIMITS.values()) + FILES_BESIDE_CONNECTIONS
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        new = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+
+
 def abandon_stuck_work() -> None:
     """After the grace: exit now rather than wait for a database call still running in a worker
     thread (its transaction is rolled back with the process; its client was answered 503)."""
@@ -464,21 +527,23 @@ def abandon_stuck_work() -> None:
 def serve(
     ledger: Ledger,
     *,
-    listen: Listen | None,
+    tcp: socket.socket | None,
     grace_s: float,
     announce: Callable[[str], None],
 ) -> None:
-    """Run the service until SIGTERM/SIGINT; in-flight requests get `grace_s` to finish."""
+    """Run the service until SIGTERM/SIGINT; in-flight requests get `grace_s` to finish. `tcp`:
+    a listener already bound (`tcp_listener`, before the ledger created anything), or None."""
     state = ledger.state.path
     check_state_dir(state)
+    raise_file_limit()
     with service_lock(state):
-        token, token_file = service_token(state, ledger.env) if listen else (None, None)
+        token, token_file = service_token(state, ledger.env) if tcp else (None, None)
         sockets = [unix_listener(state / SOCKET_NAME)]
         try:
             where = [f"unix:{state / SOCKET_NAME}"]
-            if listen is not None:
-                sockets.append(tcp_listener(listen))
-                host, port = sockets[-1].getsockname()[:2]
+            if tcp is not None:
+                sockets.append(tcp)
+                host, port = tcp.getsockname()[:2]
                 shown = f"[{host}]" if ":" in host else host
                 where.append(f"http://{shown}:{port}")
             server: Server | None = None
@@ -496,6 +561,7 @@ def serve(
                 authenticated=pools.authenticated,
                 announce=announce,
             )
+            app.state.metrics.watch_connections(pools.count, pools.limits)
             config = uvicorn.Config(
                 app,
                 http=type("ServedProtocol", (Protocol,), {"pools": pools}),
@@ -509,7 +575,7 @@ def serve(
             )
             server = Server(config)
             token_note = ""
-            if listen is not None:
+            if tcp is not None:
                 token_note = (
                     f" (bearer token from {TOKEN_ENV})"
                     if token_file is None

@@ -4,17 +4,21 @@ Only a key's name, scopes, times, public id, salt and digest are written; the ke
 reaches the database. `verify` is one read (the row by the key's public id) and a constant-time
 comparison; a key that verifies has its `last_used_ms` moved on at most once a minute, in a write
 transaction of its own that gives way to a busy ledger (it is a note for `key list`, not a
-budget).
+budget). A service hands that write to `LastUsed`, which makes it in a thread of its own, never
+before the answer (R-GW-8); the notes made while one write waits are coalesced into the next.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import bindparam, insert, select, update
 
 from ledger import keys
-from ledger.errors import BusyError, NotFoundError, UsageError
+from ledger.errors import BusyError, NotFoundError, StoreError, UsageError
 from ledger.keys import KeyIdentity
 from ledger.store.engine import Database
 from ledger.store.pending import rehearsed
@@ -107,8 +111,15 @@ def revoke_key(db: Database, name: str) -> int:
         return txn.now
 
 
-def verify_key(db: Database, presented: object) -> KeyIdentity | None:
-    """The identity of a usable key, else None (unknown, revoked, expired or malformed)."""
+Touch = Callable[[str, int], None]
+"""Told a verified key's name and the time when its `last_used_ms` is due to move on."""
+
+
+def verify_key(
+    db: Database, presented: object, touch: Touch | None = None
+) -> KeyIdentity | None:
+    """The identity of a usable key, else None (unknown, revoked, expired or malformed). Its
+    last use is written here, or handed to `touch` (e.g. `LastUsed.note`) when one is given."""
     key_id = keys.key_id_of(presented)
     if key_id is None:
         return None
@@ -123,14 +134,48 @@ def verify_key(db: Database, presented: object) -> KeyIdentity | None:
     if not keys.usable(now, row.revoked_ms, row.expires_ms):
         return None
     if row.last_used_ms is None or now - int(row.last_used_ms) >= LAST_USED_EVERY_MS:
-        _touch(db, str(row.name), now)
+        if touch is None:
+            with contextlib.suppress(BusyError):  # a busy ledger is not kept waiting for it
+                _touch(db, {str(row.name): now})
+        else:
+            touch(str(row.name), now)
     return KeyIdentity(str(row.name), _scopes(str(row.scopes)))
 
 
-def _touch(db: Database, name: str, now: int) -> None:
-    """Move `last_used_ms` on; a busy ledger is not kept waiting for it."""
-    try:
-        with db.write() as txn:
+def _touch(db: Database, due: dict[str, int]) -> None:
+    """Move the keys' `last_used_ms` on, in one write transaction."""
+    with db.write() as txn:
+        for name, now in due.items():
             txn.conn.execute(_TOUCH, {"b_name": name, "b_now": max(now, txn.now)})
-    except BusyError:
-        pass
+
+
+class LastUsed:
+    """A service's last-used writes (R-GW-8): `note` only records what is due and returns; one
+    daemon thread at a time writes everything noted, in one transaction, and looks again. A
+    write held up by another writer's lock coalesces the notes made meanwhile; one that fails
+    (busy past the timeout, the database gone) is dropped: a later use notes the key again."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._due: dict[str, int] = {}
+        self._guard = threading.Lock()
+        self._writing = False
+
+    def note(self, name: str, now: int) -> None:
+        """The key `name` was used at `now`: written soon, off the caller's thread."""
+        with self._guard:
+            self._due[name] = max(now, self._due.get(name, now))
+            if self._writing:
+                return
+            self._writing = True
+        threading.Thread(target=self._write, name="ledger-key-last-used", daemon=True).start()
+
+    def _write(self) -> None:
+        while True:
+            with self._guard:
+                due, self._due = self._due, {}
+                if not due:
+                    self._writing = False
+                    return
+            with contextlib.suppress(StoreError):  # a note, not a budget: dropped, never raised
+                _touch(self.db, due)
