@@ -52,6 +52,8 @@ def error_answer(fmt: Format, error: GatewayError) -> JSONResponse:
     headers: dict[str, str] = {}
     if error.retry_after_s is not None:
         headers["retry-after"] = str(error.retry_after_s)
+    if error.should_retry is not None:  # R-GW-6a: both official SDK families obey it
+        headers["x-should-retry"] = "true" if error.should_retry else "false"
     if error.attempts:
         headers["x-ledger-attempts"] = str(error.attempts)
     document = error_document(fmt, error.status, error.code, error.message)
