@@ -23,6 +23,7 @@ from ledger.gateway import loop, routing
 from ledger.gateway.errors import GatewayError
 from ledger.gateway.gate import KEY_STATE
 from ledger.gateway.metrics import GatewayMetrics
+from ledger.gateway.refusal_tally import RefusalTally
 from ledger.gateway.sse import Malformed
 from ledger.gateway.stream import RelayedResponse, serve_stream, unless_disconnected
 from ledger.gateway.translate import reply_for, translatable
@@ -69,6 +70,25 @@ def context_of(request: Request, template: str) -> loop.Context:
         upstream = transport()
         state.gateway_upstream = upstream
     return loop.Context(state.ledger, state.group, upstream, metrics_of(request), template)
+
+
+def tally_of(request: Request) -> RefusalTally:
+    """The service's refusal counts (made on first use, on the event loop, so never twice)."""
+    state = request.app.state
+    tally: RefusalTally | None = getattr(state, "refusal_tally", None)
+    if tally is None:
+        group = state.group
+        tally = state.refusal_tally = RefusalTally(group.submit, group.run)
+    return tally
+
+
+def _count_refusal(request: Request, ctx: loop.Context, error: GatewayError) -> None:
+    """R-DIAG-7: a refusal counted by reason, the scope that refused and the key that asked."""
+    key = request.scope.get("state", {}).get(KEY_STATE)
+    name = getattr(key, "name", None)
+    tally_of(request).count(ctx.ledger.clock_fn(), error.code, error.scope, name)
+    if ctx.metrics is not None:
+        ctx.metrics.refusal(error.code, error.scope, name)
 
 
 def metrics_of(request: Request) -> GatewayMetrics | None:
@@ -140,6 +160,8 @@ async def _answer(request: Request, fmt: Format, ctx: loop.Context) -> Response:
         if answered is None:  # the caller left: upstream closed, the attempt settled cancelled
             return Response(status_code=499)
     except GatewayError as error:
+        if error.status == 429:
+            _count_refusal(request, ctx, error)
         return error_answer(fmt, error)
     except UsageError as error:  # fixed text by construction (never a value)
         return error_answer(fmt, GatewayError(400, "bad_request", str(error)))
