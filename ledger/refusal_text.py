@@ -5,6 +5,8 @@ Pure: a reason code and times in, fixed text out (never a configuration value or
 
 from __future__ import annotations
 
+import math
+
 from ledger.clock import iso
 from ledger.durations import human_duration_ms
 from ledger.kinds import RefusalReason as R
@@ -44,3 +46,14 @@ def retry_text(reason: str, retry_at_ms: int | None, now_ms: int | None) -> str:
         return f"{scope_hint}; the ledger does not know when"
     hint = UNTIMED_HINTS.get(reason)
     return "waiting does not help" + (f": {hint}" if hint else "")
+
+
+def gateway_refusal_text(reason: str, subject: str, wait_s: int | None, now_ms: int) -> str:
+    """A gateway refusal's message (R-GW-6a): the reason, the scope or target that refused and
+    the retry time, e.g. `refused: scope_hourly_budget for scope team-a; retry after
+    2026-12-03T21:14:00Z (in 3600 s)`; the time is the Retry-After header's, to the second."""
+    head = f"refused: {reason} for {subject}"
+    if wait_s is None:
+        return f"{head}; {retry_text(reason, None, None)}"
+    at = math.ceil(now_ms / 1000) * 1000 + wait_s * 1000
+    return f"{head}; retry after {str(iso(at))[:19]}Z (in {wait_s} s)"

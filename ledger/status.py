@@ -8,15 +8,17 @@ times, money) and never configuration values, credentials, provider error bodies
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from ledger.api import Ledger
 from ledger.budgets import DAY_MS, HOUR_MS
 from ledger.catalog import split_model_key
 from ledger.clock import iso
-from ledger.config import Policy
+from ledger.config import Policy, ScopeLimits
 from ledger.durations import human_duration_ms
 from ledger.inert import ConfigFindings, config_findings
 from ledger.records import micro_to_usd
@@ -24,6 +26,7 @@ from ledger.scope_budgets import ScopeUse
 from ledger.status_text import render_text
 from ledger.store.engine import network_filesystem
 from ledger.store.pending import no_database_yet
+from ledger.store.refusal_counts import WINDOW_MS, RefusalTotal
 from ledger.store.status_views import (
     HOURS,
     HourOutcome,
@@ -56,8 +59,12 @@ class RouteView:
     by_reason: dict[str, int] = field(default_factory=dict)  # counts, in the selector's order
 
 
-def build_status(ledger: Ledger) -> dict[str, Any]:
-    """Read the ledger once (one read transaction) and build the whole status document."""
+def build_status(ledger: Ledger, *, from_shell: bool = False) -> dict[str, Any]:
+    """Read the ledger once (one read transaction) and build the whole status document.
+
+    `from_shell`: built by a command in an operator's shell, which says (`service_elsewhere`) when a
+    `ledger serve` runs on the same state directory: it reads its own environment, so a credential
+    variable missing here may well be set there."""
     data = status_data(ledger.db, ledger.policy.calls_per_hour, ledger.policy)
     path = ledger.state.db_path
     fs = network_filesystem(path) if path is not None else None
@@ -69,11 +76,30 @@ def build_status(ledger: Ledger) -> dict[str, Any]:
     )
     if ledger.db.pending:
         doc["warnings"].insert(0, no_database_yet(path))
+    doc["service_elsewhere"] = from_shell and service_running(ledger.state.path)
     if ledger.policy.pools:  # R-RT-7: strategy, cursor, candidates with state, live leases
         from ledger.routing.report import pool_views
 
         doc["pools"] = [view.to_json() for view in pool_views(ledger)]
     return doc
+
+
+SOCKET_NAME = "ledger.sock"  # the service's socket in the state directory (service/server.py)
+
+
+def service_running(state: Path) -> bool:
+    """Whether a `ledger serve` answers on the state directory's socket (a connection it accepts
+    and sees closed at once; its lock file is never touched, so a service starting meanwhile is
+    never refused for it). A stale socket file, or none, is no service."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(1.0)
+    try:
+        sock.connect(str(state / SOCKET_NAME))
+    except OSError:
+        return False
+    finally:
+        sock.close()
+    return True
 
 
 def fresh_routes(ledger: Ledger) -> RouteView:
@@ -368,14 +394,41 @@ def status_document(
         },
         "policy": {"fingerprint": fingerprint, "writers": writers, "warning": policy_warning},
         "scopes": scopes_json(data.scopes, policy),
+        "refusals": refusals_json(data.refusals),
+        "service_elsewhere": False,
         "inert": [entry.to_json() for entry in config.inert],
         "warnings": [w for w in (policy_warning, fs_warning) if w] + config.warnings(),
     }
 
 
+def refusals_json(rows: Iterable[RefusalTotal]) -> dict[str, Any]:
+    """R-DIAG-7: the last hour's refusals by a service, per reason code, the scope that refused and
+    the gateway key that asked (null when none), the most frequent first."""
+    by = [
+        {"reason": r.reason, "scope": r.scope or None, "key": r.key_name or None,
+         "count": r.count, "last_minute": iso(r.last_minute_ms)}
+        for r in rows
+    ]  # fmt: skip
+    return {"window_minutes": WINDOW_MS // 60_000, "total": sum(r["count"] for r in by), "by": by}
+
+
+def _full(use: ScopeUse, limits: ScopeLimits) -> list[str]:
+    """The limits a scope is at (R-DIAG-7): its next request of that kind is refused."""
+    full = []
+    if limits.calls_per_hour is not None and use.hourly_count >= limits.calls_per_hour:
+        full.append("hourly")
+    ceiling = limits.daily_estimated_usd
+    if ceiling is not None and _usd(use.daily_cost_micro) >= ceiling:
+        full.append("daily")
+    if limits.in_flight is not None and use.in_flight >= limits.in_flight:
+        full.append("in_flight")
+    return full
+
+
 def scopes_json(uses: Iterable[ScopeUse], policy: Policy) -> list[dict[str, Any]]:
     """Each scope's use against its limits (R-SC-2); a limit the scope does not set is null, and
-    `next_free_at` is set when that part is full (the earliest time a slot frees)."""
+    `next_free_at` is set when that part is full (the earliest time a slot frees); `full` lists
+    the limits the scope is at (`hourly`, `daily`, `in_flight`)."""
     out = []
     for use in uses:
         limits = policy.scopes.get(use.name)
@@ -396,6 +449,7 @@ def scopes_json(uses: Iterable[ScopeUse], policy: Policy) -> list[dict[str, Any]
                     "limit": limits.in_flight,
                     "next_free_at": iso(use.in_flight_next_free_ms),
                 },
+                "full": _full(use, limits),
             }
         )
     return out
@@ -526,6 +580,24 @@ def _scope_families(out: _Exposition, scopes: list[dict[str, Any]]) -> None:
                each("in_flight", "open"))
     out.family("ledger_scope_in_flight_limit", "A scope's inFlight (absent when unset).",
                each("in_flight", "limit"))
+    out.family("ledger_scope_full",
+               "1 when a scope is at a limit it sets (hourly, daily, in_flight), else 0.",
+               [({"scope": s["name"], "limit": part}, int(part in s.get("full", ())))
+                for s in scopes for part, key in _SCOPE_LIMITS if s[part][key] is not None])
+
+
+_SCOPE_LIMITS = (("hourly", "limit"), ("daily", "ceiling_usd"), ("in_flight", "limit"))
+
+
+def _refusal_families(out: _Exposition, refusals: dict[str, Any]) -> None:
+    """R-DIAG-7: the last hour's refusals; labels are reason codes (a fixed set), policy scopes
+    and ledger key names (bounded by the operator), '' when none."""
+    out.family(
+        "ledger_refusals_1h",
+        "Requests a service refused in the last hour, by reason, scope and gateway key.",
+        [({"reason": r["reason"], "scope": r["scope"] or "", "key": r["key"] or ""}, r["count"])
+         for r in refusals["by"]],
+    )  # fmt: skip
 
 
 def _epoch_seconds(value: str) -> float:
@@ -632,6 +704,7 @@ def render_prometheus(doc: dict[str, Any]) -> str:
     _health_families(out, doc["health"])
     _pool_families(out, doc.get("pools") or [])
     _scope_families(out, doc.get("scopes") or [])
+    _refusal_families(out, doc.get("refusals") or {"by": []})
     out.family(
         "ledger_sources",
         "Sources by queue state.",

@@ -119,6 +119,7 @@ def render_text(doc: dict[str, Any], width: int = WIDTH) -> str:
         lines += _wrap(f"WARNING: {warning}", width, 9)
     lines += _routes_lines(doc, width)
     lines += _budget_lines(doc, width)
+    lines += _refusal_lines(doc, width)
     lines += _cooldown_lines(doc, width)
     lines += _pool_lines(doc, width)
     lines += _health_lines(doc, width)
@@ -144,10 +145,14 @@ def _routes_lines(doc: dict[str, Any], width: int) -> list[str]:
             width,
         )
     excluded = doc["excluded"]
+    elsewhere = bool(doc.get("service_elsewhere"))
     if len(excluded) <= EXCLUDED_LISTED:  # a small catalog: each model with its reason
         lines += table(
             (Column(""), Column("model", cut=True, min_width=16), Column("reason")),
-            [("" if i else "excluded", e["model"], _reason(e)) for i, e in enumerate(excluded)],
+            [
+                ("" if i else "excluded", e["model"], _reason(e, elsewhere))
+                for i, e in enumerate(excluded)
+            ],
             width,
             header=False,
         )
@@ -159,7 +164,7 @@ def _routes_lines(doc: dict[str, Any], width: int) -> list[str]:
     count_w = max(len(f"{n:,}") for n in counts.values())
     for i, (reason, count) in enumerate(counts.items()):
         head = f"  {'' if i else 'excluded':8}  {reason:<{reason_w}}  {count:>{count_w},}  "
-        lines += _wrap(head + _reason_note(reason, excluded), width, len(head))
+        lines += _wrap(head + _reason_note(reason, excluded, elsewhere), width, len(head))
     lines.append(f"  {'':8}  {len(excluded):,} models excluded in all (--json lists each)")
     return lines
 
@@ -168,28 +173,40 @@ EXCLUDED_LISTED = 12
 """Up to this many excluded models are listed one by one; more are counted per reason."""
 
 
-def missing_pieces(e: dict[str, Any]) -> str:
+ELSEWHERE = "the running service reads its own environment"
+"""Said of a credential variable this shell lacks while `ledger serve` runs on its state dir."""
+
+
+def missing_pieces(e: dict[str, Any], elsewhere: bool = False) -> str:
     """What makes an unavailable model available: ` (set VAR and a baseUrl)` (the provider's
-    baseUrl in catalog.json), ` (set VAR)`, or empty; every missing piece is named (issue 33)."""
-    pieces = [f"set {e['credential_env']}"] if e.get("credential_env") else []
+    baseUrl in catalog.json), ` (set VAR)`, or empty; every missing piece is named (issue 33).
+    `elsewhere` (a service runs on the state directory): the variable is missing *in this
+    shell*, ` (VAR is not set in this shell; the running service reads its own environment)`."""
+    variable = e.get("credential_env")
+    if elsewhere and variable:
+        more = "; it also needs a baseUrl" if e.get("base_url_missing") else ""
+        return f" ({variable} is not set in this shell; {ELSEWHERE}{more})"
+    pieces = [f"set {variable}"] if variable else []
     if e.get("base_url_missing"):
         pieces.append("a baseUrl")
     return f" ({' and '.join(pieces)})" if pieces else ""
 
 
-def _reason(e: dict[str, Any]) -> str:
+def _reason(e: dict[str, Any], elsewhere: bool = False) -> str:
     """An exclusion's reason with when a cooldown ends or which pieces are missing."""
     text = str(e["reason"]) + (f" until {short_time(e['until'])}" if e.get("until") else "")
-    return text + missing_pieces(e)
+    return text + missing_pieces(e, elsewhere)
 
 
-def _reason_note(reason: str, excluded: Sequence[dict[str, Any]]) -> str:
+def _reason_note(reason: str, excluded: Sequence[dict[str, Any]], elsewhere: bool) -> str:
     """For a reason's count: the credential variables to set, or when the first cooldown ends."""
     of_reason = [e for e in excluded if e["reason"] == reason]
     ends = [e["until"] for e in of_reason if e.get("until")]
     if ends:
         return f"first frees {short_time(min(ends))}"
     hint = credential_hint(e.get("credential_env") for e in of_reason)
+    if hint and elsewhere:
+        hint = f"not set in this shell: {hint.removeprefix('set ')} ({ELSEWHERE})"
     no_url = sum(1 for e in of_reason if e.get("base_url_missing"))
     if no_url:
         hint += ("; " if hint else "") + f"{no_url} also need a baseUrl in catalog.json"
@@ -226,8 +243,38 @@ def _scope_lines(scopes: list[dict[str, Any]]) -> list[str]:
                          + (f" (a slot frees by {f['next_free_at']})" if f["next_free_at"] else ""))
         else:
             parts.append(f"open {f['open']}")
-        lines.append(f"  scope {s['name']}: " + "; ".join(parts))
+        full = s.get("full") or []
+        mark = f" FULL ({', '.join(full)})" if full else ""  # R-DIAG-7: its next call is refused
+        lines.append(f"  scope {s['name']}{mark}: " + "; ".join(parts))
     return lines
+
+
+def _refusal_lines(doc: dict[str, Any], width: int) -> list[str]:
+    """R-DIAG-7: the last hour's refusals by reason, the scope that refused and the key that
+    asked, the most frequent first; nothing when there were none."""
+    refusals = doc.get("refusals") or {"by": []}
+    if not refusals["by"]:
+        return []
+    lines = [_heading(f"refusals (last hour: {refusals['total']:,})", width)]
+    return lines + table(
+        (
+            Column("reason"),
+            Column("scope", cut=True, min_width=8),
+            Column("key", cut=True, min_width=8),
+            Column("count", right=True),
+            Column("last", drop=1),
+        ),
+        [
+            (r["reason"], r["scope"] or "-", r["key"] or "-", f"{r['count']:,}",
+             short_time(r["last_minute"]))
+            for r in refusals["by"][:REFUSALS_LISTED]
+        ],
+        width,
+    ) + ([f"  ({len(refusals['by']) - REFUSALS_LISTED} more in --json)"]
+         if len(refusals["by"]) > REFUSALS_LISTED else [])  # fmt: skip
+
+
+REFUSALS_LISTED = 10
 
 
 def _budget_lines(doc: dict[str, Any], width: int) -> list[str]:

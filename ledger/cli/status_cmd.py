@@ -46,7 +46,7 @@ def status(app: AppContext, as_json: bool, prometheus: bool, html_file: Path | N
     if prometheus:
         doc = prometheus_status(app)
     else:
-        doc = run(as_json, lambda: build_status(app.ledger(create=False)))
+        doc = run(as_json, lambda: build_status(app.ledger(create=False), from_shell=True))
     if html_file is not None:
         write_page(app, doc, html_file)
     elif as_json:
@@ -62,7 +62,7 @@ def prometheus_status(app: AppContext) -> dict[str, Any]:
     one-line error and its exit code: a cron textfile exporter then alerts instead of going on
     with stale numbers or zeros (issue 29 item 12)."""
     try:
-        return build_status(app.ledger(create=False))
+        return build_status(app.ledger(create=False), from_shell=True)
     except LedgerError as error:
         click.echo(render_prometheus_down(), nl=False)
         fail(error)

@@ -23,6 +23,7 @@ from ledger.gateway import loop, routing
 from ledger.gateway.errors import GatewayError
 from ledger.gateway.gate import KEY_STATE
 from ledger.gateway.metrics import GatewayMetrics
+from ledger.gateway.refusal_tally import RefusalTally
 from ledger.gateway.sse import Malformed
 from ledger.gateway.stream import RelayedResponse, serve_stream, unless_disconnected
 from ledger.gateway.translate import reply_for, untranslated
@@ -56,6 +57,8 @@ def error_answer(fmt: Format, error: GatewayError) -> JSONResponse:
     headers: dict[str, str] = {}
     if error.retry_after_s is not None:
         headers["retry-after"] = str(error.retry_after_s)
+    if error.should_retry is not None:  # R-GW-6a: both official SDK families obey it
+        headers["x-should-retry"] = "true" if error.should_retry else "false"
     if error.attempts:
         headers["x-ledger-attempts"] = str(error.attempts)
     document = error_document(fmt, error.status, error.code, error.message)
@@ -71,6 +74,25 @@ def context_of(request: Request, template: str) -> loop.Context:
         upstream = transport()
         state.gateway_upstream = upstream
     return loop.Context(state.ledger, state.group, upstream, metrics_of(request), template)
+
+
+def tally_of(request: Request) -> RefusalTally:
+    """The service's refusal counts (made on first use, on the event loop, so never twice)."""
+    state = request.app.state
+    tally: RefusalTally | None = getattr(state, "refusal_tally", None)
+    if tally is None:
+        group = state.group
+        tally = state.refusal_tally = RefusalTally(group.submit, group.run)
+    return tally
+
+
+def _count_refusal(request: Request, ctx: loop.Context, error: GatewayError) -> None:
+    """R-DIAG-7: a refusal counted by reason, the scope that refused and the key that asked."""
+    key = request.scope.get("state", {}).get(KEY_STATE)
+    name = getattr(key, "name", None)
+    tally_of(request).count(ctx.ledger.clock_fn(), error.code, error.scope, name)
+    if ctx.metrics is not None:
+        ctx.metrics.refusal(error.code, error.scope, name)
 
 
 def metrics_of(request: Request) -> GatewayMetrics | None:
@@ -142,6 +164,8 @@ async def _answer(request: Request, fmt: Format, ctx: loop.Context) -> Response:
         if answered is None:  # the caller left: upstream closed, the attempt settled cancelled
             return Response(status_code=499)
     except GatewayError as error:
+        if error.status == 429:
+            _count_refusal(request, ctx, error)
         return error_answer(fmt, error)
     except SourceScopeMismatch:  # R-SC-3a: found in the reserve's transaction, nothing reserved
         return error_answer(fmt, GatewayError(403, "source_scope_mismatch", SOURCE_SCOPE_MISMATCH))

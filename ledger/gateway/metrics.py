@@ -2,8 +2,8 @@
 token and upstream latency, by route template.
 
 Invariant: every label comes from a fixed set (the three gateway route templates, the catalog's
-model keys read once at start, the failure kinds and outcome names): nothing a caller sends can
-add a series.
+model keys read once at start, the failure kinds and outcome names, the refusal reason codes, the
+policy's scopes and the ledger's gateway key names): nothing a caller sends can add a series.
 """
 
 from __future__ import annotations
@@ -36,6 +36,13 @@ class GatewayMetrics:
             ("route",),
             registry=registry,
         )
+        self.refusals = Counter(
+            "ledger_gateway_refusals",
+            "Gateway refusals (429) by reason code, the scope that refused and the gateway key "
+            "that asked ('' when none).",
+            ("reason", "scope", "key"),
+            registry=registry,
+        )
         self.first_token = Histogram(
             "ledger_gateway_first_token_seconds",
             "Time from a stream's upstream request to its first content event.",
@@ -59,3 +66,7 @@ class GatewayMetrics:
         """Count one upstream attempt and its latency."""
         self.attempts.labels(route, model, result).inc()
         self.upstream.labels(route).observe(seconds)
+
+    def refusal(self, reason: str, scope: str | None, key: str | None) -> None:
+        """Count one refusal (R-DIAG-7): a reason code, a policy scope, a ledger key name."""
+        self.refusals.labels(reason, scope or "", key or "").inc()

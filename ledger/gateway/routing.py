@@ -9,7 +9,6 @@ worker uses (`ledger.follow_up.plan_follow_up` over the settle result of the pol
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import anyio
@@ -17,9 +16,9 @@ import anyio
 from ledger.api import Ledger
 from ledger.errors import LedgerError, Refused
 from ledger.follow_up import FollowUpPlan, plan_follow_up
-from ledger.gateway.errors import GatewayError, refused
+from ledger.gateway.errors import GatewayError, refused, seconds_until
 from ledger.gateway.wire import Format
-from ledger.kinds import AttemptRole, FailureKind
+from ledger.kinds import AttemptRole, FailureKind, RefusalReason
 from ledger.policy_table import InteractivePace
 from ledger.records import Outcome, Reservation, SettleResult
 from ledger.routing.chains import pool_members
@@ -126,7 +125,8 @@ async def first_route(ledger: Ledger, request: Request) -> str:
     reason = _primary_reason(ledger, request, selection)
     now = ledger.clock_fn()
     if selection.retry_at_ms is not None:
-        raise refused(reason, retry_after_s(selection.retry_at_ms, now))
+        subject = refusal_subject(ledger, reason, request.model)
+        raise refused(reason, subject, selection.retry_at_ms, now)
     detail = ""
     if reason == WIRE_FORMAT and request.untranslated is not None:
         detail = f" ({request.untranslated} has no translation to the other wire format)"
@@ -175,9 +175,39 @@ def _primary_reason(ledger: Ledger, request: Request, selection: Selection) -> s
 
 def retry_after_s(at_ms: int | None, now_ms: int) -> int | None:
     """Whole seconds until `at_ms` (at least 1), for a Retry-After header."""
-    if at_ms is None:
-        return None
-    return max(1, math.ceil((at_ms - now_ms) / 1000))
+    return seconds_until(at_ms, now_ms)
+
+
+# a refusal no scope or model made: what refused, in the ledger's own words
+_SUBJECTS: dict[str, str] = {
+    RefusalReason.SHARED_HOURLY_BUDGET: "the shared hourly budget",
+    RefusalReason.DAILY_COST_CEILING: "the daily cost ceiling",
+    RefusalReason.SOURCE_SETTLED: "this request's source",
+    RefusalReason.SOURCE_PAUSED: "this request's source",
+    RefusalReason.SOURCE_BACKOFF: "this request's source",
+    RefusalReason.SOURCE_CALLS: "this request's source",
+    RefusalReason.SOURCE_MODELS: "this request's source",
+    RefusalReason.SOURCE_TIME: "this request's source",
+}
+
+
+def refusal_subject(ledger: Ledger, reason: str, route: str, scope: str | None = None) -> str:
+    """The scope or target that refused (R-GW-6a), named as the ledger knows it: a scope from the
+    policy, a provider or model key from the catalog, a pool from the policy, or a fixed phrase
+    (never the caller's source id: it is the caller's own text)."""
+    if scope is not None:
+        return f"scope {scope}"
+    fixed = _SUBJECTS.get(reason)
+    if fixed is not None:
+        return fixed
+    if route.startswith(POOL_PREFIX):
+        return f"pool {route.removeprefix(POOL_PREFIX)}"
+    model = ledger.catalog.model(ledger.target(route).key)
+    if model is None:
+        return "the requested model"
+    if reason == RefusalReason.PROVIDER_COOLDOWN:
+        return f"provider {model.provider}"
+    return f"model {model.key}"
 
 
 async def reserve(
@@ -212,7 +242,8 @@ async def reserve(
         return await group.submit(step)
     except Refused as refusal:
         now = refusal.now_ms if refusal.now_ms is not None else ledger.clock_fn()
-        raise refused(refusal.reason, retry_after_s(refusal.retry_at_ms, now)) from None
+        subject = refusal_subject(ledger, refusal.reason, route, refusal.scope)
+        raise refused(refusal.reason, subject, refusal.retry_at_ms, now, refusal.scope) from None
 
 
 async def settle(

@@ -681,6 +681,25 @@ class ScopeOut(Answer):
     hourly: ScopeHourlyOut
     daily: ScopeDailyOut
     in_flight: ScopeInFlightOut
+    full: list[str]  # R-DIAG-7: the limits it is at (hourly, daily, in_flight)
+
+
+class RefusalCountOut(Answer):
+    """The last hour's refusals for one reason, scope and gateway key (R-DIAG-7)."""
+
+    reason: str
+    scope: str | None
+    key: str | None
+    count: int
+    last_minute: str | None
+
+
+class RefusalsOut(Answer):
+    """Refusals answered by a service in the last hour (R-DIAG-7)."""
+
+    window_minutes: int
+    total: int
+    by: list[RefusalCountOut]
 
 
 class StatusOut(Answer):
@@ -710,6 +729,8 @@ class StatusOut(Answer):
     inert: list[InertOut]
     warnings: list[str]
     scopes: list[ScopeOut]
+    refusals: RefusalsOut
+    service_elsewhere: bool  # a CLI's document while `ledger serve` runs on the state directory
     # R-RT-7: only when the policy has pools (strategy, cursor, candidates, live leases)
     pools: list[dict[str, Any]] | None = None
 

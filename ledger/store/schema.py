@@ -318,3 +318,20 @@ gateway_keys = Table(
     Column("revoked_ms", BigInteger, nullable=True),
     Column("last_used_ms", BigInteger, nullable=True),
 )
+
+# --- refusal counts (revision 0010) ------------------------------------------------------------
+# Refusals answered by a service (the gateway), counted per minute: one row per (minute, reason,
+# the scope that refused, the gateway key that asked), never one per refusal. A service counts in
+# memory and adds its counts here in one statement per row at most once a second, so a flood of
+# refusals never costs the writer a transaction each. `scope` and `key_name` are '' when none
+# (a primary key column is never NULL). Rows older than two hours are deleted as counts arrive.
+refusal_minutes = Table(
+    "refusal_minutes",
+    metadata,
+    Column("minute_ms", BigInteger, primary_key=True, autoincrement=False),
+    Column("reason", String(64), primary_key=True),
+    Column("scope", String(64), primary_key=True),
+    Column("key_name", String(64), primary_key=True),
+    Column("count", BigInteger, nullable=False),
+    CheckConstraint("minute_ms % 60000 = 0", name="minute_aligned"),
+)

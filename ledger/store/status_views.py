@@ -19,9 +19,10 @@ from ledger.config import Policy
 from ledger.health import Health, HealthCounters, HourCount, ProbeState, health_view
 from ledger.kinds import AttemptRole, CooldownScope, SourceState
 from ledger.scope_budgets import ScopeUse
-from ledger.store import reads, scopes
+from ledger.store import reads, refusal_counts, scopes
 from ledger.store.engine import Database
 from ledger.store.migrate import read_revision
+from ledger.store.refusal_counts import RefusalTotal
 from ledger.store.schema import (
     daily_totals,
     health,
@@ -211,6 +212,7 @@ class StatusData:
     revision: str | None
     scopes: list[ScopeUse] = field(default_factory=list)  # R-SC-2: each scope's use
     queue: QueueData | None = None
+    refusals: list[RefusalTotal] = field(default_factory=list)  # R-DIAG-7: the last hour's
 
 
 def status_data(db: Database, calls_per_hour: int, policy: Policy | None = None) -> StatusData:
@@ -251,6 +253,7 @@ def status_data(db: Database, calls_per_hour: int, policy: Policy | None = None)
             revision=read_revision(conn),  # a plain read: status never loads alembic
             scopes=[] if policy is None else scopes.status_uses(conn, now, policy),
             queue=queue_data(conn, now),
+            refusals=refusal_counts.last_hour(conn, now),
         )
 
 
