@@ -402,7 +402,7 @@ def status_document(
 
 
 def refusals_json(rows: Iterable[RefusalTotal]) -> dict[str, Any]:
-    """R-DIAG-7: the last hour's refusals by a service, per reason code, the scope that refused and
+    """R-DIAG-1: the last hour's refusals by a service, per reason code, the scope that refused and
     the gateway key that asked (null when none), the most frequent first."""
     by = [
         {"reason": r.reason, "scope": r.scope or None, "key": r.key_name or None,
@@ -413,7 +413,7 @@ def refusals_json(rows: Iterable[RefusalTotal]) -> dict[str, Any]:
 
 
 def _full(use: ScopeUse, limits: ScopeLimits) -> list[str]:
-    """The limits a scope is at (R-DIAG-7): its next request of that kind is refused."""
+    """The limits a scope is at (R-DIAG-1): its next request of that kind is refused."""
     full = []
     if limits.calls_per_hour is not None and use.hourly_count >= limits.calls_per_hour:
         full.append("hourly")
@@ -590,7 +590,7 @@ _SCOPE_LIMITS = (("hourly", "limit"), ("daily", "ceiling_usd"), ("in_flight", "l
 
 
 def _refusal_families(out: _Exposition, refusals: dict[str, Any]) -> None:
-    """R-DIAG-7: the last hour's refusals; labels are reason codes (a fixed set), policy scopes
+    """R-DIAG-1: the last hour's refusals; labels are reason codes (a fixed set), policy scopes
     and ledger key names (bounded by the operator), '' when none."""
     out.family(
         "ledger_refusals_1h",

@@ -244,13 +244,13 @@ def _scope_lines(scopes: list[dict[str, Any]]) -> list[str]:
         else:
             parts.append(f"open {f['open']}")
         full = s.get("full") or []
-        mark = f" FULL ({', '.join(full)})" if full else ""  # R-DIAG-7: its next call is refused
+        mark = f" FULL ({', '.join(full)})" if full else ""  # R-DIAG-1: its next call is refused
         lines.append(f"  scope {s['name']}{mark}: " + "; ".join(parts))
     return lines
 
 
 def _refusal_lines(doc: dict[str, Any], width: int) -> list[str]:
-    """R-DIAG-7: the last hour's refusals by reason, the scope that refused and the key that
+    """R-DIAG-1: the last hour's refusals by reason, the scope that refused and the key that
     asked, the most frequent first; nothing when there were none."""
     refusals = doc.get("refusals") or {"by": []}
     if not refusals["by"]:

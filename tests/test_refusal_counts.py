@@ -1,4 +1,4 @@
-"""R-DIAG-7 in the store, on both backends: refusal counts are per-minute rows keyed by reason,
+"""R-DIAG-1 in the store, on both backends: refusal counts are per-minute rows keyed by reason,
 scope and gateway key; a batch of any number of refusals adds to them (never a row per refusal),
 rows past two hours go, and status reads the last hour grouped, the most frequent first."""
 

@@ -1,4 +1,4 @@
-"""R-DIAG-7 through a real `ledger serve`: a flood of gateway refusals is counted by reason, the
+"""R-DIAG-1 through a real `ledger serve`: a flood of gateway refusals is counted by reason, the
 scope that refused and the key that asked, and reaches `ledger status` (text, --json,
 --prometheus), the page and `/metrics`, at the cost of a few writes, not one per refusal."""
 

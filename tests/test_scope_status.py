@@ -50,7 +50,7 @@ def test_r_sc_2_status_shows_each_scope_against_its_limits(
     assert c.deadline_ms > b.deadline_ms
 
     text = render_text(doc)
-    assert "scope nightly FULL (hourly): calls 2 / 2 this hour (next slot " in text  # R-DIAG-7
+    assert "scope nightly FULL (hourly): calls 2 / 2 this hour (next slot " in text  # R-DIAG-1
     assert "scope team FULL (in_flight): calls 3 this hour;" in text
     assert "open 2 / 2 (a slot frees by" in text
 
@@ -69,7 +69,7 @@ def test_r_sc_2_status_shows_each_scope_against_its_limits(
 
     page = render_page(doc)
     assert '<section id="scopes"' in page
-    assert '<tr data-scope="team" class="full">' in page  # R-DIAG-7: at its inFlight
+    assert '<tr data-scope="team" class="full">' in page  # R-DIAG-1: at its inFlight
     assert "2 / 2" in page
 
     led.settle(b.id, Success(input_tokens=0, output_tokens=1))  # settled: its slot frees at once

@@ -1,4 +1,4 @@
-"""R-DIAG-7 in the status document and every rendering of it (text, --json, Prometheus, the page):
+"""R-DIAG-1 in the status document and every rendering of it (text, --json, Prometheus, the page):
 the last hour's refusals by reason, scope and gateway key, and a scope at its limit marked full.
 The document is built by the library over a real migrated ledger."""
 

@@ -87,7 +87,7 @@ def tally_of(request: Request) -> RefusalTally:
 
 
 def _count_refusal(request: Request, ctx: loop.Context, error: GatewayError) -> None:
-    """R-DIAG-7: a refusal counted by reason, the scope that refused and the key that asked."""
+    """R-DIAG-1: a refusal counted by reason, the scope that refused and the key that asked."""
     key = request.scope.get("state", {}).get(KEY_STATE)
     name = getattr(key, "name", None)
     tally_of(request).count(ctx.ledger.clock_fn(), error.code, error.scope, name)

@@ -68,5 +68,5 @@ class GatewayMetrics:
         self.upstream.labels(route).observe(seconds)
 
     def refusal(self, reason: str, scope: str | None, key: str | None) -> None:
-        """Count one refusal (R-DIAG-7): a reason code, a policy scope, a ledger key name."""
+        """Count one refusal (R-DIAG-1): a reason code, a policy scope, a ledger key name."""
         self.refusals.labels(reason, scope or "", key or "").inc()

@@ -1,4 +1,4 @@
-"""The service's refusal counts (R-DIAG-7), kept in memory and added to the ledger in batches.
+"""The service's refusal counts (R-DIAG-1), kept in memory and added to the ledger in batches.
 
 Invariant: counting a refusal touches memory only (a dict entry, on the event loop); at most one
 flush is scheduled at a time, FLUSH_S after the first refusal it carries, and it adds everything

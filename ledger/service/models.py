@@ -681,11 +681,11 @@ class ScopeOut(Answer):
     hourly: ScopeHourlyOut
     daily: ScopeDailyOut
     in_flight: ScopeInFlightOut
-    full: list[str]  # R-DIAG-7: the limits it is at (hourly, daily, in_flight)
+    full: list[str]  # R-DIAG-1: the limits it is at (hourly, daily, in_flight)
 
 
 class RefusalCountOut(Answer):
-    """The last hour's refusals for one reason, scope and gateway key (R-DIAG-7)."""
+    """The last hour's refusals for one reason, scope and gateway key (R-DIAG-1)."""
 
     reason: str
     scope: str | None
@@ -695,7 +695,7 @@ class RefusalCountOut(Answer):
 
 
 class RefusalsOut(Answer):
-    """Refusals answered by a service in the last hour (R-DIAG-7)."""
+    """Refusals answered by a service in the last hour (R-DIAG-1)."""
 
     window_minutes: int
     total: int

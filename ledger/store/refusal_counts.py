@@ -1,4 +1,4 @@
-"""Refusal counts (R-DIAG-7): how many requests a service refused, per minute, reason code, the
+"""Refusal counts (R-DIAG-1): how many requests a service refused, per minute, reason code, the
 scope that refused and the gateway key that asked.
 
 Invariant: counts arrive in batches (a service's in-memory tally, at most one batch a second), and

@@ -212,7 +212,7 @@ class StatusData:
     revision: str | None
     scopes: list[ScopeUse] = field(default_factory=list)  # R-SC-2: each scope's use
     queue: QueueData | None = None
-    refusals: list[RefusalTotal] = field(default_factory=list)  # R-DIAG-7: the last hour's
+    refusals: list[RefusalTotal] = field(default_factory=list)  # R-DIAG-1: the last hour's
 
 
 def status_data(db: Database, calls_per_hour: int, policy: Policy | None = None) -> StatusData:
