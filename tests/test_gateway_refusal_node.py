@@ -10,6 +10,7 @@ request counter says how many requests it saw."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -27,11 +28,19 @@ LONG_WAIT_S = 60  # R-GW-6a
 
 
 def _node_or_skip(sdk: str) -> str:
+    """Skipped only locally: under CI (CI=true, where .ci/run installs them) a missing node or
+    SDK fails."""
+    missing = None
     node = shutil.which("node")
     if node is None or shutil.which("npm") is None:
-        pytest.skip("the Node SDK tests need node and npm on PATH")
-    if not (NODE_DIR / "node_modules" / PACKAGES[sdk] / "package.json").exists():
-        pytest.skip(f"{PACKAGES[sdk]} is not installed: run `npm ci --prefix tests/node`")
+        missing = "the Node SDK tests need node and npm on PATH"
+    elif not (NODE_DIR / "node_modules" / PACKAGES[sdk] / "package.json").exists():
+        missing = f"{PACKAGES[sdk]} is not installed: run `npm ci --prefix tests/node`"
+    if missing is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but {missing}")
+        pytest.skip(missing)
+    assert node is not None
     return node
 
 
