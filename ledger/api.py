@@ -31,6 +31,7 @@ from ledger.config import POLICY_FILE, Policy, load_policy
 from ledger.db_target import check_db_target
 from ledger.errors import NotFoundError, UsageError
 from ledger.home import StateDir, ensure_home, state_dir
+from ledger.inert import check_routing
 from ledger.kinds import AttemptRole, CooldownScope, FailureKind
 from ledger.policy_table import InteractivePace
 from ledger.records import (
@@ -42,7 +43,6 @@ from ledger.records import (
     SourceStateChange,
     Success,
 )
-from ledger.routing.catalog_check import check_routing
 from ledger.routing.targets import Target, parse_target
 from ledger.scope_budgets import check_names as check_scope_names
 from ledger.store import Database, Store

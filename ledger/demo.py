@@ -262,7 +262,7 @@ def _gateway_line(ledger: Ledger) -> str:
     """One request through the gateway (SPEC section 19), as a job in any language would send
     it; without the service extra (FastAPI), one line saying what to install."""
     try:
-        from ledger.gateway.local import one_request
+        from ledger.service.local import one_request
     except ImportError:
         return "the gateway needs the serve extra: python -m pip install -e '.[serve]' (checkout)"
     shown = one_request(ledger, GATEWAY_MODEL, "demo-gateway", "Say hello as one JSON document.")

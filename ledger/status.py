@@ -78,7 +78,7 @@ def build_status(ledger: Ledger, *, from_shell: bool = False) -> dict[str, Any]:
         doc["warnings"].insert(0, no_database_yet(path))
     doc["service_elsewhere"] = from_shell and service_running(ledger.state.path)
     if ledger.policy.pools:  # R-RT-7: strategy, cursor, candidates with state, live leases
-        from ledger.routing.report import pool_views
+        from ledger.pool_report import pool_views
 
         doc["pools"] = [view.to_json() for view in pool_views(ledger)]
     return doc

@@ -177,7 +177,7 @@ def gateway_path() -> dict[str, Any]:
     """The `ledger` files one gateway request enters, in order, traced in this process."""
     from ledger.api import Ledger
     from ledger.demo import DEMO_KEY, DEMO_KEY_ENV, DEMO_POLICY, demo_catalog
-    from ledger.gateway.local import one_request
+    from ledger.service.local import one_request
     from ledger.standin import StandIn
 
     sequence: list[str] = []

@@ -26,7 +26,7 @@ from ledger.gateway.wire import Format
 from ledger.kinds import FailureKind
 from ledger.providers.base import ProviderResponse
 from ledger.records import Failed
-from ledger.service.group_commit import GroupCommit
+from ledger.store.group_commit import GroupCommit
 from tests.gateway_setup import STANDIN_KEY, gateway_catalog
 
 UPSTREAM = SimpleNamespace(

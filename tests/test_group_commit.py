@@ -1,7 +1,7 @@
 """R-SRV-3 group commit: steps written together in one transaction, each as if it ran alone.
 
 The store half (`Ledger.write_steps`) on both backends, and the service's leader/follower
-committer (ledger/service/group_commit.py) with real store writes behind it.
+committer (ledger/store/group_commit.py) with real store writes behind it.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import pytest
 from ledger.api import Ledger
 from ledger.errors import NotFoundError, Refused, UsageError
 from ledger.records import Reservation, Success
-from ledger.service.group_commit import MAX_BATCH, GroupCommit
 from ledger.store.batch import Answered, Step
+from ledger.store.group_commit import MAX_BATCH, GroupCommit
 from tests.backends import BACKENDS, db_url, rows
 
 pytestmark = pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)

@@ -140,7 +140,7 @@ def test_r_rt_3_the_thinking_budget_stays_inside_the_reply_allowance() -> None:
 
 
 def test_r_rt_3_effort_on_a_non_reasoning_model_is_a_config_error(tmp_path: Path) -> None:
-    from ledger.routing.catalog_check import check_routing
+    from ledger.inert import check_routing
 
     catalog = Catalog.model_validate(routing_catalog())
     policy = Policy.model_validate({"chains": {"acct1/*": ["acct2/m", "plain/p:high"]}})
@@ -151,7 +151,7 @@ def test_r_rt_3_effort_on_a_non_reasoning_model_is_a_config_error(tmp_path: Path
 
 
 def test_r_rt_3_effort_on_an_unknown_reasoning_flag_warns(tmp_path: Path) -> None:
-    from ledger.routing.catalog_check import effort_warnings
+    from ledger.inert import effort_warnings
 
     doc = routing_catalog()
     doc["models"][5]["reasoning"] = None

@@ -22,7 +22,7 @@ from ledger.cli.main import cli
 from ledger.config import Policy
 from ledger.errors import Refused
 from ledger.kinds import CooldownScope
-from ledger.routing.report import pool_view_named
+from ledger.pool_report import pool_view_named
 from ledger.standin import StandIn
 from ledger.store.pool_views import pool_state
 from tests.backends import BACKENDS

@@ -10,8 +10,7 @@ from ledger.catalog import load_catalog
 from ledger.cli.main import AppContext, emit_json, pass_app
 from ledger.config import POLICY_FILE, Policy, load_policy, policy_schema
 from ledger.errors import LedgerError
-from ledger.inert import config_findings
-from ledger.routing.catalog_check import check_routing, effort_warnings
+from ledger.inert import check_routing, config_findings, effort_warnings
 from ledger.store.scopes import scopes_in_use
 
 

@@ -10,6 +10,11 @@ import math
 from ledger.kinds import RefusalReason
 from ledger.refusal_text import gateway_refusal_text
 
+TOO_MANY = ("too_many_connections", "too many connections; retry shortly")
+"""A 503's code and text when the service's connection pools are full (R-SRV-9); the service
+answers the same on its own paths."""
+RETRY_AFTER_S = 1
+
 LONG_WAIT_S = 60
 """R-GW-6a: a refusal whose retry time is further away than this tells the SDKs not to retry
 (`x-should-retry: false`); both official SDK families would otherwise sleep its Retry-After."""

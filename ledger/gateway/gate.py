@@ -32,9 +32,9 @@ from starlette.requests import Request
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ledger.gateway.bodies import read_body, replay
+from ledger.gateway.errors import RETRY_AFTER_S, TOO_MANY
 from ledger.gateway.wire import Format, error_document
-from ledger.service.bodies import read_body, replay
-from ledger.service.errors import RETRY_AFTER_S, TOO_MANY
 
 PREFIXES: dict[str, Format] = {"/openai/": Format.OPENAI, "/anthropic/": Format.ANTHROPIC}
 MAX_BODY_BYTES = 4 * 1024 * 1024

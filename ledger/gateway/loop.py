@@ -28,7 +28,7 @@ from ledger.gateway.wire import UNFIT
 from ledger.kinds import AttemptRole, AttemptStatus, FailureKind
 from ledger.policy_table import InteractivePace
 from ledger.records import Cancelled, Failed, Reservation, SettleResult, Success
-from ledger.service.group_commit import GroupCommit
+from ledger.store.group_commit import GroupCommit
 
 REUSED = "this Idempotency-Key belongs to a request that was already answered"
 IN_FLIGHT = "a request with this Idempotency-Key is still being answered"

@@ -23,7 +23,7 @@ from ledger.policy_table import InteractivePace
 from ledger.records import Outcome, Reservation, SettleResult
 from ledger.routing.chains import pool_members
 from ledger.select import Route, Selection
-from ledger.service.group_commit import GroupCommit
+from ledger.store.group_commit import GroupCommit
 
 WIRE_FORMAT = "wire_format"
 """Exclusion reason: the route speaks the other wire format and the request cannot be translated

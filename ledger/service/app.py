@@ -29,14 +29,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger import gateway
 from ledger.api import Ledger
+from ledger.gateway.bodies import read_body, replay
 from ledger.gateway.gate import error as gateway_error
 from ledger.service import admin, calls, ops, page_routes, queue_routes
-from ledger.service.bodies import read_body, replay
 from ledger.service.db_watch import DatabaseWatch
 from ledger.service.errors import error_response, install, too_many_response
-from ledger.service.group_commit import GroupCommit
 from ledger.service.models import finish_openapi
 from ledger.service.sessions import SESSION_COOKIE, PageSessions, sign_in_page
+from ledger.store.group_commit import GroupCommit
 from ledger.store.keys import LastUsed, verify_key
 
 MAX_BODY_BYTES = 64 * 1024

@@ -20,7 +20,6 @@ from ledger.api import Ledger
 from ledger.classify import Classification, classify_http
 from ledger.clock import now_ms
 from ledger.records import Cancelled, Failed, Outcome, Success
-from ledger.service.group_commit import GroupCommit
 from ledger.service.models import (
     GATE,
     WITH_BODY,
@@ -37,6 +36,7 @@ from ledger.service.models import (
     SuccessOutcome,
     errors,
 )
+from ledger.store.group_commit import GroupCommit
 
 router = APIRouter(prefix="/v1", tags=["calls"])
 ERRORS: dict[int | str, dict[str, Any]] = errors(*GATE, json_ref=True)

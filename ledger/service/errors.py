@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException
 
 from ledger.clock import iso
 from ledger.errors import LedgerError, NotFoundError, ReadOnlyError, Refused
+from ledger.gateway.errors import RETRY_AFTER_S, TOO_MANY
 from ledger.service.models import REQUEST_MODELS
 
 HTTP_STATUS_BY_EXIT_CODE: dict[int, int] = {
@@ -61,9 +62,6 @@ HEADERS: dict[int, dict[str, str]] = {
 }
 
 
-TOO_MANY = ("too_many_connections", "too many connections; retry shortly")
-"""A 503's code and text when the connection pools are full (R-SRV-9)."""
-RETRY_AFTER_S = 1
 TOO_MANY_HEADERS = {"retry-after": str(RETRY_AFTER_S), "connection": "close"}
 
 

@@ -37,6 +37,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ledger.api import Ledger
 from ledger.errors import ServiceRunningError, UsageError
+from ledger.gateway.errors import TOO_MANY
 from ledger.gateway.gate import format_of, too_many_document
 from ledger.service.app import create_app
 from ledger.service.connections import (
@@ -49,7 +50,7 @@ from ledger.service.connections import (
     BoundedLog,
     ConnectionPools,
 )
-from ledger.service.errors import MESSAGES, TOO_MANY, TOO_MANY_HEADERS, error_body
+from ledger.service.errors import MESSAGES, TOO_MANY_HEADERS, error_body
 
 SOCKET_NAME = "ledger.sock"
 LOCK_NAME = "ledger.sock.lock"
