@@ -18,11 +18,13 @@ from hypothesis import strategies as st
 
 from ledger.api import Ledger
 from ledger.catalog import Catalog
+from ledger.classify import classify_http
 from ledger.cli.main import cli
 from ledger.config import Policy
 from ledger.errors import Refused
-from ledger.kinds import CooldownScope
+from ledger.kinds import AttemptRole, CooldownScope, ExclusionReason, FailureKind
 from ledger.pool_report import pool_view_named
+from ledger.records import Failed
 from ledger.standin import StandIn
 from ledger.store.pool_views import pool_state
 from tests.backends import BACKENDS
@@ -214,5 +216,31 @@ def test_r_rt_5a_pool_show_select_and_reserve_agree_on_every_candidate(
         assert set(granted) <= eligible, (policy, cooling, shown, granted)
         direct = {k for k in shown if k != "pool/other" and k in eligible}
         assert direct <= set(granted), (policy, cooling, shown, granted)
+        if eligible:
+            _backups_agree(led, policy)
     finally:
         led.close()
+
+
+BOUNDARY = {ExclusionReason.NOT_IN_FALLBACK_LIST, ExclusionReason.DENIED_BY_ROUTE}
+
+
+def _backups_agree(led: Ledger, policy: dict[str, Any]) -> None:
+    """After a failed pool candidate, the follow-up reserve (`after=`) refuses every model
+    select keeps out by the privacy boundary, for the same reason, and grants select's first
+    backup: the pool's chain is the allowlist, whatever defaultModel says (R-RT-5a)."""
+    first = led.reserve("f", "pool/mix", input_bytes=10)
+    settled = led.settle(first.id, Failed(classify_http(429, {}, None, 0)))
+    assert settled.fallback is not None
+    selection = led.select(
+        "f", model="pool/mix", after_failure=FailureKind.RATE_LIMIT, failed_model=first.model,
+        tried=[first.model],
+    )  # fmt: skip
+    for exclusion in selection.excluded:
+        if exclusion.reason in BOUNDARY:
+            with pytest.raises(Refused) as refused:
+                led.reserve("f", exclusion.model, input_bytes=10, after=first.id)
+            assert refused.value.reason == exclusion.reason, (policy, exclusion)
+    if selection.routes:
+        backup = led.reserve("f", selection.routes[0], input_bytes=10, after=first.id)
+        assert backup.role is AttemptRole.FALLBACK, (policy, selection.routes)

@@ -246,6 +246,9 @@ class _Role:
     role: AttemptRole
     fallback_from: str | None = None
     after_id: int | None = None  # set when this is the permitted immediate follow-up
+    # a follow-up's: the pool its request's first attempt was reserved through as the primary
+    # (R-RT-5a: the requested pool, whose chain is the allowlist of the backups after it)
+    requested_pool: str | None = None
 
 
 def _reservation(
@@ -291,13 +294,34 @@ def _permitted_follow_up(
     if newest != after_id or failed.follow_up is None:
         return None
     same_model = request.model.key == failed.model_key
+    role = None
     if failed.follow_up == FollowUp.CORRECTION.value and same_model:
-        return _Role(AttemptRole.CORRECTION, after_id=after_id)
-    if failed.follow_up == FollowUp.FALLBACK.value and not same_model:
-        return _Role(AttemptRole.FALLBACK, str(failed.model_key), after_id)
-    if failed.follow_up == FollowUp.RETRY.value and same_model:
-        return _Role(AttemptRole.RETRY, after_id=after_id)
-    return None
+        role = _Role(AttemptRole.CORRECTION, after_id=after_id)
+    elif failed.follow_up == FollowUp.FALLBACK.value and not same_model:
+        role = _Role(AttemptRole.FALLBACK, str(failed.model_key), after_id)
+    elif failed.follow_up == FollowUp.RETRY.value and same_model:
+        role = _Role(AttemptRole.RETRY, after_id=after_id)
+    if role is None:
+        return None
+    return replace(role, requested_pool=_requested_pool(conn, failed))
+
+
+_FOR_REQUESTED_POOL = select(
+    reservations.c.after_id, reservations.c.pool, reservations.c.role
+).where(reservations.c.id == bindparam("b_id"))
+
+
+def _requested_pool(conn: Connection, failed: Row[Any]) -> str | None:
+    """`pool/NAME` when the request a follow-up belongs to named that pool (R-RT-5a): its first
+    attempt (the root of the `after_id` links, one read per earlier follow-up: at interactive
+    pace only) was reserved through the pool as the primary. Else None: a concrete first attempt,
+    or a pool reached as a chain's backup, leaves the primary to `_primary`'s other rules."""
+    row: Row[Any] | None = failed
+    while row is not None and row.after_id is not None:  # ids only decrease: it ends
+        row = _reservation(conn, int(row.after_id), _FOR_REQUESTED_POOL)
+    if row is None or row.pool is None or row.role != AttemptRole.PRIMARY.value:
+        return None
+    return f"pool/{row.pool}"
 
 
 _RELEASED_AFTER = select(sources.c.id).where(
@@ -352,11 +376,22 @@ def _checked_role(
 
 
 def _primary(
-    conn: Connection, policy: Policy, request: ReserveRequest, source: budgets.SourceBudget
+    conn: Connection,
+    policy: Policy,
+    request: ReserveRequest,
+    source: budgets.SourceBudget,
+    recorded: _Role,
 ) -> str:
     """The source's primary model: the pool the caller named (R-RT-5a), else defaultModel, else
-    the first model it used, else this one."""
-    if request.via_pool is not None:  # the caller named the pool: its candidates are primaries,
+    the first model it used, else this one.
+
+    A follow-up (`after=`) belongs to the request of the attempt it follows: its primary is the
+    pool that request named, so the backups after a failed pool candidate are held to that
+    pool's chain, as `select` offers them, whatever defaultModel says; a pool a follow-up
+    reaches as a backup is never its primary (R-RT-1 holds it to the chain it came from)."""
+    if recorded.requested_pool is not None:  # the request named the pool: its candidates are
+        return recorded.requested_pool  # primaries, its chain the backups' allowlist (R-RT-5a)
+    if request.via_pool is not None and recorded.after_id is None:  # the caller named the pool:
         return f"pool/{request.via_pool}"  # whatever defaultModel and chains say (R-RT-5a)
     if policy.default_model is not None:
         return primary_key(policy.default_model) or policy.default_model
@@ -446,7 +481,7 @@ def _reserve_model(
         estimate,
         override=request.override,
         immediate=immediate,
-        primary=_primary(conn, policy, request, source),
+        primary=_primary(conn, policy, request, source, recorded),
         retry=recorded.role is AttemptRole.RETRY,
     )
     if isinstance(verdict, budgets.Refusal):
