@@ -13,12 +13,12 @@ from anthropic.types import StopReason
 from openai.types.chat.chat_completion import Choice
 
 from ledger.gateway.sse import Event
+from ledger.gateway.subset import untranslated
 from ledger.gateway.translate import (
     AnthropicFromOpenAI,
     OpenAIFromAnthropic,
     reply_for,
     request_for,
-    untranslated,
 )
 from ledger.gateway.wire import Format
 

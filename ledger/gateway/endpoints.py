@@ -26,7 +26,8 @@ from ledger.gateway.metrics import GatewayMetrics
 from ledger.gateway.refusal_tally import RefusalTally
 from ledger.gateway.sse import Malformed
 from ledger.gateway.stream import RelayedResponse, serve_stream, unless_disconnected
-from ledger.gateway.translate import reply_for, untranslated
+from ledger.gateway.subset import untranslated
+from ledger.gateway.translate import reply_for
 from ledger.gateway.upstream import MALFORMED, Reply, call, transport
 from ledger.gateway.wire import (
     UNFIT,
