@@ -104,19 +104,31 @@ class Terminated(BaseException):
         self.signum = signum
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) arrived: the CLI's `ledger: interrupted`, exit 130, wherever it lands.
+
+    Its own class because CPython ends the process by SIGINT at exit (status -2, not 130) once a
+    plain KeyboardInterrupt has passed out of code run by `exec` of a string, even if it was
+    caught: the methods a dataclass or namedtuple gets at a lazy import mid-run, SQLAlchemy's
+    generated wrappers. A subclass is not counted."""
+
+
 @contextmanager
 def _terminate_as_exception() -> Iterator[None]:
     """While inside, SIGTERM and SIGHUP (from `timeout`, systemd, CI limits, a closed terminal)
-    raise `Terminated` instead of ending the process on the spot, so the throw-away ledger is
-    removed on every way out (R-SIM-4; SIGINT already raises KeyboardInterrupt). A second
-    signal during the unwinding is ignored: it must not cut the removal short."""
+    raise `Terminated` instead of ending the process on the spot, and SIGINT raises
+    `Interrupted`, so the throw-away ledger is removed on every way out with the exit status
+    documented for it (R-SIM-4). A second signal during the unwinding is ignored: it must not
+    cut the removal short."""
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         for sig in handled:
             signal.signal(sig, signal.SIG_IGN)
+        if signum == signal.SIGINT:
+            raise Interrupted
         raise Terminated(signum)
 
-    handled = (signal.SIGTERM, signal.SIGHUP)
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {sig: signal.signal(sig, on_signal) for sig in handled}
     try:
         yield
