@@ -232,8 +232,14 @@ def test_issue14_every_write_takes_a_counted_turn(tmp_path: Path) -> None:
 def test_issue14_holder_killed_with_sigkill_frees_the_lock_for_a_waiter(tmp_path: Path) -> None:
     home = ledger_home(tmp_path, busyTimeoutMs=60_000)
     led = Ledger.open(home, env={})
-    with lock_file_held(home / "ledger.db-writelock") as holder:
-        killer = threading.Timer(0.3, holder.send_signal, args=(signal.SIGKILL,))
+    path = home / "ledger.db-writelock"
+    with lock_file_held(path) as holder:
+
+        def kill_once_queued(before: int) -> None:  # the reserve waits by then, however slow
+            _wait_for(functools.partial(_more_tickets, path, before))
+            holder.send_signal(signal.SIGKILL)
+
+        killer = threading.Thread(target=kill_once_queued, args=(_ticket_count(path),))
         killer.start()
         granted = led.reserve("s1", "alpha/small")  # waits in the kernel; the kernel frees it
         killer.join()
@@ -277,6 +283,15 @@ def stop_every_thread(pid: int) -> None:
         return bool(states) and all(state in ("T", "t") for state in states)
 
     _wait_for(all_stopped)
+
+
+def ticket_guard_free(path: Path) -> bool:
+    """Whether nobody holds the ticket counter's guard (a writer drawing its ticket holds it)."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        return writelock._byte_lock(fd, fcntl.F_WRLCK, *writelock._TICKETS, block=False)
+    finally:
+        os.close(fd)  # drops the probe's own lock
 
 
 def _more_tickets(path: Path, than: int) -> bool:
@@ -402,8 +417,9 @@ def test_issue14_a_stopped_writer_keeps_its_turn_briefly_then_is_passed(
     holder, release = _held_by_a_thread(path)
     stopped = _cli_reserve_in_the_queue(home, "stopped")
     try:
-        time.sleep(0.3)  # past taking its ticket: it now waits for the holder's
-        stop_every_thread(stopped.pid)
+        _wait_for(functools.partial(ticket_guard_free, path))  # past taking its ticket: it
+        stop_every_thread(stopped.pid)  # now waits for the holder's (not stopped holding the
+        # counter's guard, which would keep the writer below from ever taking a ticket)
         granted: list[float] = []
 
         def behind() -> None:
