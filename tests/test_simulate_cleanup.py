@@ -27,6 +27,7 @@ from ledger.config import Policy
 from ledger.simulate import runner
 from ledger.simulate.simulation import simulate
 from tests.test_simulate import CATALOG
+from tests.test_writelock import sigint_raises
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -96,11 +97,12 @@ def test_r_sim_4_a_signal_mid_run_removes_the_throwaway_ledger(
 ) -> None:
     home, scenario = _inputs(tmp_path, 3_000)  # seconds of draining after the first call
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ledger", "--home", str(home), "simulate", "--trace",
-         str(scenario)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
-    )
+    with sigint_raises():  # the child gets SIGINT by default, however this run was started
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ledger", "--home", str(home), "simulate", "--trace",
+             str(scenario)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+        )
     try:
         found = _once(lambda: _throwaway_dir(proc.pid), proc, "the throw-away ledger")
         assert found.is_dir()
@@ -199,11 +201,35 @@ def test_r_sim_4_c_a_signal_wherever_it_lands_exits_with_its_status(
     scratch.mkdir()
     (tmp_path / "signal_at.py").write_text(SIGNAL_AT)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
-    result = subprocess.run(
-        [sys.executable, "-m", "signal_at", str(int(sig)), str(scratch), where,
-         "--home", str(home), "simulate", "--trace", str(scenario)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, timeout=120,
-    )  # fmt: skip
+    with sigint_raises():  # the child gets SIGINT by default, however this run was started
+        result = subprocess.run(
+            [sys.executable, "-m", "signal_at", str(int(sig)), str(scratch), where,
+             "--home", str(home), "simulate", "--trace", str(scenario)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, timeout=120,
+        )  # fmt: skip
     expected = "ledger: interrupted" if sig == signal.SIGINT else "ledger: terminated"
     assert (result.returncode, result.stderr.splitlines()) == (code, [expected])
     assert list(scratch.iterdir()) == [], "the throw-away ledger was left behind"
+
+
+def test_r_sim_4_e_a_signal_the_run_was_started_ignoring_stays_ignored(tmp_path: Path) -> None:
+    """`nohup ledger simulate …` (SIGHUP ignored from the start) finishes its report when the
+    terminal closes, as `nohup` means; before, the run's own handler took SIGHUP over and ended
+    it `ledger: terminated`, 129."""
+    home, scenario = _inputs(tmp_path, 50)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    (tmp_path / "signal_at.py").write_text(SIGNAL_AT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+    old = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # inherited by the child, as nohup does
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "signal_at", str(int(signal.SIGHUP)), str(scratch), "exec",
+             "--home", str(home), "simulate", "--trace", str(scenario)],
+            capture_output=True, text=True, env=env, timeout=120,
+        )  # fmt: skip
+    finally:
+        signal.signal(signal.SIGHUP, old)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout  # the report
+    assert list(scratch.iterdir()) == []

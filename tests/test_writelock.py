@@ -486,6 +486,17 @@ def test_issue14_a_waiter_that_gave_up_never_keeps_the_lock(tmp_path: Path) -> N
     assert free_now(path)
 
 
+@contextmanager
+def sigint_raises() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt here, and a child started inside gets it by default, even
+    when this run was started ignoring it (a script's `pytest &`: Python then keeps it ignored)."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
 def _interrupt_once_queued(path: Path, before: int) -> None:
     """Ctrl-C to the main thread once it holds its place in the queue of `path` (a state, where
     a fixed delay could land before the wait began, or outside `pytest.raises`, on a slow host)."""
@@ -498,7 +509,7 @@ def _interrupt_once_queued(path: Path, before: int) -> None:
 def test_issue14_a_signal_while_waiting_abandons_the_wait_cleanly(tmp_path: Path) -> None:
     path = tmp_path / "s.db-writelock"
     path.touch(mode=0o600)
-    with lock_file_held(path):
+    with sigint_raises(), lock_file_held(path):
         signaller = threading.Thread(target=_interrupt_once_queued, args=(path, 0))
         signaller.start()
         with pytest.raises(KeyboardInterrupt), WriteLock(path, 60_000).held():

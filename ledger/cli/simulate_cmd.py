@@ -141,7 +141,9 @@ def _terminate_as_exception() -> Iterator[None]:
             signal.signal(sig, signal.SIG_IGN)
         raise stop(signum)
 
-    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    # a signal this process was started ignoring (`nohup`, a script's `cmd &`) stays ignored
+    handled = [s for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+               if signal.getsignal(s) is not signal.SIG_IGN]  # fmt: skip
     previous = {sig: signal.signal(sig, on_signal) for sig in handled}
     try:
         yield
