@@ -64,6 +64,7 @@ def simulate(
     from ledger.errors import UsageError
     from ledger.simulate.limits import MAX_SPAN_DAYS, MAX_SPAN_MS
     from ledger.simulate.report import render_text
+    from ledger.simulate.simulation import Simulation
     from ledger.simulate.simulation import simulate as run_simulation
     from ledger.simulate.timeline import render_svg
 
@@ -77,12 +78,16 @@ def simulate(
         return current, cat, candidate, window
 
     current, cat, candidate, window = run(as_json, prepare)
-    try:
-        with _terminate_as_exception():
-            result = run(as_json, lambda: run_simulation(
+
+    def simulation() -> Simulation:
+        with _terminate_as_exception():  # inside `run`: an error after a signal is not shown
+            return run_simulation(
                 trace, current, cat, candidate=candidate, seed=seed,
                 replay="sequence" if replay == "sequence" else "time", drain_for_ms=window,
-            ))
+            )  # fmt: skip
+
+    try:
+        result = run(as_json, simulation)
     except Terminated as stop:  # the throw-away ledger is gone: its `with` blocks unwound
         click.echo("ledger: terminated", err=True)
         sys.exit(128 + stop.signum)
@@ -104,22 +109,50 @@ class Terminated(BaseException):
         self.signum = signum
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) arrived: the CLI's `ledger: interrupted`, exit 130, wherever it lands.
+
+    Its own class because CPython ends the process by SIGINT at exit (status -2, not 130) once a
+    plain KeyboardInterrupt has passed out of code run by `exec` of a string, even if it was
+    caught: the methods a dataclass or namedtuple gets at a lazy import mid-run, SQLAlchemy's
+    generated wrappers. A subclass is not counted."""
+
+
 @contextmanager
 def _terminate_as_exception() -> Iterator[None]:
     """While inside, SIGTERM and SIGHUP (from `timeout`, systemd, CI limits, a closed terminal)
-    raise `Terminated` instead of ending the process on the spot, so the throw-away ledger is
-    removed on every way out (R-SIM-4; SIGINT already raises KeyboardInterrupt). A second
-    signal during the unwinding is ignored: it must not cut the removal short."""
+    raise `Terminated` instead of ending the process on the spot, and SIGINT raises
+    `Interrupted`, so the throw-away ledger is removed on every way out with the exit status
+    documented for it (R-SIM-4). A second signal during the unwinding is ignored: it must not
+    cut the removal short.
+
+    The signal decides how the run ends, whatever the unwinding raised after it: raised inside a
+    database statement, it leaves that statement's connection holding its lock until the
+    exception is gone, so the worker's lease release on the way out waited the busy timeout and
+    ended the run `database busy` (exit 4)."""
+    received: list[int] = []
+
+    def stop(signum: int) -> BaseException:
+        return Interrupted() if signum == signal.SIGINT else Terminated(signum)
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
+        received.append(signum)
         for sig in handled:
             signal.signal(sig, signal.SIG_IGN)
-        raise Terminated(signum)
+        raise stop(signum)
 
-    handled = (signal.SIGTERM, signal.SIGHUP)
+    # a signal this process was started ignoring (`nohup`, a script's `cmd &`) stays ignored
+    handled = [s for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+               if signal.getsignal(s) is not signal.SIG_IGN]  # fmt: skip
     previous = {sig: signal.signal(sig, on_signal) for sig in handled}
     try:
         yield
+    except (Interrupted, Terminated):
+        raise
+    except BaseException as error:
+        if received:
+            raise stop(received[0]) from error
+        raise
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)

@@ -133,7 +133,12 @@ def passed_over(fd: int, ticket: int | None) -> bool:
 class _Waiter:
     """A helper thread that waits out the rest of the queue (its turn, then the flock); whoever
     loses the race (caller or thread) releases. A waiter given up on stays in `_IDLE` until a
-    later write takes it over or it gets through (and then releases at once)."""
+    later write takes it over or it gets through (and then releases at once).
+
+    A signal (Ctrl-C) can raise in the caller at any call it makes, so the caller's `give_up`
+    covers every state the wait can be in: the thread not started yet or not yet waiting (the
+    caller closes the descriptor), waiting (the thread closes it once it gets through), or
+    through (the caller closes it)."""
 
     def __init__(self, path: Path, fd: int, place: _Place) -> None:
         self.path = path
@@ -142,8 +147,11 @@ class _Waiter:
         self.granted = threading.Event()
         self.failed = False
         self.abandoned = False
+        self.started = False  # its thread was started (by the first `wait`)
+        self.running = False  # its thread waits on the descriptor: only it may close it now
+        self.settled = False  # given up on: the descriptor closed, or left to the thread
         self.mutex = threading.Lock()
-        threading.Thread(target=self._run, name="ledger-writelock", daemon=True).start()
+        self.thread = threading.Thread(target=self._run, name="ledger-writelock", daemon=True)
 
     @classmethod
     def adopt(cls, path: Path) -> _Waiter | None:
@@ -154,24 +162,46 @@ class _Waiter:
                 if not idle:
                     return None
                 waiter = idle.pop()
-            with waiter.mutex:
-                # else it got through and released meanwhile, or the file it queues on was
-                # replaced (it is left to finish on the old one; writers now queue on the new)
-                if waiter.abandoned and _same_file(waiter.fd, path):
-                    if passed_over(waiter.fd, waiter.place.ticket):
-                        with _IDLE_GUARD:  # behind a stalled writer: left to finish alone
-                            _IDLE.setdefault(path, []).insert(0, waiter)
-                        return None
-                    waiter.abandoned = False
-                    return waiter
+            try:
+                with waiter.mutex:
+                    # else it got through and released meanwhile, or the file it queues on was
+                    # replaced (it is left to finish on the old one; writers now queue on the new)
+                    if waiter.abandoned and _same_file(waiter.fd, path):
+                        if passed_over(waiter.fd, waiter.place.ticket):
+                            with _IDLE_GUARD:  # behind a stalled writer: left to finish alone
+                                _IDLE.setdefault(path, []).insert(0, waiter)
+                            return None
+                        waiter.abandoned = waiter.settled = False
+                        return waiter
+            except BaseException:  # interrupted as it was taken over: left to its thread again
+                waiter.give_up()
+                raise
 
     def _abandon(self) -> None:
         """Give the wait up (mutex held): the thread releases if it ever gets through."""
-        self.abandoned = True
+        self.abandoned = self.settled = True
         with _IDLE_GUARD:
             _IDLE.setdefault(self.path, []).append(self)
 
+    def give_up(self) -> None:
+        """The caller stops waiting (a signal raised wherever the wait was): release what it
+        holds now, or leave the descriptor to the thread, which releases once it gets through.
+        Only the caller calls it, never after `wait` handed it the lock; a second call does
+        nothing."""
+        with self.mutex:
+            if self.settled:
+                return
+            if self.running and not self.granted.is_set():
+                self._abandon()
+            else:  # its thread never began waiting, or got through: nobody else will release
+                self.settled = True
+                _close(self.fd)
+
     def _run(self) -> None:
+        with self.mutex:
+            if self.settled:  # given up on before it began: the caller closed the descriptor
+                return
+            self.running = True
         try:
             self.failed = not _advance(self.fd, self.place, block=True)
         except OSError:
@@ -191,15 +221,20 @@ class _Waiter:
 
     def wait(self, path: Path, timeout_s: float) -> tuple[int, bool] | None:
         """(descriptor, locked) once the lock is ours; None once it has not changed hands for
-        `timeout_s` while someone holds it (busy).
+        `timeout_s` while someone holds it (busy). Starts the thread the first time. Whatever
+        it raises (a signal), the caller calls `give_up`.
 
         While nothing changes hands the caller looks every `_STALL_S` whether the flock is free:
         free at two looks in a row means a writer ahead of us is stopped or starved in the queue,
         and we take the lock outside the queue (on a new description) rather than wait for it."""
+        if not self.started:
+            self.started = True
+            self.thread.start()
         seen = turns(self.fd)
         moved = time.monotonic()
         step = min(_STALL_S, timeout_s)
         free_before = False  # the flock was free at the last look, and nothing moved since
+        jumped: int | None = None  # the flock taken outside the queue, while ours to close
         try:
             while not self.granted.wait(step):
                 now = turns(self.fd)
@@ -209,7 +244,7 @@ class _Waiter:
                 jumped = _flock_now(path)
                 if jumped is not None and not free_before:
                     _close(jumped)  # free once may be a hand-over in flight: look again
-                    free_before = True  # (a free lock is never `busy`, however long)
+                    jumped, free_before = None, True  # (a free lock is never `busy`)
                 elif jumped is not None:
                     with self.mutex:
                         if not self.granted.is_set():
@@ -217,26 +252,21 @@ class _Waiter:
                             _mark_pass(jumped)  # the next writer goes around it, not one more
                             return jumped, True
                     _close(jumped)  # the queue answered meanwhile
+                    jumped = None
                     break
                 else:
                     free_before = False
                     if time.monotonic() - moved >= timeout_s:
                         break  # held, and nobody got it for a whole timeout: truly held
-        except BaseException:  # KeyboardInterrupt or another signal raised while waiting
-            self._give_up()
+        except BaseException:  # a signal raised while the lock taken around the queue was ours
+            if jumped is not None:
+                _close(jumped)
             raise
         with self.mutex:
             if self.granted.is_set():
                 return self.fd, not self.failed
             self._abandon()  # the thread closes the descriptor once it gets the lock
             return None
-
-    def _give_up(self) -> None:
-        with self.mutex:
-            if self.granted.is_set():
-                _close(self.fd)  # granted just as we were interrupted: release at once
-            else:
-                self._abandon()
 
 
 class WriteLock:
@@ -283,9 +313,13 @@ class WriteLock:
                 locked = _advance(fd, place, block=False)
                 if locked is None:  # others are ahead or hold it: wait in turn
                     waiter = _Waiter(path, fd, place)
-                    fd = None  # the helper thread owns the descriptor until it is granted
+                    fd = None  # the waiter owns the descriptor until it hands the lock over
             if waiter is not None:
-                got = waiter.wait(path, self.timeout_s)
+                try:
+                    got = waiter.wait(path, self.timeout_s)
+                except BaseException:  # Ctrl-C or another signal, wherever the wait was
+                    waiter.give_up()
+                    raise
                 if got is None:
                     raise BusyError()
                 fd, locked = got
