@@ -17,7 +17,7 @@ HOUR = 3_600_000
 
 
 @pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
-def test_r_diag_7_a_flood_of_refusals_is_a_few_rows_added_to_in_one_transaction(
+def test_r_diag_1_refusals_a_flood_of_refusals_is_a_few_rows_added_to_in_one_transaction(
     make_ledger: LedgerFactory, clock: Clock, ledger_db: str | None, home: object
 ) -> None:
     ledger = make_ledger()
@@ -52,7 +52,7 @@ def test_r_diag_7_a_flood_of_refusals_is_a_few_rows_added_to_in_one_transaction(
 
 
 @pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
-def test_r_diag_7_status_reads_the_last_hour_and_old_minutes_are_dropped(
+def test_r_diag_1_refusals_status_reads_the_last_hour_and_old_minutes_are_dropped(
     make_ledger: LedgerFactory, clock: Clock, ledger_db: str | None, home: object
 ) -> None:
     ledger = make_ledger()

@@ -78,7 +78,7 @@ def _counted(home: Path) -> dict[str, Any]:
         time.sleep(0.2)
 
 
-def test_r_diag_7_a_flood_of_gateway_refusals_is_counted_in_a_few_writes_and_shown(
+def test_r_diag_1_refusals_a_flood_of_gateway_refusals_is_counted_in_a_few_writes_and_shown(
     home: Path,
 ) -> None:
     with refusing_gateway(home) as (gw, key):

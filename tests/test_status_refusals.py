@@ -29,7 +29,7 @@ def _doc(make_ledger: LedgerFactory) -> dict[str, object]:
     return build_status(ledger)
 
 
-def test_r_diag_7_the_document_has_the_last_hours_refusals_and_full_scopes(
+def test_r_diag_1_refusals_the_document_has_the_last_hours_refusals_and_full_scopes(
     make_ledger: LedgerFactory,
 ) -> None:
     doc = _doc(make_ledger)
@@ -47,7 +47,7 @@ def test_r_diag_7_the_document_has_the_last_hours_refusals_and_full_scopes(
     assert full == {"team-a": ["hourly"], "team-b": []}
 
 
-def test_r_diag_7_text_shows_refusals_by_reason_scope_and_key_and_a_full_scope(
+def test_r_diag_1_refusals_text_shows_refusals_by_reason_scope_and_key_and_a_full_scope(
     make_ledger: LedgerFactory,
 ) -> None:
     text = render_text(_doc(make_ledger))
@@ -59,7 +59,9 @@ def test_r_diag_7_text_shows_refusals_by_reason_scope_and_key_and_a_full_scope(
     assert "scope team-b: " in text  # not full: no mark
 
 
-def test_r_diag_7_prometheus_labels_refusals_and_full_scopes(make_ledger: LedgerFactory) -> None:
+def test_r_diag_1_refusals_prometheus_labels_refusals_and_full_scopes(
+    make_ledger: LedgerFactory,
+) -> None:
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(render_prometheus(_doc(make_ledger)))
@@ -74,7 +76,7 @@ def test_r_diag_7_prometheus_labels_refusals_and_full_scopes(make_ledger: Ledger
                    for name, labels in samples)  # team-b sets no limit  # fmt: skip
 
 
-def test_r_diag_7_the_page_lists_refusals_and_marks_a_full_scope(
+def test_r_diag_1_refusals_the_page_lists_refusals_and_marks_a_full_scope(
     make_ledger: LedgerFactory,
 ) -> None:
     page = render_page(_doc(make_ledger))

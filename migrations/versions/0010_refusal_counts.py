@@ -1,4 +1,4 @@
-"""refusal counts: refusals per minute, reason, scope and gateway key (R-DIAG-7)
+"""refusal counts: refusals per minute, reason, scope and gateway key (R-DIAG-1)
 
 Adds `refusal_minutes`: how many requests a service refused in each minute, by reason code, the
 scope that refused ('' when none) and the gateway key that asked ('' when none). Status shows the
