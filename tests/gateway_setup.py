@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 
-from ledger.standin import StandIn
+from ledger.api import Ledger
+from ledger.standin import Scripted, StandIn
 from tests.serving import Served, running
 
 STANDIN_KEY = "standin-upstream-key-not-a-secret"
@@ -99,3 +101,16 @@ def gateway(home: Path, standin: StandIn, **policy: Any) -> Iterator[Gateway]:
             yield gw
         finally:
             gw.close()
+
+
+def streamed_attempts(home: Path, reply: Scripted) -> tuple[httpx.Response, list[tuple[Any, ...]]]:
+    """One streamed OpenAI-format request through a gateway whose stand-in always sends `reply`:
+    the answer, and each reservation's (status, subkind)."""
+    with StandIn(default=reply) as standin, gateway(home, standin) as gw:
+        answer = httpx.post(gw.url + "/openai/v1/chat/completions", timeout=60,
+                            headers={"authorization": f"Bearer {gw.token}"},
+                            json={"model": "acme/a1", "stream": True,
+                                  "messages": [{"role": "user", "content": "x"}]})  # fmt: skip
+    with Ledger.open(home).db.engine.connect() as conn:
+        rows = conn.exec_driver_sql("SELECT status, subkind FROM reservations").all()
+    return answer, [tuple(r) for r in rows]

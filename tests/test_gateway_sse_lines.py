@@ -31,7 +31,7 @@ from ledger.gateway.sse import (
 )
 from ledger.gateway.wire import Format
 from ledger.standin import Scripted, StandIn
-from tests.gateway_setup import gateway, gateway_catalog
+from tests.gateway_setup import gateway_catalog, streamed_attempts
 from tests.serving import running
 
 
@@ -93,17 +93,11 @@ def test_r_gw_5_an_upstream_line_past_the_bound_fails_the_attempt(home: Path) ->
     first content event: a failed attempt (retried, then the gateway's 502), never a buffer that
     grows with whatever the upstream sends."""
     huge = Scripted(text="x" * (MAX_LINE_BYTES + 1024), stream_pieces=1)
-    with StandIn(default=huge) as standin, gateway(home, standin) as gw:
-        answer = httpx.post(gw.url + "/openai/v1/chat/completions", timeout=60,
-                            headers={"authorization": f"Bearer {gw.token}"},
-                            json={"model": "acme/a1", "stream": True,
-                                  "messages": [{"role": "user", "content": "x"}]})  # fmt: skip
+    answer, rows = streamed_attempts(home, huge)
     assert answer.status_code == 502
     assert answer.json()["error"]["code"] == "upstream_unavailable"
-    with Ledger.open(home).db.engine.connect() as conn:
-        rows = conn.exec_driver_sql("SELECT status, subkind FROM reservations").all()
     assert rows
-    assert {tuple(r) for r in rows} == {("failed", "malformed_reply")}
+    assert set(rows) == {("failed", "malformed_reply")}
 
 
 class _Upstream(http.server.BaseHTTPRequestHandler):

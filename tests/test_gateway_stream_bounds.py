@@ -10,13 +10,11 @@ import json
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
-import httpx
 import pytest
 
-from ledger.api import Ledger
 from ledger.gateway.sse import MAX_EVENT_BYTES, MAX_LINE_BYTES, Event, Malformed, events
-from ledger.standin import Scripted, StandIn
-from tests.gateway_setup import gateway
+from ledger.standin import Scripted
+from tests.gateway_setup import streamed_attempts
 
 MIB = 1024 * 1024
 
@@ -78,14 +76,8 @@ def test_r_gw_5a_the_bound_counts_utf8_bytes_and_starts_again_with_each_event() 
 def test_r_gw_5a_an_oversized_event_before_content_fails_the_attempt(home: Path) -> None:
     """Before its first content event: a failed attempt (retried, then the gateway's 502)."""
     big = Scripted(text="x", big_event_mib=5)  # 5 lines of 1 MiB, each under the line bound
-    with StandIn(default=big) as standin, gateway(home, standin) as gw:
-        answer = httpx.post(gw.url + "/openai/v1/chat/completions", timeout=60,
-                            headers={"authorization": f"Bearer {gw.token}"},
-                            json={"model": "acme/a1", "stream": True,
-                                  "messages": [{"role": "user", "content": "x"}]})  # fmt: skip
+    answer, rows = streamed_attempts(home, big)
     assert answer.status_code == 502
     assert answer.json()["error"]["code"] == "upstream_unavailable"
-    with Ledger.open(home).db.engine.connect() as conn:
-        rows = conn.exec_driver_sql("SELECT status, subkind FROM reservations").all()
     assert len(rows) > 1  # retried and failed over: each attempt failed the same way
-    assert {tuple(r) for r in rows} == {("failed", "malformed_reply")}
+    assert set(rows) == {("failed", "malformed_reply")}
