@@ -19,7 +19,7 @@ from ledger.api import Ledger
 from ledger.catalog import Catalog
 from ledger.config import Policy
 from ledger.records import Success
-from ledger.worker_ledger import WorkerLedger
+from ledger.worker.port import WorkerLedger
 
 BIG = 10**9  # budgets so large that nothing refuses during a benchmark
 

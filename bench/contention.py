@@ -18,7 +18,7 @@ from typing import Any
 from bench import common
 from bench.common import Row, Settings, Stats, ledger_cycle, make_home, ms, open_ledger, ratio_row
 from ledger.client import LedgerClient
-from ledger.worker_ledger import WorkerLedger
+from ledger.worker.port import WorkerLedger
 
 PROCESS_COUNTS = (1, 4, 8)
 QUICK_COUNTS = (1, 2)

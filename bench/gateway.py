@@ -58,7 +58,7 @@ from bench.contention import percentile
 from bench.litellm_proxy import INSTALL, MASTER_KEY, ProxyError, available, litellm_proxy
 from bench.relay_floor import relay_floor
 from ledger.records import Success
-from ledger.standin import Scripted, StandIn
+from ledger.standin.server import Scripted, StandIn
 from tests.gateway_setup import gateway_catalog
 from tests.serving import running
 

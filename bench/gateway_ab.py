@@ -33,7 +33,7 @@ import httpx
 
 from bench.common import bench_policy
 from bench.gateway import BODY, _direct_body, _InProcess, _timed_stream
-from ledger.standin import Scripted, StandIn
+from ledger.standin.server import Scripted, StandIn
 from tests.gateway_setup import gateway_catalog
 from tests.serving import running
 

@@ -153,7 +153,7 @@ def _compaction(home: Path) -> tuple[list[float], int]:
 
 
 def _status_in_process(home: Path, runs: int) -> Stats:
-    from ledger.status import build_status
+    from ledger.status.document import build_status
 
     times: list[float] = []
     for _ in range(runs):

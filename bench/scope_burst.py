@@ -37,7 +37,7 @@ from bench.common import (
 )
 from ledger.errors import LedgerError, Refused
 from ledger.records import Success
-from ledger.status import build_status
+from ledger.status.document import build_status
 from ledger.store.engine import chosen_journal_mode
 
 MODEL = "alpha/m0"  # output $2/MTok, 4096-token reply allowance: an 8,192 micro-USD estimate

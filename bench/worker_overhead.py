@@ -23,7 +23,7 @@ from ledger.api import Ledger
 from ledger.providers.base import CallRequest, Message
 from ledger.providers.registry import adapter_for
 from ledger.records import Success
-from ledger.standin import StandIn
+from ledger.standin.server import StandIn
 
 
 def _by_hand(ledger: Ledger, items: int, tag: str) -> tuple[list[float], list[float]]:
@@ -48,10 +48,10 @@ def _by_hand(ledger: Ledger, items: int, tag: str) -> tuple[list[float], list[fl
 
 
 def _with_worker(ledger: Ledger, items: int) -> tuple[list[float], list[float]] | None:
-    """Queue items drained by ledger.worker with a timing echo handler, or None if absent."""
+    """Queue items drained by ledger.worker.runner with a timing echo handler, or None if absent."""
     try:
-        from ledger.queue import HandlerResult
-        from ledger.worker import Job, drain, echo_handler
+        from ledger.worker.queue import HandlerResult
+        from ledger.worker.runner import Job, drain, echo_handler
     except ImportError:
         return None
     call_times: list[float] = []
@@ -98,14 +98,16 @@ def run(root: Path, settings: Settings) -> list[Row]:
             )
             drained = _with_worker(ledger, settings.worker_items)
             if drained is None:
-                rows.append(Row("worker overhead: ledger.worker", "n/a", "", note="no worker yet"))
+                rows.append(
+                    Row("worker overhead: ledger.worker.runner", "n/a", "", note="no worker yet")
+                )
             else:
                 walls, calls = drained
                 if len(calls) == len(walls):
                     share = _share(walls, calls)
                     rows.append(
                         Row(
-                            "worker overhead: one queue item via ledger.worker.drain",
+                            "worker overhead: one queue item via ledger.worker.runner.drain",
                             f"{share.median * 100:.0f}% ledger",
                             f"{share.low * 100:.0f}-{share.high * 100:.0f} % (n={share.runs})",
                             note=f"item {ms(Stats.of(walls).median)}, "

@@ -25,12 +25,13 @@ from ledger.arguments import (
     check_str,
     request_size,
 )
-from ledger.budgets import ceiling_micro, largest_estimate
+from ledger.budgets.checks import largest_estimate
+from ledger.budgets.scopes import ceiling_micro
+from ledger.budgets.scopes import check_names as check_scope_names
 from ledger.catalog import Catalog, Model, load_catalog
 from ledger.config import POLICY_FILE, Policy, load_policy
-from ledger.db_target import check_db_target
 from ledger.errors import NotFoundError, UsageError
-from ledger.home import StateDir, ensure_home, state_dir
+from ledger.home import StateDir, check_db_target, ensure_home, state_dir
 from ledger.inert import check_routing
 from ledger.kinds import AttemptRole, CooldownScope, FailureKind
 from ledger.policy_table import InteractivePace
@@ -43,16 +44,15 @@ from ledger.records import (
     SourceStateChange,
     Success,
 )
-from ledger.routing.targets import Target, parse_target
-from ledger.scope_budgets import check_names as check_scope_names
 from ledger.store import Database, Store
 from ledger.store import queue as store_queue
 from ledger.store.batch import Answered, Step
 from ledger.store.pending import open_database
 from ledger.store.reservations import PoolPlan, ReserveRequest
+from ledger.targets import Target, parse_target
 
 if TYPE_CHECKING:
-    from ledger.select import Selection
+    from ledger.routing.select import Selection
 
 
 def _after_id(after: object) -> int:
@@ -295,9 +295,9 @@ class Ledger:
         """A pool's members that policy and catalog alone allow (in the catalog, with a base URL
         and text, allowed by the route rules), each with its input-token limit and prompt-cache
         TTL; worked out once per policy and catalog (both immutable), availability left out."""
-        from ledger.routes import route_allowed
         from ledger.routing.chains import pool_members
         from ledger.routing.pools import cache_ttl_ms
+        from ledger.routing.rules import route_allowed
 
         memo_key = ("pool_plan_members", key)
         found = self.policy._memo.get(memo_key)
@@ -397,7 +397,7 @@ class Ledger:
         tried: Iterable[str] = frozenset(),
     ) -> Selection:
         """Ordered eligible routes and every exclusion with its reason (SPEC section 9)."""
-        from ledger.select import SelectionRequest, Snapshot, select
+        from ledger.routing.select import SelectionRequest, Snapshot, select
         from ledger.store.views import select_state
         from ledger.tokens import estimate_tokens, tokens_for_bytes
 
@@ -544,7 +544,7 @@ class Ledger:
     def compact(self, batch: int) -> int:
         """One bounded compaction step (R-DB-6); rows folded (0 when the lock is busy)."""
         check_int(batch, "batch")
-        from ledger.budgets import DAY_MS
+        from ledger.budgets.checks import DAY_MS
         from ledger.errors import BusyError
         from ledger.store.compact import compact_step
 

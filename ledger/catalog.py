@@ -4,20 +4,23 @@ Credentials are only ever looked up by name to decide availability or to make a 
 are never stored, logged or printed.
 """
 
+
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
 from collections.abc import Mapping
 from decimal import Decimal
 from pathlib import Path
+from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, PrivateAttr, model_validator
 
+from ledger.atomic_file import write_atomic
 from ledger.errors import UsageError
-from ledger.provider_urls import NoBaseUrlError, known_base_url
 from ledger.validation import Printable, load_document, parse_document
 
 CATALOG_FILE = "catalog.json"
@@ -301,3 +304,72 @@ def example_catalog() -> Catalog:
 def dump_catalog(catalog: Catalog) -> str:
     """Canonical file text for a catalog."""
     return json.dumps(catalog.to_json(), indent=2) + "\n"
+
+
+class CatalogWriteError(UsageError):
+    """catalog.json cannot be written to the state directory; the old file (if any) is unchanged"""
+
+
+def catalog_path(home: Path) -> Path:
+    """Where `catalog.json` lives in a state directory."""
+    return home / CATALOG_FILE
+
+
+def catalog_exists(home: Path) -> bool:
+    """Whether the state directory already holds a catalog.json."""
+    return catalog_path(home).exists()
+
+
+def write_catalog(home: Path, catalog: Catalog) -> Path:
+    """Atomically replace `catalog.json` in an existing state directory with this catalog."""
+    target = catalog_path(home)
+    data = dump_catalog(catalog).encode()
+    try:
+        write_atomic(target, data)
+    except OSError as exc:
+        raise CatalogWriteError from exc
+    return target
+
+
+DATA_FILE = Path(__file__).parent / "data" / "provider_base_urls.json"
+
+
+class NoBaseUrlError(UsageError):
+    """the provider has no baseUrl in catalog.json and no known one: it is not called"""
+
+
+@functools.cache
+def known_providers() -> Mapping[str, tuple[str, str]]:
+    """Provider name → (api, base URL) for the providers whose public endpoint is known."""
+    document = json.loads(DATA_FILE.read_text())
+    return MappingProxyType(
+        {name: (entry["api"], entry["baseUrl"]) for name, entry in document.items()}
+    )
+
+
+@functools.cache
+def _token_fields() -> Mapping[str, str]:
+    document = json.loads(DATA_FILE.read_text())
+    return MappingProxyType(
+        {
+            entry["baseUrl"]: entry["maxTokensField"]
+            for entry in document.values()
+            if "maxTokensField" in entry
+        }
+    )
+
+
+def known_max_tokens_field(base_url: str) -> str | None:
+    """The reply-limit field a known endpoint honours (`max_tokens` or `max_completion_tokens`).
+
+    None for an endpoint not in the table. Taken from LiteLLM's own parameter mappings: these
+    servers ignore or reject the other name, so a reasoning model's reply would go uncapped or
+    the request would be refused (a 1 h cooldown).
+    """
+    return _token_fields().get(base_url.rstrip("/"))
+
+
+def known_base_url(name: str, api: str) -> str | None:
+    """The known base URL of provider `name` speaking `api`, or None."""
+    known = known_providers().get(name)
+    return known[1] if known is not None and known[0] == api else None

@@ -26,6 +26,7 @@ from ledger import errors
 from ledger.catalog import Catalog, Model, load_catalog
 from ledger.clock import now_ms, parse_iso_ms
 from ledger.config import Policy, load_policy
+from ledger.documents import claim_of, times_of
 from ledger.home import state_dir
 from ledger.kinds import AttemptRole, AttemptStatus, ExclusionReason, FailureKind
 from ledger.records import (
@@ -37,12 +38,11 @@ from ledger.records import (
     Success,
 )
 from ledger.store.queue import Claim, CommitFailure, QueueTimes
-from ledger.wire import claim_of, times_of
 
 if TYPE_CHECKING:
     from ledger.routing.chains import ChainMatch
     from ledger.routing.pools import PoolView
-    from ledger.select import Selection
+    from ledger.routing.select import Selection
 
 SOCKET_NAME = "ledger.sock"
 TOKEN_ENV = "LEDGER_TOKEN"  # noqa: S105 - a variable name, not a secret
@@ -132,8 +132,8 @@ def settle_result_of(doc: Mapping[str, Any]) -> SettleResult:
 
 def selection_of(doc: Mapping[str, Any]) -> Selection:
     """The `Selection` a `/v1/select` answer (`Selection.to_json()`) describes."""
-    from ledger.exclusion import Exclusion
-    from ledger.select import Selection
+    from ledger.routing.exclusion import Exclusion
+    from ledger.routing.select import Selection
 
     excluded = tuple(
         Exclusion(e["model"], ExclusionReason(e["reason"]), parse_iso_ms(e.get("until")))
@@ -146,8 +146,8 @@ def selection_of(doc: Mapping[str, Any]) -> Selection:
 
 def _routes_of(doc: Mapping[str, Any]) -> tuple[str, ...]:
     """The routes as `Route` objects with their effort (R-RT-2), from `targets`."""
-    from ledger.routing.targets import Effort
-    from ledger.select import Route
+    from ledger.routing.select import Route
+    from ledger.targets import Effort
 
     efforts = {t["route"]: t.get("effort") for t in doc.get("targets") or ()}
     return tuple(
@@ -158,7 +158,7 @@ def _routes_of(doc: Mapping[str, Any]) -> tuple[str, ...]:
 def _chain_of(doc: Mapping[str, Any]) -> ChainMatch | None:
     """The chain the primary matched (R-RT-1)."""
     from ledger.routing.chains import ChainMatch
-    from ledger.routing.targets import parse_target
+    from ledger.targets import parse_target
 
     chain = doc.get("chain")
     if not chain:
@@ -170,7 +170,7 @@ def _chain_of(doc: Mapping[str, Any]) -> ChainMatch | None:
 def _pools_of(doc: Mapping[str, Any]) -> tuple[PoolView, ...]:
     """The pool routes' candidates with state (R-RT-5)."""
     from ledger.routing.pools import CandidateView, Lease, PoolView
-    from ledger.routing.targets import Effort
+    from ledger.targets import Effort
 
     return tuple(
         PoolView(
@@ -496,7 +496,7 @@ class LedgerClient:
         )
 
     def status(self) -> dict[str, Any]:
-        """The status document (`ledger status --json`, `ledger.status.build_status`)."""
+        """The status document (`ledger status --json`, `ledger.status.document.build_status`)."""
         doc: dict[str, Any] = self._call("GET", "/v1/status")
         return doc
 

@@ -18,8 +18,7 @@ from pydantic import (
     model_validator,
 )
 
-from ledger.routing.check import routing_problem
-from ledger.routing.targets import EFFORT_LEVELS
+from ledger.targets import EFFORT_LEVELS, routing_problem
 from ledger.validation import TAG, Printable, load_document, located, parse_document
 
 POLICY_FILE = "recovery.json"

@@ -26,10 +26,10 @@ from typing import Any
 from ledger.api import Ledger
 from ledger.errors import UsageError
 from ledger.home import expand
-from ledger.queue import DrainSummary, ItemReport
-from ledger.standin import Scripted, StandIn
+from ledger.standin.server import Scripted, StandIn
 from ledger.store.queue import QueueTotals, totals
-from ledger.worker import Stopper, drain, echo_handler
+from ledger.worker.queue import DrainSummary, ItemReport
+from ledger.worker.runner import Stopper, drain, echo_handler
 
 DEFAULT_SOURCES = 12
 MAX_SOURCES = 200
@@ -210,7 +210,7 @@ def run_demo(
     """
     if not 1 <= sources <= MAX_SOURCES:
         raise UsageError(f"--sources must be between 1 and {MAX_SOURCES}")
-    from ledger.status import build_status, render_text
+    from ledger.status.document import build_status, render_text
 
     started = time.monotonic()
     with _state_dir(home, discard) as path, StandIn(demo_script(), default=_OK) as standin:

@@ -1,5 +1,6 @@
 """The state directory (R-HOME-1..3): where ledger.db, recovery.json and catalog.json live."""
 
+
 from __future__ import annotations
 
 import os
@@ -11,7 +12,7 @@ from pathlib import Path
 from sqlalchemy import exc
 from sqlalchemy.engine import URL, make_url
 
-from ledger.errors import BadDatabaseUrlError, UsageError
+from ledger.errors import BadDatabaseUrlError, MissingDriverError, StoreError, UsageError
 
 DB_FILE = "ledger.db"
 SUPPORTED_BACKENDS = frozenset({"sqlite", "postgresql"})
@@ -123,3 +124,51 @@ def state_dir(home: str | None, db: str | None) -> StateDir:
     url = resolve_db_url(path, db)
     parse_db_url(url)  # a bad --db / $LEDGER_DB is one line and exit 2 before anything opens
     return StateDir(path=path, db_url=url)
+
+
+class NoLedgerError(StoreError):
+    """no ledger database here yet (nothing recorded); a read-only command never creates one"""
+
+
+class NotAFileError(StoreError):
+    """the database path is not a regular file (a FIFO, a device or a directory); not opened"""
+
+
+def check_db_url(url: str) -> None:
+    """Refuse a URL whose backend is unsupported or whose driver is not installed (exit 2)."""
+    parsed = parse_db_url(url)  # BadDatabaseUrlError: unsupported, malformed (never echoed)
+    try:
+        parsed.get_dialect().import_dbapi()
+    except ImportError as exc:
+        raise MissingDriverError() from exc
+
+
+def check_db_target(url: str, *, home: Path | None = None) -> None:
+    """Check the URL and, for an SQLite file, that it can be opened without blocking or creating
+    anything a read must not create. `home` is the state directory a write is about to create."""
+    check_db_url(url)
+    path = sqlite_file(url)
+    if path is not None:
+        check_sqlite_path(path, home=home)
+
+
+def check_sqlite_path(path: Path, *, home: Path | None = None) -> None:
+    """An existing regular file, or a missing one in an existing directory or in the state
+    directory `home` (which a write creates next; a read answers as an empty ledger)."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        info = None
+    except OSError as exc:
+        raise NotAFileError() from exc
+    if info is not None:
+        if not stat.S_ISREG(info.st_mode):  # a FIFO would block the first read forever
+            raise NotAFileError()
+        return
+    if path.is_symlink():
+        raise UsageError("the database path is a symlink to nothing (dangling); fix or remove it")
+    # a fresh state directory reads as an empty ledger (created by the first write); any other
+    # missing directory is a mistyped path, for a read as for a write
+    parent = path.absolute().parent
+    if not parent.is_dir() and parent != home:
+        raise UsageError("the database's directory does not exist; create it first")

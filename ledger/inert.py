@@ -14,10 +14,9 @@ from enum import StrEnum
 from ledger.catalog import NO_CATALOG, Catalog, split_model_key
 from ledger.config import Policy
 from ledger.errors import ConfigError
-from ledger.globs import glob_to_regex
 from ledger.routing.chains import pool_members
-from ledger.routing.check import entries, target_of
-from ledger.routing.targets import Effort, is_pool_key, pool_key
+from ledger.routing.globs import glob_to_regex
+from ledger.targets import Effort, entries, is_pool_key, pool_key, target_of
 
 
 class InertReason(StrEnum):
@@ -92,7 +91,7 @@ def inert_entries(
 def _routing_keys(policy: Policy) -> list[tuple[str, str]]:
     """Every target of defaultChain, chains and pools with its field path (a chains key or pool
     name by its position, `<key 2>`, never by its text: R-CFG-3)."""
-    from ledger.routing.check import target_of
+    from ledger.targets import target_of
 
     out = [(f"defaultChain[{i}]", str(target_of(e).key))
            for i, e in enumerate(policy.default_chain or ())]  # fmt: skip

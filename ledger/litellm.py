@@ -24,9 +24,8 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from ledger.catalog import Catalog, Model, PriceTier, Provider
+from ledger.catalog import Catalog, Model, PriceTier, Provider, known_providers
 from ledger.errors import UsageError
-from ledger.provider_urls import known_providers
 
 
 class SkipReason(StrEnum):

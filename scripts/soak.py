@@ -38,7 +38,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ledger.standin import Scripted, StandIn  # noqa: E402
+from ledger.standin.server import Scripted, StandIn  # noqa: E402
 
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS

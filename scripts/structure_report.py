@@ -178,7 +178,7 @@ def gateway_path() -> dict[str, Any]:
     from ledger.api import Ledger
     from ledger.demo import DEMO_KEY, DEMO_KEY_ENV, DEMO_POLICY, demo_catalog
     from ledger.service.local import one_request
-    from ledger.standin import StandIn
+    from ledger.standin.server import StandIn
 
     sequence: list[str] = []
     prefix = str(PACKAGE) + "/"

@@ -14,7 +14,7 @@ import httpx
 import openai
 
 from ledger.api import Ledger
-from ledger.standin import Scripted, StandIn
+from ledger.standin.server import Scripted, StandIn
 from tests.serving import Served, running
 
 STANDIN_KEY = "standin-upstream-key-not-a-secret"

@@ -231,7 +231,7 @@ def dying_commit_handler(job: Any) -> Any:
     """`worker run --handler` target: a good result whose commit kills the process (exit 9)."""
     import os
 
-    from ledger.queue import HandlerResult
+    from ledger.worker.queue import HandlerResult
 
     response = job.call([])
 
@@ -244,7 +244,7 @@ def dying_commit_handler(job: Any) -> Any:
 def failing_commit_handler(job: Any) -> Any:
     """`worker run --handler` target: a good result whose commit always raises (its store is
     down), so the worker must count a failure and back off instead of calling again."""
-    from ledger.queue import HandlerResult
+    from ledger.worker.queue import HandlerResult
 
     response = job.call([])
 
@@ -266,7 +266,7 @@ def slow_commit_handler(job: Any) -> Any:
     import os
 
     from ledger.providers.base import Message
-    from ledger.queue import HandlerResult
+    from ledger.worker.queue import HandlerResult
 
     response = job.call([Message("user", job.payload_ref or job.source_id)])
     path = os.environ["LEDGER_TEST_LOG"]

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from ledger.standin import StandIn
+from ledger.standin.server import StandIn
 from tests.gateway_setup import Gateway, gateway
 
 SCOPE = "team-a"

@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from ledger import budgets
 from ledger.api import Ledger
+from ledger.budgets import checks as budgets
 from ledger.catalog import Catalog, Model, PriceTier
 from ledger.classify import classify_kind
 from ledger.config import Policy

@@ -25,8 +25,8 @@ from click.testing import CliRunner
 from openai.types.chat import ChatCompletion
 from prometheus_client.parser import text_string_to_metric_families
 
-from ledger import budgets
 from ledger.api import Ledger
+from ledger.budgets import checks as budgets
 from ledger.catalog import Catalog, Model, parse_catalog
 from ledger.classify import classify_kind
 from ledger.cli.main import cli
@@ -36,12 +36,12 @@ from ledger.providers import CallRequest, Message, adapter_for
 from ledger.providers.anthropic_messages import parse_message
 from ledger.providers.bounded import JsonReply
 from ledger.providers.openai_chat import parse_chat_completion
-from ledger.queue import HandlerResult
 from ledger.records import Failed, Success
-from ledger.standin import Scripted, StandIn
+from ledger.standin.server import Scripted, StandIn
 from ledger.store import queue as q
 from ledger.store.compact import compact
-from ledger.worker import echo_handler, run_item
+from ledger.worker.queue import HandlerResult
+from ledger.worker.runner import echo_handler, run_item
 from tests.backends import BACKENDS
 from tests.conftest import Clock
 from tests.test_queue import db_rows, open_ledger, standin_home

@@ -19,7 +19,9 @@ from ledger.cli.commands import COMMANDS, LazyCommand
 from ledger.cli.main import cli
 
 # Modules a status run must not import (network, migrations tooling, other commands' code).
-HEAVY = ("httpx", "alembic", "ledger.worker", "ledger.providers", "ledger.litellm", "ledger.demo")
+HEAVY = (
+    "httpx", "alembic", "ledger.worker.runner", "ledger.providers", "ledger.litellm", "ledger.demo"
+)
 
 
 def _probe(*args: str) -> tuple[int, list[str], str]:

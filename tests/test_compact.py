@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from sqlalchemy import select
 
 from ledger.api import Ledger
-from ledger.budgets import SourceBudget
+from ledger.budgets.checks import SourceBudget
 from ledger.classify import classify_kind
 from ledger.cli.main import cli
 from ledger.errors import Refused, UsageError
@@ -250,7 +250,7 @@ def test_r_db_6_worker_drain_compacts_a_bounded_batch(tmp_path: Path) -> None:
     """The worker folds old history in bounded steps as it drains (automatic retention)."""
     from ledger.catalog import Catalog
     from ledger.store.views import source_detail
-    from ledger.worker import drain, echo_handler
+    from ledger.worker.runner import drain, echo_handler
     from tests.conftest import TEST_CATALOG, Clock
 
     clock = Clock()

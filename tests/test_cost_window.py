@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from sqlalchemy import func, select
 
 from ledger.api import Ledger
-from ledger.budgets import DailyWindow
+from ledger.budgets.checks import DailyWindow
 from ledger.catalog import Catalog
 from ledger.classify import classify_kind
 from ledger.config import Policy
@@ -503,7 +503,7 @@ def test_r_sel_10_select_state_reads_window_rows_only_when_an_estimate_may_not_f
 
 
 def test_r_sel_10_a_window_read_for_smaller_estimates_never_answers_never() -> None:
-    from ledger.budgets import ceiling_frees_at
+    from ledger.budgets.checks import ceiling_frees_at
 
     window = DailyWindow(40, 100, (), room_for_micro=60)
     assert ceiling_frees_at(7, window, 60) == 7

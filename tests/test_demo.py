@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from ledger.cli.main import cli
 from ledger.demo import DEMO_POLICY, run_demo
-from ledger.queue import DrainSummary
+from ledger.worker.queue import DrainSummary
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +163,7 @@ def test_issue15_item2_summary_adds_up_with_plurals() -> None:
 def test_issue15_item2_summary_adds_up_for_every_item_outcome() -> None:
     """Every outcome is counted in the line, `commit_failed` (issue 12 item 1) included; an
     unroutable item is not claimed to be cooling (it may have no catalog, or no allowed route)."""
-    from ledger.queue import ItemOutcome, ItemReport
+    from ledger.worker.queue import ItemOutcome, ItemReport
 
     summary = DrainSummary()
     for outcome in ItemOutcome:
@@ -220,7 +220,7 @@ def test_issue33_summary_says_why_calls_failed() -> None:
     """The text summary said "2 failed (retry later)" without why: it counts the failed calls
     by kind/subkind and provider (most frequent first; the rest are in --json `failures`)."""
     from ledger.kinds import AttemptRole
-    from ledger.queue import AttemptReport, ItemOutcome, ItemReport
+    from ledger.worker.queue import AttemptReport, ItemOutcome, ItemReport
 
     summary = DrainSummary()
     connect = AttemptReport(

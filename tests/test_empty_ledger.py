@@ -18,8 +18,8 @@ from click.testing import CliRunner, Result
 
 from ledger.api import Ledger
 from ledger.cli.main import cli
-from ledger.db_target import NoLedgerError
 from ledger.errors import NotFoundError
+from ledger.home import NoLedgerError
 from ledger.records import Cancelled
 from ledger.store.views import source_rows
 from tests.conftest import TEST_CATALOG

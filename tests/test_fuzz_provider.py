@@ -32,8 +32,8 @@ from ledger.classify import KNOWN_ERROR_CODES, MAX_HINT_MS, Classification
 from ledger.clock import now_ms
 from ledger.kinds import FailureKind
 from ledger.providers import INVALID_RESPONSE, CallRequest, Message, ProviderResponse, adapter_for
-from ledger.queue import classify_response
-from ledger.standin import Scripted, StandIn
+from ledger.standin.server import Scripted, StandIn
+from ledger.worker.queue import classify_response
 
 APIS = ["openai-chat", "anthropic-messages"]
 MODEL = "fuzz-model"

@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from ledger.api import Ledger
-from ledger.standin import Scripted, StandIn
+from ledger.standin.server import Scripted, StandIn
 from tests.gateway_setup import STANDIN_KEY, gateway
 
 

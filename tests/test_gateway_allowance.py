@@ -14,7 +14,7 @@ import pytest
 
 from ledger.api import Ledger
 from ledger.gateway.wire import Format, Limits, caller_problem, fits_allowance, upstream_body
-from ledger.standin import StandIn
+from ledger.standin.server import StandIn
 from tests.gateway_setup import gateway
 
 HELLO: Any = [{"role": "user", "content": "hello"}]

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 
 from ledger.api import Ledger
-from ledger.standin import Scripted, StandIn
+from ledger.standin.server import Scripted, StandIn
 from tests.gateway_setup import gateway
 from tests.serving import running
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from ledger.standin import Scripted, StandIn
+from ledger.standin.server import Scripted, StandIn
 from tests.gateway_setup import gateway
 
 TOOLS = [

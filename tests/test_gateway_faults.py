@@ -17,7 +17,7 @@ from ledger.api import Ledger
 from ledger.client import outcome_json
 from ledger.errors import UsageError
 from ledger.records import Cancelled
-from ledger.standin import Scripted, StandIn
+from ledger.standin.server import Scripted, StandIn
 from tests.gateway_setup import gateway
 
 IDLE_MS = 1000

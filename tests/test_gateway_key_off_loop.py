@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from ledger.cli.main import cli
-from ledger.standin import StandIn
+from ledger.standin.server import StandIn
 from tests.gateway_setup import gateway
 from tests.test_writelock import lock_file_held
 

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from ledger.cli.main import cli
-from ledger.standin import StandIn
+from ledger.standin.server import StandIn
 from tests.backends import BACKENDS
 from tests.gateway_setup import gateway
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from ledger.standin import Scripted, StandIn
+from ledger.standin.server import Scripted, StandIn
 from tests.gateway_setup import Gateway, gateway
 
 README = Path(__file__).resolve().parents[1] / "README.md"

@@ -18,7 +18,7 @@ import pytest
 
 from ledger.api import Ledger
 from ledger.clock import now_ms
-from ledger.standin import Scripted, StandIn
+from ledger.standin.server import Scripted, StandIn
 from tests.gateway_setup import Gateway, gateway
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ledger.standin import Scripted, StandIn
+from ledger.standin.server import Scripted, StandIn
 from tests.gateway_setup import gateway
 
 HELLO: Any = [{"role": "user", "content": "hello"}]

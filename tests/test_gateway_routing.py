@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from ledger.standin import StandIn
+from ledger.standin.server import StandIn
 from tests.gateway_setup import gateway
 
 HELLO: Any = [{"role": "user", "content": "hello"}]  # the SDKs' own message types

@@ -30,7 +30,7 @@ from ledger.gateway.sse import (
     lines_of,
 )
 from ledger.gateway.wire import Format
-from ledger.standin import Scripted, StandIn
+from ledger.standin.server import Scripted, StandIn
 from tests.gateway_setup import gateway_catalog, streamed_attempts
 from tests.serving import running
 

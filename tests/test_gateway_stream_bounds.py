@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ledger.gateway.sse import MAX_EVENT_BYTES, MAX_LINE_BYTES, Event, Malformed, events
-from ledger.standin import Scripted
+from ledger.standin.server import Scripted
 from tests.gateway_setup import streamed_attempts
 
 MIB = 1024 * 1024

@@ -15,7 +15,7 @@ import pytest
 from ledger.api import Ledger
 from ledger.gateway.sse import Event, Tracker
 from ledger.gateway.wire import Format
-from ledger.standin import Scripted, StandIn
+from ledger.standin.server import Scripted, StandIn
 from tests.gateway_setup import gateway
 
 CACHED = Scripted(text="one two three", input_tokens=10, output_tokens=5,

@@ -17,8 +17,8 @@ from urllib.parse import urlsplit
 import httpx
 
 from ledger.api import Ledger
-from ledger.standin import Scripted, StandIn
-from ledger.status import build_status
+from ledger.standin.server import Scripted, StandIn
+from ledger.status.document import build_status
 from tests.gateway_setup import gateway
 from tests.test_scope_gateway import _new_key
 

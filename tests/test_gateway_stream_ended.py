@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from ledger.api import Ledger
-from ledger.standin import Scripted, StandIn
+from ledger.standin.server import Scripted, StandIn
 from tests.gateway_setup import gateway
 
 POLICY = {"timeoutMs": 20000, "gateway": {"firstTokenMs": 1500, "idleMs": 1000}}

@@ -12,7 +12,7 @@ import anthropic
 import openai
 import pytest
 
-from ledger.standin import Scripted, StandIn
+from ledger.standin.server import Scripted, StandIn
 from tests.gateway_setup import gateway
 
 HELLO: Any = [{"role": "user", "content": "hello"}]

@@ -14,7 +14,7 @@ import pytest
 
 from ledger.api import Ledger
 from ledger.gateway.upstream import USER_AGENT
-from ledger.standin import Scripted, StandIn
+from ledger.standin.server import Scripted, StandIn
 from tests.gateway_setup import gateway, gateway_catalog
 from tests.serving import running
 

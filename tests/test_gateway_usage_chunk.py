@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from ledger.api import Ledger
-from ledger.standin import Scripted, StandIn
+from ledger.standin.server import Scripted, StandIn
 from tests.gateway_setup import gateway
 
 HELLO: Any = [{"role": "user", "content": "hello"}]

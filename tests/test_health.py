@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from ledger.classify import classify_http, classify_kind
 from ledger.clock import iso
 from ledger.records import Cancelled, Failed, Success
-from ledger.status import build_status, render_prometheus, render_text
+from ledger.status.document import build_status, render_prometheus, render_text
 from tests.backends import BACKENDS
 from tests.conftest import Clock, LedgerFactory, write_policy
 from tests.test_status import cli_ok, status_json

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from ledger.cli.main import cli
-from ledger.standin import StandIn
+from ledger.standin.server import StandIn
 from tests.backends import BACKENDS, db_url, rows
 from tests.gateway_setup import Gateway, gateway
 

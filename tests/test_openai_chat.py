@@ -7,12 +7,11 @@ import json
 import httpx
 import pytest
 
-from ledger.catalog import Model, Provider
+from ledger.catalog import DATA_FILE, Model, Provider, known_providers
 from ledger.kinds import AttemptRole
-from ledger.provider_urls import DATA_FILE, known_providers
 from ledger.providers import CallRequest, Message, ProviderResponse, adapter_for
-from ledger.standin import StandIn
-from ledger.worker import Job
+from ledger.standin.server import StandIn
+from ledger.worker.runner import Job
 
 ENV = {"PROVIDER_KEY": "sk-test"}
 MESSAGES = (Message("user", "hello"),)

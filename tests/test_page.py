@@ -384,7 +384,7 @@ def test_r_rt_7_page_shows_pools_with_cursor_candidates_and_sticky_leases(
 ) -> None:
     from ledger.kinds import CooldownScope
     from ledger.records import Success
-    from ledger.status import build_status
+    from ledger.status.document import build_status
 
     led = routing_ledger(pools=PAGE_POOLS, scopes={"nightly": {"callsPerHour": 5}})
     first = led.reserve("src-1", "pool/p", input_bytes=10, scopes=["nightly"])
@@ -419,7 +419,7 @@ def test_r_rt_7_page_shows_pools_with_cursor_candidates_and_sticky_leases(
 
 
 def test_r_rt_7_no_pools_no_pools_section(routing_ledger: RoutingFactory) -> None:
-    from ledger.status import build_status
+    from ledger.status.document import build_status
 
     led = routing_ledger()
     led.reserve("src-1", "acct1/m", input_bytes=10)

@@ -25,7 +25,7 @@ from sqlalchemy.engine import make_url
 
 from ledger.api import Ledger
 from ledger.errors import DatabaseUnreachableError
-from ledger.standin import Scripted, StandIn
+from ledger.standin.server import Scripted, StandIn
 from tests.backends import fresh_pg_database, rows
 from tests.conftest import TEST_CATALOG
 from tests.procs import write_home

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 import ledger.providers
-from ledger.catalog import Provider
-from ledger.provider_urls import NoBaseUrlError
+from ledger.catalog import NoBaseUrlError, Provider
 from ledger.providers.anthropic_messages import AnthropicMessagesAdapter
 from ledger.providers.openai_chat import OpenAIChatAdapter
 

@@ -11,10 +11,9 @@ import httpx
 import pytest
 from click.testing import CliRunner, Result
 
-from ledger.catalog import Catalog
+from ledger.catalog import Catalog, NoBaseUrlError, known_base_url, known_providers
 from ledger.cli.main import cli
 from ledger.litellm import convert
-from ledger.provider_urls import NoBaseUrlError, known_base_url, known_providers
 from ledger.providers import CallRequest, Message, adapter_for
 
 SECRET = "sk-issue13-never-sent-anywhere"

@@ -31,7 +31,7 @@ from ledger.providers import (
 from ledger.providers.anthropic_messages import AnthropicMessagesAdapter, parse_message
 from ledger.providers.bounded import JsonReply, read_error_body
 from ledger.providers.openai_chat import OpenAIChatAdapter, parse_chat_completion
-from ledger.standin import REDACTED, Scripted, StandIn
+from ledger.standin.server import REDACTED, Scripted, StandIn
 
 SECRET = "sk-test-SECRET-credential-0123456789"
 ENV = {"PROVIDER_KEY": SECRET}

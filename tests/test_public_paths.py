@@ -8,7 +8,7 @@ import importlib
 import pytest
 
 import ledger
-from ledger.worker import load_handler
+from ledger.worker.runner import load_handler
 
 PUBLIC = [
     ("ledger", "Ledger"),
@@ -23,7 +23,7 @@ PUBLIC = [
     ("ledger", "RefusalReason"),
     ("ledger.client", "LedgerClient"),
     ("ledger.catalog", "example_catalog"),
-    ("ledger.worker", "echo_handler"),
+    ("ledger.worker.runner", "echo_handler"),
 ]
 
 
@@ -39,7 +39,7 @@ def test_root_package_exports_every_name_it_lists() -> None:
 
 def test_echo_handler_resolves_as_a_handler_spec() -> None:
     """`ledger worker run --handler ledger.worker:echo_handler`, the README's example."""
-    from ledger.worker import echo_handler
+    from ledger.worker.runner import echo_handler
 
     assert load_handler("ledger.worker:echo_handler") is echo_handler
 

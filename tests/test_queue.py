@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 from ledger.api import Ledger
 from ledger.classify import classify_kind
 from ledger.kinds import FailureKind
-from ledger.queue import HandlerResult
 from ledger.records import Failed
-from ledger.standin import Scripted, StandIn
+from ledger.standin.server import Scripted, StandIn
 from ledger.store import queue as q
-from ledger.worker import Job, drain, echo_handler
+from ledger.worker.queue import HandlerResult
+from ledger.worker.runner import Job, drain, echo_handler
 from tests.conftest import Clock, LedgerFactory
 
 ROOT = Path(__file__).resolve().parents[1]

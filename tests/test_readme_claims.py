@@ -9,8 +9,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from ledger.api import Ledger
-from ledger.catalog import Catalog
-from ledger.provider_urls import known_providers
+from ledger.catalog import Catalog, known_providers
 from tests.conftest import TEST_CATALOG
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ from ledger.api import Ledger
 from ledger.catalog import Catalog
 from ledger.config import Policy, parse_policy
 from ledger.routing.chains import chain_for
-from ledger.routing.targets import Effort, Target
+from ledger.targets import Effort, Target
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ledger.config import RouteRules
-from ledger.globs import glob_to_regex, matches
-from ledger.routes import route_allowed
+from ledger.routing.globs import glob_to_regex, matches
+from ledger.routing.rules import route_allowed
 
 
 @pytest.mark.parametrize(

@@ -13,8 +13,8 @@ from ledger.config import Policy, parse_policy
 from ledger.errors import ConfigError
 from ledger.kinds import CooldownOrigin, CooldownScope, ExclusionReason, FailureKind
 from ledger.routing.chains import cascade, chain_for
-from ledger.routing.targets import Effort, Target, parse_target
-from ledger.select import CooldownView, Route, SelectionRequest, Snapshot, select
+from ledger.routing.select import CooldownView, Route, SelectionRequest, Snapshot, select
+from ledger.targets import Effort, Target, parse_target
 
 R = ExclusionReason
 NOW = 1_700_000_000_000

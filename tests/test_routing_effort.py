@@ -18,9 +18,9 @@ from ledger.catalog import Catalog
 from ledger.config import Policy
 from ledger.errors import ConfigError
 from ledger.routing.effort import anthropic_budget
-from ledger.routing.targets import Effort
 from ledger.store import queue as q
-from ledger.worker import echo_handler, run_item
+from ledger.targets import Effort
+from ledger.worker.runner import echo_handler, run_item
 from tests.routing_fixtures import routing_catalog
 
 

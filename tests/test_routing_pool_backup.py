@@ -15,7 +15,7 @@ from ledger.classify import classify_http
 from ledger.errors import Refused
 from ledger.kinds import AttemptRole, ExclusionReason, FailureKind
 from ledger.records import Failed
-from ledger.standin import Scripted, StandIn
+from ledger.standin.server import Scripted, StandIn
 from tests.backends import BACKENDS
 from tests.gateway_setup import gateway
 from tests.routing_fixtures import RoutingFactory, routing_ledger

@@ -23,9 +23,9 @@ from ledger.cli.main import cli
 from ledger.config import Policy
 from ledger.errors import Refused
 from ledger.kinds import AttemptRole, CooldownScope, ExclusionReason, FailureKind
-from ledger.pool_report import pool_view_named
 from ledger.records import Failed
-from ledger.standin import StandIn
+from ledger.standin.server import StandIn
+from ledger.status.pools import pool_view_named
 from ledger.store.pool_views import pool_state
 from tests.backends import BACKENDS
 from tests.conftest import Clock

@@ -12,9 +12,9 @@ import pytest
 
 from ledger.classify import KNOWN_PHRASES, MAX_BODY_BYTES, MAX_HINT_MS, classify_http
 from ledger.kinds import FailureKind
-from ledger.queue import ItemOutcome
-from ledger.standin import Scripted, StandIn
+from ledger.standin.server import Scripted, StandIn
 from ledger.store.views import cooldown_list
+from ledger.worker.queue import ItemOutcome
 from tests.test_queue import db_rows, open_ledger, standin_home
 from tests.test_worker import one_item, roles
 

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 
 from ledger.clock import parse_iso_ms
-from ledger.standin import Scripted, StandIn
+from ledger.standin.server import Scripted, StandIn
 from tests.backends import fresh_pg_database, pg_server_url
 from tests.gateway_setup import STANDIN_KEY, gateway, gateway_catalog
 from tests.serving import Served, running

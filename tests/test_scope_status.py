@@ -13,7 +13,7 @@ from ledger.clock import iso
 from ledger.page.render import render_page
 from ledger.records import Success
 from ledger.simulate.simulation import simulate
-from ledger.status import build_status, render_prometheus, render_text
+from ledger.status.document import build_status, render_prometheus, render_text
 from tests.backends import BACKENDS
 from tests.conftest import Clock, LedgerFactory
 

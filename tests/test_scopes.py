@@ -265,7 +265,7 @@ def test_r_sc_1_scope_hour_totals_keep_the_24h_cost_exact_across_hours_and_settl
 ) -> None:
     from ledger.classify import classify_kind
     from ledger.records import Cancelled, Failed
-    from ledger.status import build_status
+    from ledger.status.document import build_status
 
     led = make_ledger(callsPerHour=10_000, sourceCalls=10_000, timeoutMs=60_000,
                       scopes={"a": {"dailyEstimatedUsd": 1000}, "b": {"callsPerHour": 10_000}})
@@ -303,7 +303,7 @@ def test_r_sc_1_scope_hour_calls_keep_the_rolling_hour_exact_across_hour_edges(
     """A scope's rolling-hour count reads whole hours from its hour totals and only the partial
     hour before them row by row (revision 0008): it equals the rows of the last hour at every
     step, with steps landing on, just before and just after hour edges and the window's edge."""
-    from ledger.status import build_status
+    from ledger.status.document import build_status
 
     led = make_ledger(callsPerHour=10_000, sourceCalls=10_000, timeoutMs=60_000,
                       scopes={"b": {"callsPerHour": 10_000}})

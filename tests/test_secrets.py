@@ -30,7 +30,7 @@ from ledger.clock import now_ms
 from ledger.errors import Refused
 from ledger.providers import INVALID_RESPONSE, CallRequest, Message, ProviderResponse, adapter_for
 from ledger.records import Failed, Outcome, SettleResult, Success
-from ledger.standin import Scripted, StandIn
+from ledger.standin.server import Scripted, StandIn
 
 CREDENTIAL = "sk-MARKER-CRED-7f3a9c2e"
 ERROR_TEXT = "MARKER-ERRBODY-51be77"
@@ -211,7 +211,7 @@ def test_r_diag_3_nothing_secret_stored_shown_or_logged(
     outputs["status --html"] = _cli(home, "status", "--html", str(page_file))
     outputs["status --html FILE"] = page_file.read_text()
     from ledger.page import render_page
-    from ledger.status import build_status
+    from ledger.status.document import build_status
 
     led = Ledger.open(home)
     try:

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from ledger.catalog import Catalog
 from ledger.config import Policy
-from ledger.exclusion import Exclusion
 from ledger.kinds import CooldownOrigin, CooldownScope, ExclusionReason, FailureKind
-from ledger.select import (
+from ledger.routing.exclusion import Exclusion
+from ledger.routing.select import (
     RULE_ORDER,
     CooldownView,
     Selection,

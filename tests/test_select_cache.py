@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from ledger.catalog import Catalog
 from ledger.config import Policy
 from ledger.kinds import CooldownScope
-from ledger.select import SelectionRequest, fallback_order, select
+from ledger.routing.select import SelectionRequest, fallback_order, select
 from ledger.store.views import CooldownEnd
 from tests.test_select import CATALOG, MIN, MODELS, NOW, cooldown, snap
 

@@ -75,7 +75,7 @@ class LibraryWay:
     def hourly_used(self) -> int:
         if isinstance(self.ledger, LedgerClient):
             return int(self.ledger.status()["hourly"]["used"])
-        from ledger.status import build_status
+        from ledger.status.document import build_status
 
         return int(build_status(self.ledger)["hourly"]["used"])
 

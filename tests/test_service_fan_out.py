@@ -25,7 +25,7 @@ from click.testing import CliRunner
 
 from ledger.cli.main import cli
 from ledger.service.connections import CONNECTION_LIMITS, OVERFLOW, TCP, UNAUTHENTICATED
-from ledger.standin import StandIn
+from ledger.standin.server import StandIn
 from tests.gateway_setup import Gateway, gateway
 
 pytestmark = pytest.mark.slow

@@ -7,7 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from ledger.standin import Scripted, StandIn
+from ledger.standin.server import Scripted, StandIn
 from tests.serving import running
 from tests.test_queue import (
     ROOT,

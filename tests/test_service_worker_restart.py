@@ -17,7 +17,7 @@ import pytest
 from ledger.api import Ledger
 from ledger.client import NOT_SERVED
 from ledger.errors import ServiceUnreachableError
-from ledger.standin import Scripted, StandIn
+from ledger.standin.server import Scripted, StandIn
 from tests.backends import BACKENDS, db_url, rows
 from tests.serving import Served, start
 from tests.test_queue import ROOT, STANDIN_ENV, cli_env, standin_home, worker_argv

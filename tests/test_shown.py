@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from ledger.cli.main import cli
-from ledger.shown import printable, shown_url
+from ledger.validation import printable, shown_url
 
 TOKEN = "sk-live-51HxQ2eZvKYlo2C0123456789abcdef"
 

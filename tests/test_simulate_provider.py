@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from ledger.kinds import FailureKind
-from ledger.queue import HandlerResult, classify_result
 from ledger.simulate.provider import Reply, raw_response
+from ledger.worker.queue import HandlerResult, classify_result
 
 NOW = 1_800_000_000_000
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from ledger.api import Ledger
-from ledger.queue import HandlerResult
 from ledger.records import Success
-from ledger.standin import Scripted, StandIn
+from ledger.standin.server import Scripted, StandIn
 from ledger.store import queue as q
-from ledger.worker import Job, drain
+from ledger.worker.queue import HandlerResult
+from ledger.worker.runner import Job, drain
 from tests.backends import BACKENDS
 from tests.backends import rows as stored
 from tests.conftest import Clock, LedgerFactory

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from freezegun import freeze_time
 
 from ledger.cli.main import cli
-from ledger.status import LIVE_WRITER_MS
+from ledger.status.document import LIVE_WRITER_MS
 from tests.conftest import write_policy
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ledger.standin import REDACTED, Scripted, StandIn
+from ledger.standin.server import REDACTED, Scripted, StandIn
 
 OPENAI = "/v1/chat/completions"
 ANTHROPIC = "/v1/messages"
@@ -233,7 +233,7 @@ def test_standin_listener_holds_a_burst_of_connections() -> None:
     the bench's 1 s gateway tail. Seen failing with the default backlog (6 of 64 connected)."""
     import select
 
-    from ledger.standin import _Handler, _Server
+    from ledger.standin.server import _Handler, _Server
 
     server = _Server(("127.0.0.1", 0), _Handler)  # listening, never accepting
     clients: list[socket.socket] = []

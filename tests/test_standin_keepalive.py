@@ -9,7 +9,7 @@ import json
 
 import httpx
 
-from ledger.standin import Scripted, StandIn
+from ledger.standin.server import Scripted, StandIn
 
 BODY = {"model": "a1", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 10}
 

@@ -24,8 +24,8 @@ from ledger.catalog import Provider
 from ledger.classify import Classification
 from ledger.kinds import FailureKind as K
 from ledger.providers import CallRequest, Message, adapter_for
-from ledger.queue import classify_response
-from ledger.standin import Scripted, StandIn
+from ledger.standin.server import Scripted, StandIn
+from ledger.worker.queue import classify_response
 
 KEY = "sk-standin-sdk-test"
 ENV = {"SDK_TEST_KEY": KEY}

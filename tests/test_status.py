@@ -18,7 +18,7 @@ from ledger.api import Ledger
 from ledger.classify import classify_exception, classify_http, classify_kind
 from ledger.kinds import AttemptRole
 from ledger.records import Failed, SettleResult, Success
-from ledger.status import RouteView, render_prometheus, render_text, status_document
+from ledger.status.document import RouteView, render_prometheus, render_text, status_document
 from ledger.store.status_views import status_data
 from tests.backends import BACKENDS
 from tests.conftest import Clock, LedgerFactory, write_policy

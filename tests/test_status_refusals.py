@@ -10,7 +10,7 @@ from collections import Counter
 from prometheus_client.parser import text_string_to_metric_families
 
 from ledger.page import render_page
-from ledger.status import build_status, render_prometheus, render_text
+from ledger.status.document import build_status, render_prometheus, render_text
 from ledger.store.refusal_counts import MINUTE_MS, RefusalKey, add_counts
 from tests.conftest import T0, LedgerFactory
 

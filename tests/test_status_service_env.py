@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ledger.standin import StandIn
+from ledger.standin.server import StandIn
 from tests.gateway_setup import gateway
 
 VARIABLE = "BOLT_KEY"  # the stand-in catalog's Anthropic-format providers (the service has it)

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from ledger.cli.main import cli
 from ledger.demo import run_demo
-from ledger.status_text import render_text, took
+from ledger.status.text import render_text, took
 
 
 @pytest.fixture(scope="module")

@@ -20,11 +20,11 @@ from ledger.api import Ledger
 from ledger.classify import classify_kind
 from ledger.errors import Refused
 from ledger.kinds import AttemptRole, FailureKind
-from ledger.queue import HandlerResult, ItemOutcome, ItemReport
 from ledger.records import Failed, Success
-from ledger.standin import Scripted, StandIn
+from ledger.standin.server import Scripted, StandIn
 from ledger.store import queue as q
-from ledger.worker import Job, drain, echo_handler, run_item
+from ledger.worker.queue import HandlerResult, ItemOutcome, ItemReport
+from ledger.worker.runner import Job, drain, echo_handler, run_item
 from tests.backends import BACKENDS
 from tests.backends import rows as stored
 from tests.conftest import Clock, LedgerFactory

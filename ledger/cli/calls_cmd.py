@@ -23,8 +23,8 @@ from ledger.records import (
     check_cost_usd,
     micro_to_usd,
 )
-from ledger.select import Selection, exclusion_json
-from ledger.status_text import credential_hint, missing_pieces
+from ledger.routing.select import Selection, exclusion_json
+from ledger.status.text import credential_hint, missing_pieces
 
 NONNEG = click.IntRange(min=0, max=MAX_TOKENS)
 

@@ -14,13 +14,19 @@ from typing import Any
 
 import click
 
-from ledger.catalog import Catalog, Model, example_catalog, load_catalog
-from ledger.catalog_file import catalog_exists, write_catalog
+from ledger.catalog import (
+    Catalog,
+    Model,
+    catalog_exists,
+    example_catalog,
+    load_catalog,
+    write_catalog,
+)
 from ledger.cli.main import AppContext, emit_json, pass_app, run
 from ledger.errors import UsageError
 from ledger.home import ensure_home
 from ledger.litellm import ImportResult, convert, merge, parse_litellm
-from ledger.shown import shown_url
+from ledger.validation import shown_url
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 

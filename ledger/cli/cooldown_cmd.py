@@ -7,7 +7,7 @@ import click
 
 from ledger.cli.main import AppContext, emit_json, pass_app, run
 from ledger.clock import iso
-from ledger.cooldown_doc import change_json, set_json
+from ledger.documents import change_json, set_json
 from ledger.durations import human_duration_ms, parse_duration_ms
 from ledger.errors import UsageError
 from ledger.store.views import CooldownChange, CooldownRow, cooldown_list

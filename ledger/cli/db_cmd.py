@@ -8,8 +8,7 @@ import click
 
 from ledger.cli.main import AppContext, emit_json, pass_app
 from ledger.config import Policy, load_policy
-from ledger.db_target import check_db_target
-from ledger.home import ensure_home
+from ledger.home import check_db_target, ensure_home
 from ledger.store import Database, migrate
 from ledger.store.pending import open_database
 

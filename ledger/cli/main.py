@@ -25,8 +25,8 @@ from ledger.cli.commands import COMMANDS
 from ledger.clock import iso
 from ledger.errors import LedgerError, Refused
 from ledger.home import StateDir, state_dir, symlink_warning
-from ledger.shown import printable
 from ledger.store.engine import network_filesystem
+from ledger.validation import printable
 
 DISTRIBUTION = "llm-budget-ledger"
 """The distribution's name (pyproject's `name`): `ledger` on the public index is another project."""
@@ -122,7 +122,7 @@ def fail(error: LedgerError, as_json: bool = False) -> NoReturn:
 
 
 def _retry(error: Refused) -> str:
-    from ledger.refusal_text import retry_text  # only a refusal pays for the import
+    from ledger.status.refusal_text import retry_text  # only a refusal pays for the import
 
     return retry_text(error.reason, error.retry_at_ms, error.now_ms)
 

@@ -43,7 +43,7 @@ def _lines(view: PoolView) -> list[str]:
 @pass_app
 def list_pools(app: AppContext, as_json: bool) -> None:
     """Every pool with its strategy, cursor, candidates' state and live sticky leases."""
-    from ledger.pool_report import pool_views
+    from ledger.status.pools import pool_views
 
     views = run(as_json, lambda: pool_views(app.ledger(create=False)))
     if as_json:
@@ -61,7 +61,7 @@ def list_pools(app: AppContext, as_json: bool) -> None:
 @pass_app
 def show_pool(app: AppContext, name: str, as_json: bool) -> None:
     """One pool: strategy, cursor, each candidate's state and reason, live sticky leases."""
-    from ledger.pool_report import pool_view_named
+    from ledger.status.pools import pool_view_named
 
     view = run(as_json, lambda: pool_view_named(app.ledger(create=False), name))
     if as_json:
@@ -77,7 +77,7 @@ def show_pool(app: AppContext, name: str, as_json: bool) -> None:
 @pass_app
 def cycle(app: AppContext, name: str, duration: str, as_json: bool) -> None:
     """Cool the pool's current pick by hand for DURATION (default 30m) and move on."""
-    from ledger.pool_report import cycle_pool
+    from ledger.status.pools import cycle_pool
 
     ms = run(as_json, lambda: parse_duration_ms(duration))
     pick, change = run(as_json, lambda: cycle_pool(app.ledger(), name, ms))

@@ -8,9 +8,9 @@ import click
 
 from ledger.cli.main import AppContext, emit_json, pass_app, run
 from ledger.clock import iso
+from ledger.documents import correction_label, source_document, source_json
 from ledger.errors import NotFoundError
-from ledger.source_doc import correction_label, source_document, source_json
-from ledger.status_text import WIDTH, Column, cut, short_time, table, took
+from ledger.status.text import WIDTH, Column, cut, short_time, table, took
 from ledger.store.views import source_detail, source_rows
 
 

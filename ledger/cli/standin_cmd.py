@@ -18,7 +18,7 @@ def standin(port: int) -> None:
     """Run the demo's provider stand-in on 127.0.0.1 until SIGINT or SIGTERM."""
     from ledger.demo import DEMO_KEY, DEMO_KEY_ENV, OK_REPLY, demo_script
     from ledger.errors import UsageError
-    from ledger.standin import StandIn
+    from ledger.standin.server import StandIn
 
     stop = threading.Event()
 

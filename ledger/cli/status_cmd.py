@@ -13,8 +13,13 @@ import click
 
 from ledger.cli.main import AppContext, emit_json, fail, pass_app, run
 from ledger.errors import LedgerError, UsageError
-from ledger.status import build_status, render_prometheus, render_prometheus_down, render_text
-from ledger.status_text import WIDTH
+from ledger.status.document import (
+    build_status,
+    render_prometheus,
+    render_prometheus_down,
+    render_text,
+)
+from ledger.status.text import WIDTH
 
 MAX_WIDTH = 160
 

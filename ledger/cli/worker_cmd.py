@@ -1,5 +1,5 @@
 """`ledger worker run`: drain due sources with a handler (R-Q-3, R-Q-4); a thin shell over
-ledger.worker.drain."""
+ledger.worker.runner.drain."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from ledger.client import LedgerClient
 from ledger.config import load_policy
 from ledger.errors import StoreError, UsageError
 from ledger.inert import config_findings
-from ledger.queue import DrainSummary, ItemReport
-from ledger.worker import MAX_SLEEP_MS, Stopper, drain, load_handler
-from ledger.worker_ledger import WorkerLedger
+from ledger.worker.port import WorkerLedger
+from ledger.worker.queue import DrainSummary, ItemReport
+from ledger.worker.runner import MAX_SLEEP_MS, Stopper, drain, load_handler
 
 
 @click.group("worker")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from ledger.kinds import RefusalReason
-from ledger.refusal_text import gateway_refusal_text
+from ledger.status.refusal_text import gateway_refusal_text
 
 TOO_MANY = ("too_many_connections", "too many connections; retry shortly")
 """A 503's code and text when the service's connection pools are full (R-SRV-9); the service

@@ -47,7 +47,7 @@ from ledger.providers.bounded import (
 from ledger.providers.openai_chat import max_tokens_field
 from ledger.providers.registry import adapter_for
 from ledger.routing.effort import anthropic_fields, openai_fields
-from ledger.routing.targets import Effort
+from ledger.targets import Effort
 
 USER_AGENT = "ledger-gateway"
 """Sent upstream with every gateway request (some providers' edges refuse a request without one)."""

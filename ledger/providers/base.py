@@ -15,10 +15,9 @@ from typing import Literal, NamedTuple, Protocol
 
 import httpx
 
-from ledger.catalog import Provider
-from ledger.provider_urls import NoBaseUrlError
+from ledger.catalog import NoBaseUrlError, Provider
 from ledger.records import plausible_cost_usd, plausible_tokens
-from ledger.routing.targets import Effort
+from ledger.targets import Effort
 
 INVALID_RESPONSE = "invalid_response"
 """`stop_reason` of a 2xx reply whose body is unparsable or oversized: the worker classifies it as

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from ledger.provider_urls import known_max_tokens_field
+from ledger.catalog import known_max_tokens_field
 from ledger.providers.base import (
     CallRequest,
     HttpAdapter,

@@ -10,8 +10,7 @@ from collections.abc import Mapping
 
 import httpx
 
-from ledger.catalog import Provider
-from ledger.provider_urls import NoBaseUrlError
+from ledger.catalog import NoBaseUrlError, Provider
 from ledger.providers.anthropic_messages import AnthropicMessagesAdapter
 from ledger.providers.base import ProviderAdapter
 from ledger.providers.openai_chat import OpenAIChatAdapter

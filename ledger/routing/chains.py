@@ -11,9 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ledger.globs import matches
-from ledger.routing.check import target_of
-from ledger.routing.targets import Target, is_pool_key, split_effort
+from ledger.routing.globs import matches
+from ledger.targets import Target, is_pool_key, split_effort, target_of
 
 if TYPE_CHECKING:
     from ledger.config import Policy

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ledger.routing.targets import Effort
+from ledger.targets import Effort
 
 OPENAI_REASONING_EFFORT: Mapping[Effort, str] = {
     Effort.MINIMAL: "minimal",

@@ -17,13 +17,12 @@ from typing import TYPE_CHECKING
 
 from ledger.clock import iso
 from ledger.routing.chains import pool_members
-from ledger.routing.check import target_of
-from ledger.routing.targets import Effort
+from ledger.targets import Effort, target_of
 
 if TYPE_CHECKING:
     from ledger.catalog import Catalog
     from ledger.config import Policy, PoolSpec
-    from ledger.exclusion import Exclusion
+    from ledger.routing.exclusion import Exclusion
 
 DEFAULT_CACHE_TTL_S: Mapping[str, int] = {"openai-chat": 300, "anthropic-messages": 300}
 """Prompt-cache lifetime per API when the catalog model has no `promptCacheTtlS` (R-RT-6): both

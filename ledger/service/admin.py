@@ -12,7 +12,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from ledger.catalog import Catalog
-from ledger.cooldown_doc import change_json, set_json
+from ledger.documents import change_json, set_json, source_document, source_json
 from ledger.durations import parse_duration_ms
 from ledger.errors import NotFoundError, UsageError
 from ledger.service.calls import LedgerDep
@@ -32,7 +32,6 @@ from ledger.service.models import (
     SourceStateOut,
     errors,
 )
-from ledger.source_doc import source_document, source_json
 from ledger.store.views import cooldown_list, source_detail, source_rows
 
 router = APIRouter(prefix="/v1", tags=["operators"])

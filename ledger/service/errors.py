@@ -101,7 +101,7 @@ def ledger_error_response(error: LedgerError) -> JSONResponse:
     extra: dict[str, Any] = {}
     code = type(error).__name__
     if isinstance(error, Refused):
-        from ledger.refusal_text import retry_text
+        from ledger.status.refusal_text import retry_text
 
         code = error.reason
         # as the CLI's --json: when to retry, or (when waiting does not help) what clears it

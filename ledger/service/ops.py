@@ -25,7 +25,7 @@ from ledger.errors import StoreError
 from ledger.service.calls import LedgerDep
 from ledger.service.errors import error_response
 from ledger.service.models import GATE, HealthzOut, ReadyOut, StatusOut, errors
-from ledger.status import build_status, render_prometheus
+from ledger.status.document import build_status, render_prometheus
 from ledger.store.migrate import HEAD_REVISION, current_revision
 
 router = APIRouter(tags=["operations"])

@@ -12,7 +12,7 @@ from fastapi.responses import HTMLResponse, Response
 
 from ledger.page import SERVED_CSP, render_assets, render_page
 from ledger.service.calls import ERRORS, LedgerDep
-from ledger.status import build_status
+from ledger.status.document import build_status
 
 router = APIRouter(tags=["page"], responses=ERRORS)
 _HEADERS = {

@@ -6,6 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
+from ledger.documents import claim_json, times_json
 from ledger.service.calls import LedgerDep
 from ledger.service.models import (
     GATE,
@@ -24,7 +25,6 @@ from ledger.service.models import (
     RenewBody,
     errors,
 )
-from ledger.wire import claim_json, times_json
 
 router = APIRouter(prefix="/v1/queue", tags=["queue"])
 BODY_ERRORS = errors(*WITH_BODY)

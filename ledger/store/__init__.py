@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import bindparam, select, update
 
-from ledger import budgets
+from ledger.budgets import checks as budgets
 from ledger.catalog import Catalog
 from ledger.config import Policy
 from ledger.errors import LedgerError, NotFoundError, Refused, UsageError

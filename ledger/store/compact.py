@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import Connection, bindparam, delete, insert, select, update
 
-from ledger.budgets import DAY_MS
+from ledger.budgets.checks import DAY_MS
 from ledger.errors import UsageError
 from ledger.store.engine import Database
 from ledger.store.pending import rehearsed

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, column, exc, inspect, select, table, text
 
-from ledger.db_target import NoLedgerError
 from ledger.errors import (
     BusyError,
     ReadOnlyError,
@@ -27,7 +26,7 @@ from ledger.errors import (
     StoreError,
     UnreadableDatabaseError,
 )
-from ledger.home import secure_file, sqlite_file
+from ledger.home import NoLedgerError, secure_file, sqlite_file
 from ledger.store.engine import Database, translate
 from ledger.store.schema import meta
 

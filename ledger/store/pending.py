@@ -20,11 +20,10 @@ from typing import ParamSpec, TypeVar
 
 from sqlalchemy import Connection
 
-from ledger.db_target import NoLedgerError
-from ledger.home import sqlite_file
-from ledger.shown import printable
+from ledger.home import NoLedgerError, sqlite_file
 from ledger.store import migrate
 from ledger.store.engine import Database, WriteTxn
+from ledger.validation import printable
 
 P = ParamSpec("P")
 T = TypeVar("T")

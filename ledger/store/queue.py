@@ -25,7 +25,7 @@ from sqlalchemy import (
     update,
 )
 
-from ledger.budgets import spent_reason
+from ledger.budgets.checks import spent_reason
 from ledger.classify import Classification
 from ledger.config import Policy
 from ledger.kinds import AttemptRole, AttemptStatus, FailureKind, SourceState

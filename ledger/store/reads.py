@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Select, bindparam, case, exists, func, select
 
-from ledger.budgets import DAY_MS, HOUR_MS, DailyWindow, SourceBudget
+from ledger.budgets.checks import DAY_MS, HOUR_MS, DailyWindow, SourceBudget
 from ledger.kinds import CooldownScope, SourceState
 from ledger.store import probes
 from ledger.store.schema import cooldowns, cost_hours, reservations, source_models, sources

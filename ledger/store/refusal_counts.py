@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from ledger.budgets import HOUR_MS
+from ledger.budgets.checks import HOUR_MS
 from ledger.store.schema import refusal_minutes
 
 MINUTE_MS = 60_000

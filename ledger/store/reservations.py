@@ -1,6 +1,6 @@
 """Reserve and settle: each is exactly one write transaction (R-DB-2) that reads, decides, writes.
 
-The decisions themselves are pure (ledger.budgets.check, ledger.policy_table.decide); this module
+The decisions themselves are pure (ledger.admission.check, ledger.policy_table.decide); this module
 only reads the state they need and writes what they return. Every write of a reservation's
 cost_micro moves its creation hour's cost_hours total by the same amount in the same transaction,
 so the rolling 24 h cost read from those totals stays exact (R-RES-2).
@@ -26,7 +26,8 @@ from sqlalchemy import (
     update,
 )
 
-from ledger import budgets
+from ledger import admission
+from ledger.budgets import checks as budgets
 from ledger.catalog import Catalog, Model
 from ledger.config import Policy
 from ledger.errors import NotFoundError, SourceScopeMismatch, UsageError
@@ -474,7 +475,7 @@ def _reserve_model(
     )
     estimate = budgets.estimate_micro(model, request.input_bytes, policy.reply_tokens)
     recorded, immediate = _checked_role(conn, now, request, source)
-    verdict = budgets.check(
+    verdict = admission.check(
         state,
         policy,
         model,

@@ -2,7 +2,7 @@
 
 Called from `reservations.reserve` only, inside its write transaction and after every check of
 section 7 granted: `check` reads what each scope limits and lets the pure core
-(`ledger.scope_budgets.check`) decide; on a grant `record` writes the reservation's scope rows in
+(`ledger.budgets.scopes.check`) decide; on a grant `record` writes the reservation's scope rows in
 that same transaction. So a scope's budgets are exact across processes, services and hosts, as
 the global ones are (R-DB-2). No writes here but `record`, `cost_changed` (called by settle)
 and `add_source_scopes`;
@@ -17,11 +17,12 @@ from typing import Any
 
 from sqlalchemy import Connection, Select, bindparam, func, insert, literal, select, update
 
-from ledger import budgets, scope_budgets
-from ledger.budgets import DAY_MS, HOUR_MS, DailyWindow
+from ledger.budgets import checks as budgets
+from ledger.budgets import scopes as scope_budgets
+from ledger.budgets.checks import DAY_MS, HOUR_MS, DailyWindow
+from ledger.budgets.scopes import ScopeRefusal, ScopeUse
 from ledger.config import Policy, ScopeLimits
 from ledger.kinds import AttemptStatus, RefusalReason
-from ledger.scope_budgets import ScopeRefusal, ScopeUse
 from ledger.store import reads
 from ledger.store.engine import Database
 from ledger.store.schema import (

@@ -14,11 +14,11 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, case, func, select
 
-from ledger.budgets import DAY_MS, HOUR_MS
+from ledger.budgets.checks import DAY_MS, HOUR_MS
+from ledger.budgets.scopes import ScopeUse
 from ledger.config import Policy
 from ledger.health import Health, HealthCounters, HourCount, ProbeState, health_view
 from ledger.kinds import AttemptRole, CooldownScope, SourceState
-from ledger.scope_budgets import ScopeUse
 from ledger.store import reads, refusal_counts, scopes
 from ledger.store.engine import Database
 from ledger.store.migrate import read_revision

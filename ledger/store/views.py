@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, bindparam, func, select
 
-from ledger.budgets import DAY_MS, DailyWindow
+from ledger.budgets.checks import DAY_MS, DailyWindow
 from ledger.clock import iso
 from ledger.kinds import CooldownOrigin, CooldownScope
 from ledger.store import probes, reads

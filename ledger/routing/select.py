@@ -16,16 +16,16 @@ from decimal import Decimal
 from operator import attrgetter
 from typing import Protocol
 
-from ledger.budgets import DailyWindow, ceiling_frees_at, estimate_micro
+from ledger.budgets.checks import DailyWindow, ceiling_frees_at, estimate_micro
 from ledger.catalog import Catalog, Model
 from ledger.clock import iso
 from ledger.config import Policy
-from ledger.exclusion import Exclusion
 from ledger.kinds import CooldownOrigin, CooldownScope, ExclusionReason, FailureKind
-from ledger.routes import confinement_reason, route_allowed
 from ledger.routing.chains import ChainMatch, allowlist, cascade, expand, pool_members
+from ledger.routing.exclusion import Exclusion
 from ledger.routing.pools import PoolView, pool_view
-from ledger.routing.targets import Effort, Target, is_pool_key
+from ledger.routing.rules import confinement_reason, route_allowed
+from ledger.targets import Effort, Target, is_pool_key
 
 # The failure kinds after which a sibling named in fallbackModels may be used (R-SEL-4).
 MODEL_SPECIFIC_KINDS = frozenset(
@@ -279,7 +279,7 @@ class _Group:
     price_known: bool  # every text entry has a known price
 
 
-_MEMO_KEY = "ledger.select"
+_MEMO_KEY = "ledger.routing.select"
 _by_rank = attrgetter("rank")
 
 

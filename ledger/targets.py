@@ -1,12 +1,88 @@
-"""Policy-only routing rules (R-RT-1, R-RT-2, R-RT-4): what makes `chains`, `defaultChain` and
-`pools` a config error before any catalog is read. Paths name fields, indices and `<key>` only."""
+"""Route targets (R-RT-2): a model key, a pool key (`pool/NAME`), or a model key with an effort.
+
+A `:LEVEL` suffix whose LEVEL is one of `EFFORT_LEVELS` means the same as an `effort` field; any
+other suffix is part of the model id (`openrouter/fusion:xxs` stays as written). An effort belongs
+to its route only: a route without one gets the provider's default, never the primary's effort.
+"""
+
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Protocol
 
-from ledger.routing.targets import Target
+POOL_PROVIDER = "pool"
+"""The reserved provider name of pool keys (`pool/NAME`, R-RT-4)."""
+POOL_PREFIX = POOL_PROVIDER + "/"
+
+
+class Effort(StrEnum):
+    """The reasoning-effort levels a route may carry (R-RT-2)."""
+
+    NONE = "none"
+    MINIMAL = "minimal"
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+    XHIGH = "xhigh"
+    MAX = "max"
+
+
+EFFORT_LEVELS = tuple(e.value for e in Effort)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One route target: `key` is a model key or a pool key; `effort` None means none asked."""
+
+    key: str
+    effort: Effort | None = None
+
+    @property
+    def is_pool(self) -> bool:
+        """Whether this names a pool (`pool/NAME`)."""
+        return self.key.startswith(POOL_PREFIX)
+
+    @property
+    def pool_name(self) -> str | None:
+        """The pool's NAME, or None for a model key."""
+        return self.key[len(POOL_PREFIX) :] if self.is_pool else None
+
+    def __str__(self) -> str:
+        return self.key if self.effort is None else f"{self.key}:{self.effort}"
+
+
+def split_effort(text: str) -> tuple[str, Effort | None]:
+    """`provider/model:high` -> (`provider/model`, high); an unlisted suffix stays in the key."""
+    head, sep, tail = text.rpartition(":")
+    if sep and head and tail in EFFORT_LEVELS and "/" in head:
+        return head, Effort(tail)
+    return text, None
+
+
+def parse_target(text: str, effort: str | Effort | None = None) -> Target:
+    """A target from a key (maybe with a `:LEVEL` suffix) and an optional explicit effort.
+
+    An explicit effort and a suffix together are ambiguous: the explicit one must not also be
+    given as a suffix (ValueError with a fixed rule text).
+    """
+    key, suffix = split_effort(text)
+    if suffix is not None and effort is not None:
+        raise ValueError("rule: give the effort either as `effort` or as a `:LEVEL` suffix")
+    chosen = suffix if effort is None else Effort(effort)
+    return Target(key, chosen)
+
+
+def pool_key(name: str) -> str:
+    """`pool/NAME`."""
+    return POOL_PREFIX + name
+
+
+def is_pool_key(key: str) -> bool:
+    """Whether a key names a pool."""
+    return key.startswith(POOL_PREFIX)
 
 
 class _Pool(Protocol):
@@ -34,7 +110,6 @@ KEY = "<key>"  # a user-chosen dictionary key is never printed (R-CFG-3)
 
 def target_of(entry: object) -> Target:
     """The Target of one config entry (a key string, or a {model, effort} object)."""
-    from ledger.routing.targets import parse_target
 
     if isinstance(entry, str):
         return parse_target(entry)
@@ -105,4 +180,3 @@ def _pool_cycle(policy: Routing) -> bool:
         return False
 
     return any(visit(name) for name in children)
-

@@ -4,7 +4,7 @@ Speaks the OpenAI-compatible chat-completions wire format (`POST /v1/chat/comple
 `http://127.0.0.1:PORT/v1`) and the Anthropic messages format (`POST /v1/messages`, base URL
 `http://127.0.0.1:PORT`), replying per model id from a script.
 
-It is as strict as the real APIs about what it accepts (issue 13 item 4; `ledger.standin_wire`):
+It is as strict as the real APIs about what it accepts (issue 13 item 4; `ledger.standin.formats`):
 a request the real API would reject gets the real API's error status and error type, and every
 reply has the shape the official SDKs parse. The OpenAI path, like local OpenAI-compatible
 servers, accepts a request without a key; the Anthropic path requires `x-api-key`.
@@ -26,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, NamedTuple
 
-from ledger.standin_wire import (
+from ledger.standin.formats import (
     StreamEvent,
     anthropic_stream,
     anthropic_success,

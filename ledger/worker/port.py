@@ -13,7 +13,7 @@ from ledger.records import Outcome, Reservation, SettleResult
 from ledger.store.queue import Claim, CommitFailure, QueueTimes
 
 if TYPE_CHECKING:
-    from ledger.select import Selection
+    from ledger.routing.select import Selection
 
 
 class WorkerLedger(Protocol):

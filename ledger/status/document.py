@@ -15,15 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from ledger.api import Ledger
-from ledger.budgets import DAY_MS, HOUR_MS
+from ledger.budgets.checks import DAY_MS, HOUR_MS
+from ledger.budgets.scopes import ScopeUse
 from ledger.catalog import split_model_key
 from ledger.clock import iso
 from ledger.config import Policy, ScopeLimits
 from ledger.durations import human_duration_ms
 from ledger.inert import ConfigFindings, config_findings
 from ledger.records import micro_to_usd
-from ledger.scope_budgets import ScopeUse
-from ledger.status_text import render_text
+from ledger.status.text import render_text
 from ledger.store.engine import network_filesystem
 from ledger.store.pending import no_database_yet
 from ledger.store.refusal_counts import WINDOW_MS, RefusalTotal
@@ -78,7 +78,7 @@ def build_status(ledger: Ledger, *, from_shell: bool = False) -> dict[str, Any]:
         doc["warnings"].insert(0, no_database_yet(path))
     doc["service_elsewhere"] = from_shell and service_running(ledger.state.path)
     if ledger.policy.pools:  # R-RT-7: strategy, cursor, candidates with state, live leases
-        from ledger.pool_report import pool_views
+        from ledger.status.pools import pool_views
 
         doc["pools"] = [view.to_json() for view in pool_views(ledger)]
     return doc
@@ -104,7 +104,7 @@ def service_running(state: Path) -> bool:
 
 def fresh_routes(ledger: Ledger) -> RouteView:
     """The selector's answer for a fresh source with no failure and nothing tried."""
-    from ledger.select import exclusion_json
+    from ledger.routing.select import exclusion_json
 
     selection = ledger.select(None)
     return RouteView(

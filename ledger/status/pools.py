@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 from ledger.errors import UsageError
 from ledger.kinds import CooldownScope
 from ledger.routing import pools
-from ledger.routing.targets import pool_key
 from ledger.store.pool_views import PoolStateRows, pool_state
 from ledger.store.views import CooldownChange
+from ledger.targets import pool_key
 
 if TYPE_CHECKING:
     from ledger.api import Ledger

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from ledger.budgets import SPENT_REASONS
+from ledger.budgets.checks import SPENT_REASONS
 from ledger.classify import (
     Classification,
     classify_exception,

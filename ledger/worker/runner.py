@@ -76,11 +76,15 @@ from ledger.errors import (
     UsageError,
 )
 from ledger.follow_up import plan_follow_up
-from ledger.heartbeat import LeaseHeartbeat
 from ledger.kinds import AttemptRole, FailureKind, RefusalReason
 from ledger.providers.base import CallRequest, Message, ProviderResponse
 from ledger.providers.registry import adapter_for
-from ledger.queue import (
+from ledger.records import Cancelled, Failed, Reservation, SettleResult, Success
+from ledger.store import queue as store_queue
+from ledger.targets import Effort
+from ledger.worker.heartbeat import LeaseHeartbeat
+from ledger.worker.port import WorkerLedger
+from ledger.worker.queue import (
     GLOBAL_REFUSALS,
     SPENT_REFUSALS,
     AttemptReport,
@@ -90,10 +94,6 @@ from ledger.queue import (
     ItemReport,
     classify_result,
 )
-from ledger.records import Cancelled, Failed, Reservation, SettleResult, Success
-from ledger.routing.targets import Effort
-from ledger.store import queue as store_queue
-from ledger.worker_ledger import WorkerLedger
 
 __all__ = [
     "CallCancelled",

@@ -1,0 +1,1 @@
+"""Budgets: the rolling-hour and 24 h windows, source caps and scope limits (pure checks)."""

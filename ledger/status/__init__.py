@@ -1,0 +1,1 @@
+"""`ledger status`: the status document, its text and Prometheus forms, refusal and pool text."""
