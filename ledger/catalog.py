@@ -19,8 +19,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, PrivateAttr, model_validator
 
-from ledger.atomic_file import write_atomic
 from ledger.errors import UsageError
+from ledger.home import write_atomic
 from ledger.validation import Printable, load_document, parse_document
 
 CATALOG_FILE = "catalog.json"

@@ -81,7 +81,7 @@ class StickyFor(BaseModel):
     @field_validator("for_")
     @classmethod
     def _duration(cls, value: str) -> str:
-        from ledger.durations import parse_duration_ms
+        from ledger.clock import parse_duration_ms
         from ledger.errors import UsageError
 
         try:
@@ -93,7 +93,7 @@ class StickyFor(BaseModel):
     @property
     def ms(self) -> int:
         """The duration in milliseconds."""
-        from ledger.durations import parse_duration_ms
+        from ledger.clock import parse_duration_ms
 
         return parse_duration_ms(self.for_)
 

@@ -80,8 +80,7 @@ def current(app: AppContext, as_json: bool) -> None:
 @pass_app
 def compact_cmd(app: AppContext, older_than: str | None, as_json: bool) -> None:
     """Fold old settled attempts into per-day totals, in bounded batches (R-DB-6)."""
-    from ledger.clock import iso, now_ms
-    from ledger.durations import DAY_MS, parse_duration_ms
+    from ledger.clock import DAY_MS, iso, now_ms, parse_duration_ms
     from ledger.store.compact import check_older_than, compact
 
     policy = load_policy(app.state.path)

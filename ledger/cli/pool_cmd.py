@@ -5,8 +5,7 @@ from __future__ import annotations
 import click
 
 from ledger.cli.main import AppContext, emit_json, pass_app, run
-from ledger.clock import iso
-from ledger.durations import parse_duration_ms
+from ledger.clock import iso, parse_duration_ms
 from ledger.routing.pools import PoolView
 
 DEFAULT_CYCLE = "30m"

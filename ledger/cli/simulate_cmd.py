@@ -59,8 +59,8 @@ def simulate(
     app = ctx.find_object(AppContext)
     assert app is not None
     from ledger.catalog import Catalog, load_catalog
+    from ledger.clock import parse_duration_ms
     from ledger.config import Policy, load_policy
-    from ledger.durations import parse_duration_ms
     from ledger.errors import UsageError
     from ledger.simulate.limits import MAX_SPAN_DAYS, MAX_SPAN_MS
     from ledger.simulate.report import render_text

@@ -75,7 +75,7 @@ def prometheus_status(app: AppContext) -> dict[str, Any]:
 
 def write_page(app: AppContext, doc: dict[str, Any], target: Path) -> None:
     """The standalone page, written to a temporary file beside `target` and renamed over it."""
-    from ledger.atomic_file import write_atomic  # only this path needs them (start-up time)
+    from ledger.home import write_atomic  # only this path needs them (start-up time)
     from ledger.page import render_page
 
     html = render_page(

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ledger.cli.main import AppContext, emit_json, pass_app, run
-from ledger.durations import parse_duration_ms
+from ledger.clock import parse_duration_ms
 
 
 @click.group("trace")

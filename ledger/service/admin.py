@@ -12,8 +12,8 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from ledger.catalog import Catalog
+from ledger.clock import parse_duration_ms
 from ledger.documents import change_json, set_json, source_document, source_json
-from ledger.durations import parse_duration_ms
 from ledger.errors import NotFoundError, UsageError
 from ledger.service.calls import LedgerDep
 from ledger.service.models import (

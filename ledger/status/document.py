@@ -18,9 +18,8 @@ from ledger.api import Ledger
 from ledger.budgets.checks import DAY_MS, HOUR_MS
 from ledger.budgets.scopes import ScopeUse
 from ledger.catalog import split_model_key
-from ledger.clock import iso
+from ledger.clock import human_duration_ms, iso
 from ledger.config import Policy, ScopeLimits
-from ledger.durations import human_duration_ms
 from ledger.inert import ConfigFindings, config_findings
 from ledger.records import micro_to_usd
 from ledger.status.text import render_text
