@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -41,8 +40,9 @@ from ledger.errors import (
     StorageFullError,
     StoreError,
     UnreadableDatabaseError,
+    UsageError,
 )
-from ledger.store import dialects
+from ledger.store import dialects, sqlite_driver
 from ledger.store.schema import clock
 from ledger.store.writelock import WriteLock, lock_path
 
@@ -76,7 +76,19 @@ def chosen_journal_mode(version: str | None = None) -> str:
     reservation away (R-DB-3: a slot must not be handed out twice). In `truncate` mode FULL
     syncs the truncation, and a commit changes no directory entry, which is also cheaper.
     """
-    return "wal" if wal_is_safe(version or sqlite3.sqlite_version) else "truncate"
+    return "wal" if wal_is_safe(version or sqlite_driver.library_version()) else "truncate"
+
+
+class UnsafeWalError(UsageError):
+    """A WAL database met by a process whose SQLite has the WAL-reset bug (R-DB-3c): exit 2."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            f"the database is in WAL mode and this process links SQLite "
+            f"{sqlite_driver.library_version()} ({sqlite_driver.LIBRARY}), which has the "
+            "WAL-reset bug: run it where the pysqlite3 wheel is installed, or turn the file back "
+            "to the rollback journal with `ledger db journal truncate`"
+        )
 
 
 def network_filesystem(path: Path, mounts_file: Path = Path("/proc/mounts")) -> str | None:
@@ -183,6 +195,8 @@ class Database:
         if self.is_sqlite:
             event.listen(self.engine, "connect", self._on_connect)
             event.listen(self.engine, "begin", self._on_begin)
+            if not self.throwaway and not wal_is_safe(sqlite_driver.library_version()):
+                event.listen(self.engine, "checkout", self._on_checkout_journal)
         else:
             event.listen(self.engine, "begin", dialects.postgres_begin)
 
@@ -215,12 +229,22 @@ class Database:
             cur.execute(f"PRAGMA synchronous = {'OFF' if self.throwaway else 'FULL'}")
             row = cur.execute("PRAGMA journal_mode").fetchone()
             current = str(row[0]).lower() if row else ""
+            if current == "wal" and self.journal_mode != "wal":
+                # never a side effect: back to the rollback journal is `ledger db journal`
+                raise UnsafeWalError()
             if current != self.journal_mode and current != "memory":
                 # another process may hold it open; the mode in force is reported by status
-                with contextlib.suppress(sqlite3.OperationalError):
+                with contextlib.suppress(sqlite_driver.OperationalError):
                     cur.execute(f"PRAGMA journal_mode = {self.journal_mode}")
         finally:
             cur.close()
+
+    def _on_checkout_journal(self, dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
+        # An affected library only (R-DB-3c): a safe process elsewhere may have turned the
+        # file to WAL since this pooled connection opened; one PRAGMA per checkout finds it.
+        row = dbapi_conn.execute("PRAGMA journal_mode").fetchone()
+        if row and str(row[0]).lower() == "wal":
+            raise UnsafeWalError()
 
     def _on_begin(self, conn: Connection) -> None:
         # straight on the driver's connection: SQLAlchemy's statement path would cost more than
@@ -241,7 +265,7 @@ class Database:
                 yield WriteTxn(conn, now)
         except exc.DBAPIError as error:
             raise translate(error) from error
-        except sqlite3.Error as error:
+        except sqlite_driver.Error as error:
             raise translate(error) from error
 
     @contextmanager
@@ -252,7 +276,7 @@ class Database:
                 yield conn
         except exc.DBAPIError as error:
             raise translate(error) from error
-        except sqlite3.Error as error:
+        except sqlite_driver.Error as error:
             raise translate(error) from error
 
     @contextmanager
