@@ -98,6 +98,20 @@ def home(tmp_path: Path, ledger_db: str | None) -> Path:
     return path
 
 
+AFFECTED_SQLITE = "3.40.1"  # inside the WAL-reset bug's range (R-DB-3a): the rollback journal
+
+
+@pytest.fixture
+def rollback_journal(monkeypatch: pytest.MonkeyPatch) -> str:
+    """This process's ledger judges its SQLite affected, so it runs the rollback journal
+    (`truncate`) whatever library is linked: the rollback path's tests run on every machine.
+    A child process gets the same with `LEDGER_SQLITE=stdlib` where the stdlib is affected."""
+    from ledger.store import sqlite_driver
+
+    monkeypatch.setattr(sqlite_driver, "library_version", lambda: AFFECTED_SQLITE)
+    return AFFECTED_SQLITE
+
+
 def write_policy(home: Path, **keys: Any) -> None:
     """Write recovery.json with the given camelCase keys."""
     (home / "recovery.json").write_text(json.dumps(keys))

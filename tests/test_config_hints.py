@@ -5,7 +5,6 @@ and in `status`."""
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from ledger.catalog import NO_CATALOG, Catalog
 from ledger.cli.main import cli
 from ledger.config import Policy
 from ledger.inert import InertReason, inert_entries
+from ledger.store import sqlite_driver
 from tests.conftest import TEST_CATALOG, write_policy
 
 HINT = "`ledger catalog init`"
@@ -57,7 +57,7 @@ def test_issue15_item4_status_select_reserve_worker_name_the_fix(bare: Path) -> 
 
 
 def _dump(home: Path) -> list[str]:
-    conn = sqlite3.connect(home / "ledger.db")
+    conn = sqlite_driver.connect(home / "ledger.db")
     try:
         return list(conn.iterdump())
     finally:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from ledger.kinds import FailureKind
 from ledger.records import Failed
 from ledger.standin.server import Scripted, StandIn
 from ledger.store import queue as q
+from ledger.store import sqlite_driver
 from ledger.worker.queue import HandlerResult
 from ledger.worker.runner import Job, drain, echo_handler
 from tests.conftest import Clock, LedgerFactory
@@ -109,7 +109,7 @@ def appending_handler(job: Job) -> HandlerResult:
 
 def db_rows(home: Path, sql: str, *params: object) -> list[tuple[Any, ...]]:
     """Read the ledger file directly (an independent check of what was committed)."""
-    conn = sqlite3.connect(home / "ledger.db", timeout=10)
+    conn = sqlite_driver.connect(home / "ledger.db", timeout=10)
     try:
         return conn.execute(sql, params).fetchall()
     finally:

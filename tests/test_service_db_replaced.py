@@ -8,10 +8,10 @@ new file while the service's status was stale."""
 from __future__ import annotations
 
 import os
-import sqlite3
 from pathlib import Path
 
 from ledger.client import LedgerClient
+from ledger.store import sqlite_driver
 from tests.backends import rows
 from tests.conftest import write_policy
 from tests.serving import running
@@ -19,8 +19,8 @@ from tests.serving import running
 
 def _copy(db: Path, to: Path) -> None:
     """A consistent copy of a live SQLite database (the backup API)."""
-    source = sqlite3.connect(db)
-    target = sqlite3.connect(to)
+    source = sqlite_driver.connect(db)
+    target = sqlite_driver.connect(to)
     try:
         source.backup(target)
     finally:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from types import ModuleType
+from typing import Any
 
 
 def _load() -> tuple[ModuleType, str]:
@@ -37,7 +38,11 @@ def library_version() -> str:
     return str(driver.sqlite_version)
 
 
-def connect(path: str | os.PathLike[str], **kwargs: object) -> sqlite3.Connection:
-    """A DB-API connection from the linked library (the same class shape as the stdlib's)."""
-    conn: sqlite3.Connection = driver.connect(path, **kwargs)
+def connect(path: str | os.PathLike[str], *args: Any, **kwargs: Any) -> sqlite3.Connection:
+    """A DB-API connection from the linked library (the same class shape as the stdlib's).
+
+    Anything that opens a ledger file opens it with this: two libraries on one WAL file can
+    each read the other's work as a malformed image.
+    """
+    conn: sqlite3.Connection = driver.connect(path, *args, **kwargs)
     return conn
