@@ -42,6 +42,7 @@ from ledger.errors import (
     UnreadableDatabaseError,
     UsageError,
 )
+from ledger.home import sqlite_file
 from ledger.store import dialects, sqlite_driver
 from ledger.store.schema import clock
 from ledger.store.writelock import WriteLock, lock_path
@@ -188,6 +189,16 @@ class Database:
             lock_path(url) if self.is_sqlite and not self.throwaway else None, busy_timeout_ms
         )
         self._returning = bool(getattr(self.engine.dialect, "update_returning", False))
+        # An affected library (R-DB-3c): a safe process elsewhere may turn the file to WAL while
+        # this one's pooled connections are open in the rollback journal; each write looks at
+        # the file's header once its lock is taken (no conversion can happen after that).
+        self._sqlite_path = (
+            sqlite_file(url)
+            if self.is_sqlite
+            and not self.throwaway
+            and not wal_is_safe(sqlite_driver.library_version())
+            else None
+        )
         self._reached = False  # a session was opened once: a later refusal is an outage
         event.listen(self.engine, "connect", self._on_connect_record_pid)
         event.listen(self.engine, "connect", self._on_reached)
@@ -195,8 +206,6 @@ class Database:
         if self.is_sqlite:
             event.listen(self.engine, "connect", self._on_connect)
             event.listen(self.engine, "begin", self._on_begin)
-            if not self.throwaway and not wal_is_safe(sqlite_driver.library_version()):
-                event.listen(self.engine, "checkout", self._on_checkout_journal)
         else:
             event.listen(self.engine, "begin", dialects.postgres_begin)
 
@@ -239,12 +248,18 @@ class Database:
         finally:
             cur.close()
 
-    def _on_checkout_journal(self, dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
-        # An affected library only (R-DB-3c): a safe process elsewhere may have turned the
-        # file to WAL since this pooled connection opened; one PRAGMA per checkout finds it.
-        row = dbapi_conn.execute("PRAGMA journal_mode").fetchone()
-        if row and str(row[0]).lower() == "wal":
-            raise UnsafeWalError()
+    def _file_is_wal(self) -> bool:
+        """The database header's read/write versions (bytes 18-19) are 2 in WAL mode."""
+        if self._sqlite_path is None:
+            return False
+        try:
+            fd = os.open(self._sqlite_path, os.O_RDONLY)
+        except OSError:
+            return False
+        try:
+            return os.pread(fd, 2, 18) == b"\x02\x02"
+        finally:
+            os.close(fd)
 
     def _on_begin(self, conn: Connection) -> None:
         # straight on the driver's connection: SQLAlchemy's statement path would cost more than
@@ -256,6 +271,9 @@ class Database:
             conn.exec_driver_sql(sql)
             return
         raw.execute(sql)
+        if self._sqlite_path is not None and sql is _BEGIN_WRITE and self._file_is_wal():
+            raw.execute("ROLLBACK")
+            raise UnsafeWalError()
 
     @contextmanager
     def write(self) -> Iterator[WriteTxn]:
