@@ -19,7 +19,14 @@ from pydantic import (
 )
 
 from ledger.targets import EFFORT_LEVELS, routing_problem
-from ledger.validation import TAG, Printable, load_document, located, parse_document
+from ledger.validation import (
+    TAG,
+    Derived,
+    Printable,
+    load_document,
+    located,
+    parse_document,
+)
 
 POLICY_FILE = "recovery.json"
 
@@ -193,8 +200,8 @@ class Policy(BaseModel):
     chains: dict[Glob, list[TargetEntry]] = Field(default_factory=dict, max_length=10_000)
     default_chain: list[TargetEntry] | None = Field(None, alias="defaultChain", max_length=1000)
     pools: dict[PoolName, PoolSpec] = Field(default_factory=dict, max_length=10_000)
-    # values derived from this (frozen) policy by ledger.routing, made on first use
-    _memo: dict[object, object] = PrivateAttr(default_factory=dict)
+    # what routing, the API and the gateway work out from this (frozen) policy, made on first use
+    _derived: Derived = PrivateAttr(default_factory=Derived)
     scopes: Annotated[dict[ScopeName, ScopeLimits], Field(max_length=MAX_SCOPES)] = Field(
         default_factory=dict
     )
@@ -213,6 +220,11 @@ class Policy(BaseModel):
         if problem is not None:
             raise located(*problem)
         return self
+
+    @property
+    def derived(self) -> Derived:
+        """This policy's cache of derived values (a reloaded policy has its own, empty one)."""
+        return self._derived
 
     def fingerprint(self) -> str:
         """A short stable hash of the effective policy (R-HOME-3: shows stale processes)."""
