@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException
 from ledger.clock import iso
 from ledger.errors import LedgerError, NotFoundError, ReadOnlyError, Refused
 from ledger.gateway.errors import RETRY_AFTER_S, TOO_MANY
-from ledger.service.models import REQUEST_MODELS
+from ledger.service.bodies import REQUEST_MODELS
 
 HTTP_STATUS_BY_EXIT_CODE: dict[int, int] = {
     0: 200,  # success
