@@ -18,6 +18,8 @@ from pydantic import (
     model_validator,
 )
 
+from ledger.clock import parse_duration_ms
+from ledger.errors import UsageError
 from ledger.targets import EFFORT_LEVELS, routing_problem
 from ledger.validation import (
     TAG,
@@ -88,9 +90,6 @@ class StickyFor(BaseModel):
     @field_validator("for_")
     @classmethod
     def _duration(cls, value: str) -> str:
-        from ledger.clock import parse_duration_ms
-        from ledger.errors import UsageError
-
         try:
             parse_duration_ms(value)
         except UsageError:
@@ -100,8 +99,6 @@ class StickyFor(BaseModel):
     @property
     def ms(self) -> int:
         """The duration in milliseconds."""
-        from ledger.clock import parse_duration_ms
-
         return parse_duration_ms(self.for_)
 
 

@@ -22,6 +22,7 @@ from ledger.clock import human_duration_ms, iso
 from ledger.config import Policy, ScopeLimits
 from ledger.inert import ConfigFindings, config_findings
 from ledger.records import micro_to_usd
+from ledger.routing.select import exclusion_json
 from ledger.status.prometheus import render_prometheus, render_prometheus_down
 from ledger.status.text import render_text
 from ledger.store.engine import network_filesystem
@@ -78,7 +79,7 @@ def build_status(ledger: Ledger, *, from_shell: bool = False) -> dict[str, Any]:
         doc["warnings"].insert(0, no_database_yet(path))
     doc["service_elsewhere"] = from_shell and service_running(ledger.state.path)
     if ledger.policy.pools:  # R-RT-7: strategy, cursor, candidates with state, live leases
-        from ledger.status.pools import pool_views
+        from ledger.status.pools import pool_views  # lazy: only pools pay (status start-up)
 
         doc["pools"] = [view.to_json() for view in pool_views(ledger)]
     return doc
@@ -104,8 +105,6 @@ def service_running(state: Path) -> bool:
 
 def fresh_routes(ledger: Ledger) -> RouteView:
     """The selector's answer for a fresh source with no failure and nothing tried."""
-    from ledger.routing.select import exclusion_json
-
     selection = ledger.select(None)
     return RouteView(
         routes=selection.routes,
