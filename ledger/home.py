@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,3 +174,35 @@ def check_sqlite_path(path: Path, *, home: Path | None = None) -> None:
     parent = path.absolute().parent
     if not parent.is_dir() and parent != home:
         raise UsageError("the database's directory does not exist; create it first")
+
+
+def write_atomic(target: Path, data: bytes, mode: int | None = None) -> None:
+    """Replace `target` with `data` atomically (`mode`: the new file's permissions)."""
+    fd, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if mode is not None:
+            os.chmod(temp_name, mode)
+        os.replace(temp_name, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp_name)
+        raise
+    fsync_dir(target.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename durable where the platform allows fsync on a directory."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

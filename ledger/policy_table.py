@@ -16,13 +16,13 @@ from types import MappingProxyType
 
 from ledger.catalog import split_model_key
 from ledger.classify import MAX_HINT_MS, Classification
-from ledger.clock import iso
-from ledger.durations import (
+from ledger.clock import (
     HOUR_MS,
     MINUTE_MS,
     SECOND_MS,
     format_duration_ms,
     human_duration_ms,
+    iso,
 )
 from ledger.kinds import CooldownOrigin, CooldownScope, FailureKind
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ledger.durations import (
+from ledger.clock import (
     MAX_DURATION_MS,
     format_duration_ms,
     human_duration_ms,

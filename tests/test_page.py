@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from ledger.durations import human_duration_ms
+from ledger.clock import human_duration_ms
 from ledger.kinds import FailureKind
 from ledger.page import render_assets, render_page
 from ledger.page.chart import PATTERNS, build_chart, pattern_of

@@ -489,7 +489,7 @@ def test_r_srv_8_iso_like_24_hour_times_and_the_one_duration_format(
 ) -> None:
     """Issue 33: times read `12/01/2026, 05:48:29 PM UTC` and countdowns `51m 13s`: local times
     are ISO-like 24-hour with the offset, and the script's countdowns use the CLI's format."""
-    from ledger.durations import human_duration_ms
+    from ledger.clock import human_duration_ms
 
     page = open_page(browser, demo.page.as_uri(), timezone="America/New_York",
                      clock_ms=1_900_000_000_000).page

@@ -190,7 +190,7 @@ def test_r_sim_1_timeline_has_time_labels_and_durations_use_the_cli_format(
     with the time since the start, and every duration is `human_duration_ms`."""
     import re
 
-    from ledger.durations import human_duration_ms
+    from ledger.clock import human_duration_ms
     from ledger.simulate.timeline import render_svg, time_ticks
 
     catalog = Catalog.model_validate(CATALOG)
@@ -217,6 +217,6 @@ def test_r_sim_1_timeline_has_time_labels_and_durations_use_the_cli_format(
 
 
 def parse_ms(text: str) -> int:
-    from ledger.durations import parse_duration_ms
+    from ledger.clock import parse_duration_ms
 
     return parse_duration_ms(text)

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from ledger.catalog import Model
+from ledger.clock import DAY_MS as DAY_MS  # the windows, re-exported for the store
+from ledger.clock import HOUR_MS as HOUR_MS
 from ledger.config import Policy
-from ledger.durations import DAY_MS as DAY_MS  # the windows, re-exported for the store
-from ledger.durations import HOUR_MS as HOUR_MS
 from ledger.kinds import RefusalReason, SourceState
 
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 import click
 
 from ledger.cli.main import AppContext, emit_json, pass_app, run
-from ledger.clock import iso
+from ledger.clock import human_duration_ms, iso, parse_duration_ms
 from ledger.documents import change_json, set_json
-from ledger.durations import human_duration_ms, parse_duration_ms
 from ledger.errors import UsageError
 from ledger.store.views import CooldownChange, CooldownRow, cooldown_list
 

@@ -7,9 +7,11 @@ from functools import partial
 import click
 
 from ledger.cli.main import AppContext, emit_json, pass_app
+from ledger.clock import DAY_MS, iso, now_ms, parse_duration_ms
 from ledger.config import Policy, load_policy
 from ledger.home import check_db_target, ensure_home
 from ledger.store import Database, migrate
+from ledger.store.compact import check_older_than, compact
 from ledger.store.pending import open_database
 
 
@@ -80,10 +82,6 @@ def current(app: AppContext, as_json: bool) -> None:
 @pass_app
 def compact_cmd(app: AppContext, older_than: str | None, as_json: bool) -> None:
     """Fold old settled attempts into per-day totals, in bounded batches (R-DB-6)."""
-    from ledger.clock import iso, now_ms
-    from ledger.durations import DAY_MS, parse_duration_ms
-    from ledger.store.compact import check_older_than, compact
-
     policy = load_policy(app.state.path)
     age = parse_duration_ms(older_than) if older_than else policy.retention_days * DAY_MS
     check_older_than(age)

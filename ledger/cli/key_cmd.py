@@ -6,8 +6,7 @@ import click
 
 from ledger.budgets.scopes import check_names
 from ledger.cli.main import AppContext, emit_json, pass_app, run
-from ledger.clock import iso
-from ledger.durations import parse_duration_ms
+from ledger.clock import iso, parse_duration_ms
 from ledger.keys import check_key_name, state_of
 from ledger.status.text import WIDTH, Column, short_time, table
 from ledger.store.keys import KeyRow, create_key, list_keys, revoke_key

@@ -22,7 +22,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from ledger.durations import human_duration_ms
+from ledger.clock import human_duration_ms
 from ledger.page.chart import PATTERNS, build_chart
 
 REFRESH_SECONDS = 5

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from ledger.clock import iso
-from ledger.durations import human_duration_ms
+from ledger.clock import human_duration_ms, iso
 from ledger.simulate.runner import Comparison, RunRecord
 
 REPORT_FORMAT = "ledger-simulation"

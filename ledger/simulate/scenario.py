@@ -22,8 +22,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ledger.classify import KNOWN_ERROR_CODES
+from ledger.clock import parse_duration_ms
 from ledger.config import ScopeName
-from ledger.durations import parse_duration_ms
 from ledger.errors import UsageError
 from ledger.kinds import FailureKind
 from ledger.simulate.provider import Reply

@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from html import escape
 
-from ledger.clock import iso
-from ledger.durations import human_duration_ms
+from ledger.clock import human_duration_ms, iso
 from ledger.simulate.runner import Comparison, RunRecord
 
 WIDTH = 960

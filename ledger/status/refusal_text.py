@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import math
 
-from ledger.clock import iso
-from ledger.durations import human_duration_ms
+from ledger.clock import human_duration_ms, iso
 from ledger.kinds import RefusalReason as R
 
 # Refusals that no amount of waiting clears (their retry time is unknown): what does.

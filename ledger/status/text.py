@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ledger.durations import human_duration_ms
+from ledger.clock import human_duration_ms
 
 WIDTH = 100
 MIN_WIDTH = 80

@@ -27,7 +27,7 @@ from sqlalchemy import (
     update,
 )
 
-from ledger.durations import HOUR_MS
+from ledger.clock import HOUR_MS
 from ledger.kinds import CooldownOrigin, CooldownScope, FailureKind
 from ledger.store.notices import record_notice
 from ledger.store.schema import cooldowns, probes, reservations
