@@ -173,7 +173,9 @@ def cancelled(usage: Usage | None = None, *, estimated: bool = False) -> Cancell
 
 def overran(now_ms: int, reservation: Reservation) -> bool:
     """The call outlived its reservation's deadline by the caller's own clock (R-HTTP-3): it is
-    settled late, whatever the store's clock says (R-RES-11)."""
+    settled late, whatever the store's clock says (R-RES-11). The worker measures its call on
+    its call clock (another process may hold the ledger); the gateway settles in the ledger's
+    own process and clock, where the store's check at the settle is that measure."""
     return now_ms > reservation.deadline_ms
 
 

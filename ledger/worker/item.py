@@ -20,7 +20,9 @@ may wait for the write lock well before the lease could run out); a worker whose
 during the commit does not finish the source (outcome ``lost_lease``).
 
 Invariant: every attempt that was reserved is settled exactly once (success, failure or
-`Cancelled()` on SIGINT/SIGTERM), and every claimed lease is released by its owner (R-Q-4).
+`Cancelled()` on SIGINT/SIGTERM), through the protocol's one settle (`ledger.attempt.settle`;
+proven with the gateway's in tests/test_attempt_protocol.py), and every claimed lease is released
+by its owner (R-Q-4).
 """
 
 from __future__ import annotations
