@@ -29,8 +29,10 @@ from ledger.home import expand
 from ledger.standin.server import Scripted, StandIn
 from ledger.status.document import build_status, render_text
 from ledger.store.queue import QueueTotals, totals
+from ledger.worker.drain import drain
+from ledger.worker.handler import echo_handler
 from ledger.worker.queue import DrainSummary, ItemReport
-from ledger.worker.runner import Stopper, drain, echo_handler
+from ledger.worker.stop import Stopper
 
 DEFAULT_SOURCES = 12
 MAX_SOURCES = 200

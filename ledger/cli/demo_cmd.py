@@ -15,7 +15,7 @@ from ledger.cli.main import AppContext, emit_json, pass_app, run
 from ledger.cli.worker_cmd import Progress
 from ledger.demo import DEFAULT_SOURCES, DEMO_KEY, DEMO_KEY_ENV, MAX_SOURCES, DemoResult, run_demo
 from ledger.worker.queue import plural
-from ledger.worker.runner import Stopper
+from ledger.worker.stop import Stopper
 
 
 @click.command("demo")
