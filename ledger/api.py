@@ -49,10 +49,14 @@ from ledger.store.batch import Answered, Step
 from ledger.store.pending import open_database
 from ledger.store.reservations import PoolPlan, ReserveRequest
 from ledger.targets import Target, parse_target
+from ledger.validation import Slot
 
 if TYPE_CHECKING:
     from ledger.routing.select import Selection
 
+_POOL_PLAN_MEMBERS: Slot[str, tuple[Catalog, tuple[tuple[Model, int | None, int], ...]]] = Slot(
+    "pool members a plan may use"
+)
 
 def _after_id(after: object) -> int:
     """The failed reservation `after=` names; one beyond any id names none (bad input)."""
@@ -294,15 +298,18 @@ class Ledger:
         """A pool's members that policy and catalog alone allow (in the catalog, with a base URL
         and text, allowed by the route rules), each with its input-token limit and prompt-cache
         TTL; worked out once per policy and catalog (both immutable), availability left out."""
+        return self.policy.derived.value(
+            _POOL_PLAN_MEMBERS,
+            key,
+            lambda: (self.catalog, self._make_pool_members(key)),
+            lambda found: found[0] is self.catalog,
+        )[1]
+
+    def _make_pool_members(self, key: str) -> tuple[tuple[Model, int | None, int], ...]:
         from ledger.routing.chains import pool_members
         from ledger.routing.pools import cache_ttl_ms
         from ledger.routing.rules import route_allowed
 
-        memo_key = ("pool_plan_members", key)
-        found = self.policy._memo.get(memo_key)
-        if isinstance(found, tuple) and found[0] is self.catalog:
-            members: tuple[tuple[Model, int | None, int], ...] = found[1]
-            return members
         no_url = self.catalog.providers_without_base_url()
         out = []
         for member in pool_members(self.policy, key):
@@ -318,9 +325,7 @@ class Ledger:
             if model.context_window is not None:
                 limit = model.context_window - model.reply_reservation(self.policy.reply_tokens)
             out.append((model, limit, cache_ttl_ms(self.catalog, model.key)))
-        members = tuple(out)
-        self.policy._memo[memo_key] = (self.catalog, members)
-        return members
+        return tuple(out)
 
     def settle(
         self, reservation_id: int, outcome: Outcome, *, overran: bool = False

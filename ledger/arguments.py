@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import TypeVar
 
+from ledger.catalog import Catalog
+from ledger.config import Policy
 from ledger.errors import UsageError
 
 MAX_INPUT_BYTES = 1 << 40
@@ -149,9 +151,6 @@ def check_open(
     create: object,
 ) -> None:
     """The arguments of `Ledger.open`, checked before anything is resolved or created."""
-    from ledger.catalog import Catalog
-    from ledger.config import Policy
-
     if home is not None and not isinstance(home, str | os.PathLike):
         raise UsageError(f"home must be a path (str or Path), not {_kind(home)}")
     check_optional_str(db, "db")

@@ -21,14 +21,14 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, PrivateAttr, model
 
 from ledger.errors import UsageError
 from ledger.home import write_atomic
-from ledger.validation import Printable, load_document, parse_document
+from ledger.validation import Derived, Printable, Slot, load_document, parse_document
 
 CATALOG_FILE = "catalog.json"
 NO_CATALOG = (
     "the catalog has no models: run `ledger catalog init` (an example to edit) or "
     "`ledger catalog import-litellm FILE`"
 )
-_NO_BASE_URL = "ledger.catalog.no_base_url"
+_NO_BASE_URL: Slot[None, frozenset[str]] = Slot("providers without a base URL")
 
 Price = Annotated[float, Field(ge=0, le=1_000_000, allow_inf_nan=False)]
 Count = Annotated[int, Field(gt=0, le=10**10)]
@@ -206,9 +206,9 @@ class Catalog(BaseModel):
     )
     models: list[Model] = Field(default_factory=list, max_length=100_000)
     _by_key: dict[str, Model] = PrivateAttr(default_factory=dict)
-    # Values other modules derive from this (frozen) catalog, computed on first use and kept for
-    # its lifetime (e.g. the selector's per-model keys and R-SEL-6 ranks). Never serialised.
-    _memo: dict[str, object] = PrivateAttr(default_factory=dict)
+    # Values derived from this (frozen) catalog, computed on first use and kept for its lifetime
+    # (e.g. the selector's per-model keys and R-SEL-6 ranks). Never serialised.
+    _derived: Derived = PrivateAttr(default_factory=Derived)
 
     @model_validator(mode="after")
     def _consistent(self) -> Catalog:
@@ -222,6 +222,11 @@ class Catalog(BaseModel):
                 raise ValueError("rule: a model key appears twice")
             seen.add(model.key)
         return self
+
+    @property
+    def derived(self) -> Derived:
+        """This catalog's cache of derived values (a reloaded catalog has its own, empty one)."""
+        return self._derived
 
     def model(self, key: str) -> Model | None:
         """The model with this key, if any."""
@@ -259,11 +264,11 @@ class Catalog(BaseModel):
 
     def providers_without_base_url(self) -> frozenset[str]:
         """Providers with no base URL to call: never offered (`no_base_url`), never defaulted."""
-        missing = self._memo.get(_NO_BASE_URL)
-        if not isinstance(missing, frozenset):
-            missing = frozenset(n for n in self.providers if self.base_url(n) is None)
-            self._memo[_NO_BASE_URL] = missing
-        return missing
+        return self._derived.value(
+            _NO_BASE_URL,
+            None,
+            lambda: frozenset(n for n in self.providers if self.base_url(n) is None),
+        )
 
     def provider_for_call(self, name: str) -> Provider:
         """The provider with its resolved base URL, or NoBaseUrlError (nothing is sent)."""

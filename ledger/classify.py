@@ -469,9 +469,9 @@ def classify_stop_reason(stop_reason: str | None) -> Classification | None:
 @cache
 def _exception_kinds() -> tuple[tuple[type[BaseException], FailureKind, str], ...]:
     """The exception table, built on first use: importing ledger does not load httpx or asyncio."""
-    import asyncio
+    import asyncio  # lazy: `ledger status` and `--help` import classify; keep asyncio out
 
-    import httpx
+    import httpx  # lazy: keeps httpx out of `ledger --help` and `ledger status` start-up
 
     return (
         (asyncio.CancelledError, FailureKind.CANCELLED, "cancelled"),

@@ -16,14 +16,14 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpcore
 import httpx
 from httpcore._backends.sync import SyncStream  # the stream httpcore's own backend returns
 
 from ledger import errors
-from ledger.catalog import Catalog, Model, load_catalog
+from ledger.catalog import Catalog, Model, load_catalog, parse_catalog
 from ledger.clock import now_ms, parse_iso_ms
 from ledger.config import Policy, load_policy
 from ledger.documents import claim_of, times_of
@@ -37,12 +37,12 @@ from ledger.records import (
     SourceStateChange,
     Success,
 )
+from ledger.routing.chains import ChainMatch
+from ledger.routing.exclusion import Exclusion
+from ledger.routing.pools import CandidateView, Lease, PoolView
+from ledger.routing.select import Route, Selection
 from ledger.store.queue import Claim, CommitFailure, QueueTimes
-
-if TYPE_CHECKING:
-    from ledger.routing.chains import ChainMatch
-    from ledger.routing.pools import PoolView
-    from ledger.routing.select import Selection
+from ledger.targets import Effort, parse_target
 
 SOCKET_NAME = "ledger.sock"
 TOKEN_ENV = "LEDGER_TOKEN"  # noqa: S105 - a variable name, not a secret
@@ -132,9 +132,6 @@ def settle_result_of(doc: Mapping[str, Any]) -> SettleResult:
 
 def selection_of(doc: Mapping[str, Any]) -> Selection:
     """The `Selection` a `/v1/select` answer (`Selection.to_json()`) describes."""
-    from ledger.routing.exclusion import Exclusion
-    from ledger.routing.select import Selection
-
     excluded = tuple(
         Exclusion(e["model"], ExclusionReason(e["reason"]), parse_iso_ms(e.get("until")))
         for e in doc["excluded"]
@@ -146,9 +143,6 @@ def selection_of(doc: Mapping[str, Any]) -> Selection:
 
 def _routes_of(doc: Mapping[str, Any]) -> tuple[str, ...]:
     """The routes as `Route` objects with their effort (R-RT-2), from `targets`."""
-    from ledger.routing.select import Route
-    from ledger.targets import Effort
-
     efforts = {t["route"]: t.get("effort") for t in doc.get("targets") or ()}
     return tuple(
         Route(r, Effort(efforts[r]) if efforts.get(r) else None) for r in doc["routes"]
@@ -157,9 +151,6 @@ def _routes_of(doc: Mapping[str, Any]) -> tuple[str, ...]:
 
 def _chain_of(doc: Mapping[str, Any]) -> ChainMatch | None:
     """The chain the primary matched (R-RT-1)."""
-    from ledger.routing.chains import ChainMatch
-    from ledger.targets import parse_target
-
     chain = doc.get("chain")
     if not chain:
         return None
@@ -169,9 +160,6 @@ def _chain_of(doc: Mapping[str, Any]) -> ChainMatch | None:
 
 def _pools_of(doc: Mapping[str, Any]) -> tuple[PoolView, ...]:
     """The pool routes' candidates with state (R-RT-5)."""
-    from ledger.routing.pools import CandidateView, Lease, PoolView
-    from ledger.targets import Effort
-
     return tuple(
         PoolView(
             name=p["pool"],
@@ -386,8 +374,6 @@ class LedgerClient:
 
     def served_catalog(self) -> Catalog:
         """The catalog of the ledger the service serves (`GET /v1/catalog`)."""
-        from ledger.catalog import parse_catalog
-
         return parse_catalog(json.dumps(self._call("GET", "/v1/catalog")), "the service's catalog")
 
     def reserve(

@@ -18,8 +18,17 @@ from pydantic import (
     model_validator,
 )
 
+from ledger.clock import parse_duration_ms
+from ledger.errors import UsageError
 from ledger.targets import EFFORT_LEVELS, routing_problem
-from ledger.validation import TAG, Printable, load_document, located, parse_document
+from ledger.validation import (
+    TAG,
+    Derived,
+    Printable,
+    load_document,
+    located,
+    parse_document,
+)
 
 POLICY_FILE = "recovery.json"
 
@@ -81,9 +90,6 @@ class StickyFor(BaseModel):
     @field_validator("for_")
     @classmethod
     def _duration(cls, value: str) -> str:
-        from ledger.clock import parse_duration_ms
-        from ledger.errors import UsageError
-
         try:
             parse_duration_ms(value)
         except UsageError:
@@ -93,8 +99,6 @@ class StickyFor(BaseModel):
     @property
     def ms(self) -> int:
         """The duration in milliseconds."""
-        from ledger.clock import parse_duration_ms
-
         return parse_duration_ms(self.for_)
 
 
@@ -193,8 +197,8 @@ class Policy(BaseModel):
     chains: dict[Glob, list[TargetEntry]] = Field(default_factory=dict, max_length=10_000)
     default_chain: list[TargetEntry] | None = Field(None, alias="defaultChain", max_length=1000)
     pools: dict[PoolName, PoolSpec] = Field(default_factory=dict, max_length=10_000)
-    # values derived from this (frozen) policy by ledger.routing, made on first use
-    _memo: dict[object, object] = PrivateAttr(default_factory=dict)
+    # what routing, the API and the gateway work out from this (frozen) policy, made on first use
+    _derived: Derived = PrivateAttr(default_factory=Derived)
     scopes: Annotated[dict[ScopeName, ScopeLimits], Field(max_length=MAX_SCOPES)] = Field(
         default_factory=dict
     )
@@ -213,6 +217,11 @@ class Policy(BaseModel):
         if problem is not None:
             raise located(*problem)
         return self
+
+    @property
+    def derived(self) -> Derived:
+        """This policy's cache of derived values (a reloaded policy has its own, empty one)."""
+        return self._derived
 
     def fingerprint(self) -> str:
         """A short stable hash of the effective policy (R-HOME-3: shows stale processes)."""

@@ -27,9 +27,12 @@ from ledger.api import Ledger
 from ledger.errors import UsageError
 from ledger.home import expand
 from ledger.standin.server import Scripted, StandIn
+from ledger.status.document import build_status, render_text
 from ledger.store.queue import QueueTotals, totals
+from ledger.worker.drain import drain
+from ledger.worker.handler import echo_handler
 from ledger.worker.queue import DrainSummary, ItemReport
-from ledger.worker.runner import Stopper, drain, echo_handler
+from ledger.worker.stop import Stopper
 
 DEFAULT_SOURCES = 12
 MAX_SOURCES = 200
@@ -210,8 +213,6 @@ def run_demo(
     """
     if not 1 <= sources <= MAX_SOURCES:
         raise UsageError(f"--sources must be between 1 and {MAX_SOURCES}")
-    from ledger.status.document import build_status, render_text
-
     started = time.monotonic()
     with _state_dir(home, discard) as path, StandIn(demo_script(), default=_OK) as standin:
         (path / "catalog.json").write_text(json.dumps(demo_catalog(standin), indent=2))
@@ -262,7 +263,7 @@ def _gateway_line(ledger: Ledger) -> str:
     """One request through the gateway (SPEC section 19), as a job in any language would send
     it; without the service extra (FastAPI), one line saying what to install."""
     try:
-        from ledger.service.local import one_request
+        from ledger.service.local import one_request  # lazy: FastAPI is an optional extra
     except ImportError:
         return "the gateway needs the serve extra: python -m pip install -e '.[serve]' (checkout)"
     shown = one_request(ledger, GATEWAY_MODEL, "demo-gateway", "Say hello as one JSON document.")

@@ -14,7 +14,7 @@ from enum import StrEnum
 from ledger.catalog import NO_CATALOG, Catalog, split_model_key
 from ledger.config import Policy
 from ledger.errors import ConfigError
-from ledger.routing.chains import pool_members
+from ledger.routing.chains import pool_members, primary_key
 from ledger.routing.globs import glob_to_regex
 from ledger.targets import Effort, entries, is_pool_key, pool_key, target_of
 
@@ -91,8 +91,6 @@ def inert_entries(
 def _routing_keys(policy: Policy) -> list[tuple[str, str]]:
     """Every target of defaultChain, chains and pools with its field path (a chains key or pool
     name by its position, `<key 2>`, never by its text: R-CFG-3)."""
-    from ledger.targets import target_of
-
     out = [(f"defaultChain[{i}]", str(target_of(e).key))
            for i, e in enumerate(policy.default_chain or ())]  # fmt: skip
     for n, chain in enumerate(policy.chains.values(), 1):
@@ -107,8 +105,6 @@ def _target_reason(
     policy: Policy, key: str, catalog: Catalog, available: frozenset[str]
 ) -> InertReason | None:
     """A model key's reason, or a pool key's: inert when none of its members is usable."""
-    from ledger.routing.chains import pool_members, primary_key
-
     key = primary_key(key) or key
     if not is_pool_key(key):
         return _key_reason(key, catalog, available)

@@ -4,6 +4,9 @@ Only schema field names and list indices are printed; dictionary keys chosen by 
 could be a pasted secret) are shown as `<key>`, never by name — except an unknown key that is a
 plausible identifier (short, `[A-Za-z0-9_]`): that is a typo the user must find, and the nearest
 known key is suggested. Invalid JSON is placed by line and column, never quoted.
+
+`Derived` is the typed cache a loaded document (a policy, a catalog) owns: the values other modules
+work out from that frozen document once and keep for its lifetime.
 """
 
 
@@ -12,9 +15,10 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import AfterValidator, BaseModel, ValidationError
@@ -280,3 +284,66 @@ def _masked_pair(pair: str) -> str:
     key, eq, _value = pair.partition("=")
     shown_key = key if _QUERY_KEY.fullmatch(key) and not _TOKEN_LIKE.fullmatch(key) else MASK
     return f"{shown_key}={MASK}" if eq else MASK
+
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+DERIVED_BOUND = 100_000
+"""Values a `Derived` holds before bounded slots stop keeping new ones (their keys come from
+requests: primaries and tried sets, not only from the document)."""
+
+
+@dataclass(frozen=True, eq=False)
+class Slot(Generic[K, V]):
+    """One kind of value in a `Derived` cache: keys of type K map to values of type V. Declared
+    once, next to the code that works the value out; compared by identity."""
+
+    name: str
+    bounded: bool = False  # kept only while the cache holds fewer than DERIVED_BOUND values
+
+
+class Derived:
+    """The values worked out from one loaded document (a frozen policy or catalog) on first use,
+    kept for that object's lifetime: a reloaded document is a new object with an empty cache.
+
+    Its owner holds it as a private attribute made by its own default factory; readers go through
+    `value` with a typed `Slot`, so each kind of value has one declared type.
+    """
+
+    __slots__ = ("_count", "_values")
+
+    def __init__(self) -> None:
+        self._values: dict[Slot[Any, Any], dict[Any, Any]] = {}
+        self._count = 0
+
+    def value(
+        self,
+        slot: Slot[K, V],
+        key: K,
+        make: Callable[[], V],
+        fresh: Callable[[V], bool] | None = None,
+    ) -> V:
+        """The kept value of `slot` for `key`, else `make()` kept (a bounded slot keeps it only
+        below DERIVED_BOUND values). `fresh` rejects a kept value made from other inputs than
+        the caller's (a copy of the owner shares its cache): it is made again and replaced."""
+        values = self._values.setdefault(slot, {})
+        if key in values:
+            found: V = values[key]
+            if fresh is None or fresh(found):
+                return found
+        made = make()
+        if key in values:
+            values[key] = made
+        elif not slot.bounded or self._count < DERIVED_BOUND:
+            values[key] = made
+            self._count += 1
+        return made
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __eq__(self, other: object) -> bool:
+        """Caches are alike: two documents compare by their fields, never by what was derived
+        from them so far (pydantic compares private attributes too)."""
+        return isinstance(other, Derived)

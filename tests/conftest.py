@@ -16,6 +16,12 @@ from ledger.catalog import Catalog
 from ledger.config import Policy
 from tests.backends import fresh_pg_database
 
+# pytest-xdist's workers start with COLUMNS=80; `ledger status` sizes its text by COLUMNS when
+# it is set, so a test would read a different layout in a worker than in one process. Tests
+# that mean a width pass it (CliRunner env={"COLUMNS": ...}).
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
+
 # CI machines are shared and noisy: hypothesis must judge behaviour, never speed. No per-example
 # deadline and no "too slow" health check; example counts are set per test.
 settings.register_profile(

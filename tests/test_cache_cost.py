@@ -40,8 +40,9 @@ from ledger.records import Failed, Success
 from ledger.standin.server import Scripted, StandIn
 from ledger.store import queue as q
 from ledger.store.compact import compact
+from ledger.worker.handler import echo_handler
+from ledger.worker.item import run_item
 from ledger.worker.queue import HandlerResult
-from ledger.worker.runner import echo_handler, run_item
 from tests.backends import BACKENDS
 from tests.conftest import Clock
 from tests.test_queue import db_rows, open_ledger, standin_home

@@ -20,7 +20,7 @@ from ledger.cli.main import cli
 
 # Modules a status run must not import (network, migrations tooling, other commands' code).
 HEAVY = (
-    "httpx", "alembic", "ledger.worker.runner", "ledger.providers", "ledger.litellm", "ledger.demo"
+    "httpx", "alembic", "ledger.worker.item", "ledger.providers", "ledger.litellm", "ledger.demo"
 )
 
 

@@ -250,7 +250,8 @@ def test_r_db_6_worker_drain_compacts_a_bounded_batch(tmp_path: Path) -> None:
     """The worker folds old history in bounded steps as it drains (automatic retention)."""
     from ledger.catalog import Catalog
     from ledger.store.views import source_detail
-    from ledger.worker.runner import drain, echo_handler
+    from ledger.worker.drain import drain
+    from ledger.worker.handler import echo_handler
     from tests.conftest import TEST_CATALOG, Clock
 
     clock = Clock()

@@ -219,8 +219,9 @@ def test_r_gw_demo_ends_with_one_gateway_request_shown() -> None:
 def test_issue33_summary_says_why_calls_failed() -> None:
     """The text summary said "2 failed (retry later)" without why: it counts the failed calls
     by kind/subkind and provider (most frequent first; the rest are in --json `failures`)."""
+    from ledger.attempt import AttemptReport
     from ledger.kinds import AttemptRole
-    from ledger.worker.queue import AttemptReport, ItemOutcome, ItemReport
+    from ledger.worker.queue import ItemOutcome, ItemReport
 
     summary = DrainSummary()
     connect = AttemptReport(

@@ -11,10 +11,10 @@ import json
 
 import pytest
 
+from ledger.attempt import plan_follow_up
 from ledger.classify import Classification, classify_http, classify_kind
 from ledger.config import parse_policy
 from ledger.errors import ConfigError, Refused
-from ledger.follow_up import plan_follow_up
 from ledger.kinds import AttemptRole, FailureKind
 from ledger.policy_table import FailureContext, InteractivePace, decide
 from ledger.records import Failed, SettleResult, Success

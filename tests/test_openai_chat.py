@@ -11,7 +11,7 @@ from ledger.catalog import DATA_FILE, Model, Provider, known_providers
 from ledger.kinds import AttemptRole
 from ledger.providers import CallRequest, Message, ProviderResponse, adapter_for
 from ledger.standin.server import StandIn
-from ledger.worker.runner import Job
+from ledger.worker.handler import Job
 
 ENV = {"PROVIDER_KEY": "sk-test"}
 MESSAGES = (Message("user", "hello"),)

@@ -23,8 +23,9 @@ from ledger.records import Failed
 from ledger.standin.server import Scripted, StandIn
 from ledger.store import queue as q
 from ledger.store import sqlite_driver
+from ledger.worker.drain import drain
+from ledger.worker.handler import Job, echo_handler
 from ledger.worker.queue import HandlerResult
-from ledger.worker.runner import Job, drain, echo_handler
 from tests.conftest import Clock, LedgerFactory
 
 ROOT = Path(__file__).resolve().parents[1]

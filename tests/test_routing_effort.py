@@ -20,7 +20,8 @@ from ledger.errors import ConfigError
 from ledger.routing.effort import anthropic_budget
 from ledger.store import queue as q
 from ledger.targets import Effort
-from ledger.worker.runner import echo_handler, run_item
+from ledger.worker.handler import echo_handler
+from ledger.worker.item import run_item
 from tests.routing_fixtures import routing_catalog
 
 

@@ -19,8 +19,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ledger.api import Ledger
+from ledger.service.answers import ReservationOut, SelectionOut, SettleOut
 from ledger.service.errors import HTTP_STATUS_BY_EXIT_CODE
-from ledger.service.models import ReservationOut, SelectionOut, SettleOut
 from ledger.store.migrate import downgrade
 from tests.conftest import write_policy
 from tests.procs import write_lock_held

@@ -6,7 +6,7 @@ import time
 
 from ledger import clock
 from ledger.simulate.vclock import VirtualClock
-from ledger.worker.runner import _call_clock
+from ledger.worker.item import _call_clock
 
 
 def test_r_sim_1_clock_seam_follows_the_virtual_clock_only_inside() -> None:

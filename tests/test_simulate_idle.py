@@ -19,14 +19,14 @@ from ledger.simulate.idle import busy_poll, last_poll_until
 from ledger.simulate.inputs import load_workload
 from ledger.simulate.limits import DAY_MS
 from ledger.simulate.simulation import simulate
-from ledger.worker.runner import MAX_SLEEP_MS, MIN_SLEEP_MS
+from ledger.worker.drain import MAX_SLEEP_MS, MIN_SLEEP_MS
 from tests.test_simulate import CATALOG
 
 CAP, FLOOR = MAX_SLEEP_MS, MIN_SLEEP_MS
 
 
 def stepped(first: int, due: int | None, arrival: int | None, end: int) -> int | None:
-    """The worker's polls one by one (ledger.worker.runner._sleep_ms), up to `end`."""
+    """The worker's polls one by one (ledger.worker.drain._sleep_ms), up to `end`."""
     t = first
     while t <= end:
         if (due is not None and t >= due) or (arrival is not None and t >= arrival):

@@ -19,8 +19,9 @@ from ledger.api import Ledger
 from ledger.records import Success
 from ledger.standin.server import Scripted, StandIn
 from ledger.store import queue as q
+from ledger.worker.drain import drain
+from ledger.worker.handler import Job
 from ledger.worker.queue import HandlerResult
-from ledger.worker.runner import Job, drain
 from tests.backends import BACKENDS
 from tests.backends import rows as stored
 from tests.conftest import Clock, LedgerFactory

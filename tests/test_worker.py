@@ -20,8 +20,10 @@ from ledger.providers.base import Message
 from ledger.records import Cancelled, Failed
 from ledger.standin.server import Scripted, StandIn
 from ledger.store import queue as q
+from ledger.worker.drain import drain
+from ledger.worker.handler import Job, echo_handler, load_handler
+from ledger.worker.item import run_item
 from ledger.worker.queue import HandlerResult, ItemOutcome, ItemReport, classify_result
-from ledger.worker.runner import Job, drain, echo_handler, load_handler, run_item
 from tests.test_queue import ROOT, cli_env, db_rows, open_ledger, standin_home, worker_argv
 
 
@@ -152,7 +154,7 @@ def test_r_pol_4_echo_handler_validates_json_over_real_http(
 ) -> None:
     standin.set_script("m1", [reply])
     model = led.model("p1/m1")
-    from ledger.worker.runner import _caller
+    from ledger.worker.item import _caller
 
     job = Job("s", "payload", "p1/m1", model, led.db.clock_fn() + 10_000, 1,
               AttemptRole.PRIMARY, None, 256, _caller(led, model, led.db.clock_fn))

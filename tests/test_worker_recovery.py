@@ -24,8 +24,10 @@ from ledger.records import Failed, Success
 from ledger.standin.server import Scripted, StandIn
 from ledger.store import queue as q
 from ledger.store import sqlite_driver
+from ledger.worker.drain import drain
+from ledger.worker.handler import Job, echo_handler
+from ledger.worker.item import run_item
 from ledger.worker.queue import HandlerResult, ItemOutcome, ItemReport
-from ledger.worker.runner import Job, drain, echo_handler, run_item
 from tests.backends import BACKENDS
 from tests.backends import rows as stored
 from tests.conftest import Clock, LedgerFactory

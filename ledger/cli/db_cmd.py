@@ -7,10 +7,12 @@ from functools import partial
 import click
 
 from ledger.cli.main import AppContext, emit_json, pass_app
+from ledger.clock import DAY_MS, iso, now_ms, parse_duration_ms
 from ledger.config import Policy, load_policy
 from ledger.errors import UsageError
 from ledger.home import NoLedgerError, check_db_target, ensure_home, sqlite_file
 from ledger.store import Database, migrate
+from ledger.store.compact import check_older_than, compact
 from ledger.store.pending import no_database_yet, open_database
 
 
@@ -81,9 +83,6 @@ def current(app: AppContext, as_json: bool) -> None:
 @pass_app
 def compact_cmd(app: AppContext, older_than: str | None, as_json: bool) -> None:
     """Fold old settled attempts into per-day totals, in bounded batches (R-DB-6)."""
-    from ledger.clock import DAY_MS, iso, now_ms, parse_duration_ms
-    from ledger.store.compact import check_older_than, compact
-
     policy = load_policy(app.state.path)
     age = parse_duration_ms(older_than) if older_than else policy.retention_days * DAY_MS
     check_older_than(age)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +13,9 @@ import click
 
 from ledger.cli.main import AppContext, emit_json, pass_app, run
 from ledger.cli.worker_cmd import Progress
-from ledger.demo import DEFAULT_SOURCES, MAX_SOURCES, DemoResult, run_demo
+from ledger.demo import DEFAULT_SOURCES, DEMO_KEY, DEMO_KEY_ENV, MAX_SOURCES, DemoResult, run_demo
 from ledger.worker.queue import plural
-from ledger.worker.runner import Stopper
+from ledger.worker.stop import Stopper
 
 
 @click.command("demo")
@@ -71,8 +72,6 @@ def follow_up(result: DemoResult, command: str) -> str:
 
 def serve_extra_installed() -> bool:
     """Whether `ledger serve` can start here (the serve extra: FastAPI and uvicorn)."""
-    from importlib.util import find_spec
-
     return all(find_spec(name) is not None for name in ("fastapi", "uvicorn"))
 
 
@@ -109,8 +108,6 @@ def next_steps(result: DemoResult, serve_installed: bool | None = None) -> list[
         f"  {follow_up(result, 'serve')}",
     ]
     if result.standin_port:
-        from ledger.demo import DEMO_KEY, DEMO_KEY_ENV
-
         lines += [
             "[demo] its catalog points at the stand-in, which stopped with the demo; to go on "
             "working against it, run it again on the same port (in another terminal):",

@@ -122,7 +122,7 @@ def fail(error: LedgerError, as_json: bool = False) -> NoReturn:
 
 
 def _retry(error: Refused) -> str:
-    from ledger.status.refusal_text import retry_text  # only a refusal pays for the import
+    from ledger.status.refusal_text import retry_text  # lazy: only a refusal pays (start-up)
 
     return retry_text(error.reason, error.retry_at_ms, error.now_ms)
 

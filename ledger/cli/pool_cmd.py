@@ -7,6 +7,7 @@ import click
 from ledger.cli.main import AppContext, emit_json, pass_app, run
 from ledger.clock import iso, parse_duration_ms
 from ledger.routing.pools import PoolView
+from ledger.status.pools import cycle_pool, pool_view_named, pool_views
 
 DEFAULT_CYCLE = "30m"
 
@@ -42,8 +43,6 @@ def _lines(view: PoolView) -> list[str]:
 @pass_app
 def list_pools(app: AppContext, as_json: bool) -> None:
     """Every pool with its strategy, cursor, candidates' state and live sticky leases."""
-    from ledger.status.pools import pool_views
-
     views = run(as_json, lambda: pool_views(app.ledger(create=False)))
     if as_json:
         emit_json({"pools": [v.to_json() for v in views]})
@@ -60,8 +59,6 @@ def list_pools(app: AppContext, as_json: bool) -> None:
 @pass_app
 def show_pool(app: AppContext, name: str, as_json: bool) -> None:
     """One pool: strategy, cursor, each candidate's state and reason, live sticky leases."""
-    from ledger.status.pools import pool_view_named
-
     view = run(as_json, lambda: pool_view_named(app.ledger(create=False), name))
     if as_json:
         emit_json(view.to_json())
@@ -76,8 +73,6 @@ def show_pool(app: AppContext, name: str, as_json: bool) -> None:
 @pass_app
 def cycle(app: AppContext, name: str, duration: str, as_json: bool) -> None:
     """Cool the pool's current pick by hand for DURATION (default 30m) and move on."""
-    from ledger.status.pools import cycle_pool
-
     ms = run(as_json, lambda: parse_duration_ms(duration))
     pick, change = run(as_json, lambda: cycle_pool(app.ledger(), name, ms))
     until = change.manual_until_ms

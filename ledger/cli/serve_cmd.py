@@ -28,7 +28,7 @@ MISSING_EXTRA = (
 def serve(app: AppContext, listen: str | None, allow_remote: bool, grace: float) -> None:
     """Serve the ledger's JSON API on a unix socket in the state directory (and TCP)."""
     try:
-        from ledger.service import server
+        from ledger.service import server  # lazy: FastAPI is an optional extra (MISSING_EXTRA)
     except ImportError:
         raise UsageError(MISSING_EXTRA) from None
     address = server.parse_listen(listen, allow_remote) if listen is not None else None

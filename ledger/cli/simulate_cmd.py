@@ -14,7 +14,19 @@ from typing import TypeVar
 import click
 from pydantic import BaseModel
 
+from ledger.catalog import Catalog, load_catalog
 from ledger.cli.main import AppContext, emit_json, run
+from ledger.clock import parse_duration_ms
+from ledger.config import Policy, load_policy
+from ledger.errors import ConfigError, UsageError
+from ledger.simulate.limits import MAX_SPAN_DAYS, MAX_SPAN_MS
+from ledger.simulate.report import render_text
+from ledger.simulate.scenario import scenario_schema
+from ledger.simulate.simulation import Simulation
+from ledger.simulate.simulation import simulate as run_simulation
+from ledger.simulate.timeline import render_svg
+from ledger.simulate.trace import trace_schema
+from ledger.validation import parse_document
 
 M = TypeVar("M", bound=BaseModel)
 _FILE = click.Path(dir_okay=False, path_type=Path)
@@ -58,16 +70,6 @@ def simulate(
         raise click.UsageError("--trace FILE is required (a trace or a scenario file)")
     app = ctx.find_object(AppContext)
     assert app is not None
-    from ledger.catalog import Catalog, load_catalog
-    from ledger.clock import parse_duration_ms
-    from ledger.config import Policy, load_policy
-    from ledger.errors import UsageError
-    from ledger.simulate.limits import MAX_SPAN_DAYS, MAX_SPAN_MS
-    from ledger.simulate.report import render_text
-    from ledger.simulate.simulation import Simulation
-    from ledger.simulate.simulation import simulate as run_simulation
-    from ledger.simulate.timeline import render_svg
-
     def prepare() -> tuple[Policy, Catalog, Policy | None, int]:
         current = load_policy(app.state.path)
         cat = load_catalog(app.state.path) if catalog is None else _required(catalog, Catalog)
@@ -160,9 +162,6 @@ def _terminate_as_exception() -> Iterator[None]:
 
 def _required(path: Path, model: type[M]) -> M:
     """A file that must exist, validated like recovery.json and catalog.json (fails closed)."""
-    from ledger.errors import ConfigError
-    from ledger.validation import parse_document
-
     try:
         text = path.read_bytes()
     except OSError as exc:
@@ -175,8 +174,5 @@ def _required(path: Path, model: type[M]) -> M:
               show_default=True, help="Which file's schema.")
 def schema(of: str) -> None:
     """Print the JSON Schema of scenario (or trace) files."""
-    from ledger.simulate.scenario import scenario_schema
-    from ledger.simulate.trace import trace_schema
-
     click.echo(json.dumps(scenario_schema() if of == "scenario" else trace_schema(), indent=2))
 

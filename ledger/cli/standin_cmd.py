@@ -10,16 +10,16 @@ from types import FrameType
 
 import click
 
+from ledger.demo import DEMO_KEY, DEMO_KEY_ENV, OK_REPLY, demo_script
+from ledger.errors import UsageError
+from ledger.standin.server import StandIn
+
 
 @click.command("standin")
 @click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True,
               help="Port on 127.0.0.1 (0: any free port; the line printed says which).")
 def standin(port: int) -> None:
     """Run the demo's provider stand-in on 127.0.0.1 until SIGINT or SIGTERM."""
-    from ledger.demo import DEMO_KEY, DEMO_KEY_ENV, OK_REPLY, demo_script
-    from ledger.errors import UsageError
-    from ledger.standin.server import StandIn
-
     stop = threading.Event()
 
     def on_signal(_signum: int, _frame: FrameType | None) -> None:

@@ -13,6 +13,7 @@ import click
 
 from ledger.cli.main import AppContext, emit_json, fail, pass_app, run
 from ledger.errors import LedgerError, UsageError
+from ledger.home import write_atomic
 from ledger.status.document import (
     build_status,
     render_prometheus,
@@ -75,8 +76,7 @@ def prometheus_status(app: AppContext) -> dict[str, Any]:
 
 def write_page(app: AppContext, doc: dict[str, Any], target: Path) -> None:
     """The standalone page, written to a temporary file beside `target` and renamed over it."""
-    from ledger.home import write_atomic  # only this path needs them (start-up time)
-    from ledger.page import render_page
+    from ledger.page import render_page  # lazy: jinja2 only for --html (status start-up)
 
     html = render_page(
         doc, inline=True, home=str(app.state.path), db_url_given=app.db is not None

@@ -9,6 +9,7 @@ import click
 
 from ledger.cli.main import AppContext, emit_json, pass_app, run
 from ledger.clock import parse_duration_ms
+from ledger.simulate.export import export_trace
 
 
 @click.group("trace")
@@ -24,8 +25,6 @@ def trace_group() -> None:
 @pass_app
 def export(app: AppContext, since: str | None, out: Path | None, as_json: bool) -> None:
     """Write this ledger's attempts and source arrivals as a trace (no text, no credentials)."""
-    from ledger.simulate.export import export_trace
-
     window = None if since is None else run(as_json, lambda: parse_duration_ms(since))
     trace = run(as_json, lambda: export_trace(app.ledger(create=False), window))
     document = trace.to_json()

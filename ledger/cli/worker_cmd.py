@@ -1,5 +1,5 @@
 """`ledger worker run`: drain due sources with a handler (R-Q-3, R-Q-4); a thin shell over
-ledger.worker.runner.drain."""
+ledger.worker.drain.drain."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ from ledger.client import LedgerClient
 from ledger.config import load_policy
 from ledger.errors import StoreError, UsageError
 from ledger.inert import config_findings
+from ledger.worker.drain import MAX_SLEEP_MS, drain
+from ledger.worker.handler import load_handler
 from ledger.worker.port import WorkerLedger
 from ledger.worker.queue import DrainSummary, ItemReport
-from ledger.worker.runner import MAX_SLEEP_MS, Stopper, drain, load_handler
+from ledger.worker.stop import Stopper
 
 
 @click.group("worker")

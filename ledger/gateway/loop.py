@@ -1,6 +1,10 @@
 """The gateway's request loop (R-GW-2, R-GW-4): select -> reserve -> call -> classify -> settle ->
 retry or fall back -> answer, every attempt its own reservation.
 
+The attempt protocol (the plan, the usage -> outcome mapping, the follow-up, the record and its
+one settle) is `ledger.attempt`, shared with the worker; this driver keeps the interactive pace
+(R-GW-4) and its transport (the group committer, an upstream exchange).
+
 Invariant: every reservation made here is settled exactly once, here or by the stream that took
 it over (stream.py); the next attempt is only ever the follow-up the settle result permitted
 (`routing.follow_up`, the worker's own decision), at most `gateway.maxAttemptsPerRequest`
@@ -11,15 +15,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import httpx
 
+from ledger import attempt as protocol
 from ledger.api import Ledger
+from ledger.attempt import AttemptPlan, cancelled, failed, reported, settle_async, success
 from ledger.classify import Classification
-from ledger.follow_up import FollowUpPlan
 from ledger.gateway import routing
 from ledger.gateway.errors import GatewayError
 from ledger.gateway.metrics import GatewayMetrics
@@ -27,7 +32,7 @@ from ledger.gateway.upstream import UNFIT_ALLOWANCE, Prepared, Reply, prepare
 from ledger.gateway.wire import UNFIT
 from ledger.kinds import AttemptRole, AttemptStatus, FailureKind
 from ledger.policy_table import InteractivePace
-from ledger.records import Cancelled, Failed, Reservation, SettleResult, Success
+from ledger.records import Outcome, SettleResult
 from ledger.store.group_commit import GroupCommit
 
 REUSED = "this Idempotency-Key belongs to a request that was already answered"
@@ -46,31 +51,8 @@ class Context:
     template: str = ""  # the route template, the metrics' `route` label
 
 
-@dataclass
-class Attempt:
-    """One attempt in flight: its reservation, route and how it was planned."""
-
-    number: int
-    route: str
-    reservation: Reservation
-    prepared: Prepared
-    first_route: str
-
-    @property
-    def fallback_from(self) -> str | None:
-        """The model the request asked for, when another answered (R-GW-6)."""
-        return self.first_route if self.route != self.first_route else None
-
-    def headers(self) -> dict[str, str]:
-        """R-GW-6: which model answered, after how many attempts, under which reservation."""
-        out = {
-            "x-ledger-model": self.route,
-            "x-ledger-attempts": str(self.number),
-            "x-ledger-reservation": str(self.reservation.id),
-        }
-        if self.fallback_from is not None:
-            out["x-ledger-fallback-from"] = self.fallback_from
-        return out
+Attempt = protocol.Attempt[Prepared]
+"""One attempt in flight (the protocol's record): its reservation, route and prepared request."""
 
 
 @dataclass
@@ -80,12 +62,22 @@ class Answered:
     attempt: Attempt
     document: dict[str, Any] | None = None
     stream: Any = None
-    settled: SettleResult | None = field(default=None, repr=False)
 
 
 Exchange = Callable[[Context, Attempt], Awaitable[Reply | Any]]
 """Make the upstream call of one attempt: a Reply (a document or a classified failure), or an
 opened stream (anything else), which then owns the settle of its reservation."""
+
+
+def sender(
+    ctx: Context, pace: InteractivePace | None
+) -> Callable[[int, Outcome], Awaitable[SettleResult]]:
+    """The gateway's settle transport: the group committer, at `pace` (None: the queue's)."""
+
+    def send(reservation_id: int, outcome: Outcome) -> Awaitable[SettleResult]:
+        return routing.settle(ctx.ledger, ctx.group, reservation_id, outcome, pace)
+
+    return send
 
 
 def pace_for(
@@ -116,16 +108,15 @@ async def run(
     named = routing.named_route(ledger, request)  # no selection when only the ledger decides
     route = named if named is not None else await routing.first_route(ledger, request)
     first = request.model  # another model answering (cooling primary, fallback) names it
-    plan: FollowUpPlan | None = None
+    plan = AttemptPlan.primary(route)
     tried: frozenset[str] = frozenset()
     retried: set[str] = set()
     limit = ledger.policy.gateway.max_attempts_per_request
     last: tuple[Classification, Attempt] | None = None
     for number in range(1, limit + 1):
-        if plan is not None:
-            route = plan.route
-            if plan.wait_ms:
-                await anyio.sleep(plan.wait_ms / 1000)
+        route = plan.route
+        if plan.wait_ms:
+            await anyio.sleep(plan.wait_ms / 1000)
         try:
             reservation = await routing.reserve(ledger, ctx.group, request, route, number, plan)
         except GatewayError as refusal:
@@ -133,6 +124,7 @@ async def run(
                 raise
             named = None  # the named model refused: the selection says which route, if any
             route = await routing.after_refusal(ledger, request, route, refusal)
+            plan = AttemptPlan.primary(route)
             reservation = await routing.reserve(ledger, ctx.group, request, route, number, plan)
         if reservation.replayed:  # never a second upstream call on one slot
             if reservation.status is AttemptStatus.OPEN:  # another request holds it, or a
@@ -146,38 +138,36 @@ async def run(
                 first = route
         model = ledger.model(reservation.model)
         prepared = prepare(ledger, model, request.fmt, body, reservation.effort)
-        attempt = Attempt(number, route, reservation, prepared, first)
+        attempt = Attempt(number, route, reservation, first, prepared)
         started = time.monotonic()
         try:
             reply = await exchange(ctx, attempt)
         except BaseException:
             # the caller left (R-GW-7): the slot still counts, at the estimate (no usage seen)
             with anyio.CancelScope(shield=True):
-                left = Cancelled(usage_estimated=True)
-                await routing.settle(ledger, ctx.group, reservation.id, left, None)
+                await settle_async(attempt, cancelled(estimated=True), sender(ctx, None))
             raise
         if not isinstance(reply, Reply):  # counted by the stream once its first bytes are out
             return Answered(attempt, stream=reply)
         count_attempt(ctx, attempt, reply.failure, time.monotonic() - started)
         if reply.failure is None:
             return await _success(ctx, attempt, reply)
-        is_retry = plan is not None and plan.role is AttemptRole.RETRY
+        is_retry = plan.role is AttemptRole.RETRY
         pace = pace_for(ledger, background, number, is_retry or route in retried)
         if is_retry:
             retried.add(route)
-        settled = await routing.settle(
-            ledger, ctx.group, reservation.id, Failed(reply.failure), pace
-        )
+        settled = await settle_async(attempt, failed(reply.failure), sender(ctx, pace))
         last = (reply.failure, attempt)
         tried |= {route}
         if number == limit:
             break
         try:
-            plan = await routing.follow_up(ledger, request, settled, tried)
+            follow_up = await routing.follow_up(ledger, request, settled, tried)
         except GatewayError:
-            plan = None
-        if plan is None:
+            follow_up = None
+        if follow_up is None:
             break
+        plan = follow_up
     assert last is not None
     raise failure_error(last[0], last[1].number, ledger.clock_fn())
 
@@ -199,25 +189,12 @@ async def _success(ctx: Context, attempt: Attempt, reply: Reply) -> Answered:
     facts = reply.facts
     assert facts is not None
     assert reply.document is not None
-    settled = await routing.settle(
-        ctx.ledger,
-        ctx.group,
-        attempt.reservation.id,
-        Success(
-            facts.input_tokens,
-            facts.output_tokens,
-            facts.cost_usd,
-            cache_write_tokens=facts.cache_write_tokens,
-            cache_read_tokens=facts.cache_read_tokens,
-            # an answer without usage is settled at its estimate, marked as a stream's is
-            usage_estimated=facts.input_tokens is None and facts.output_tokens is None
-            and facts.cost_usd is None,
-        ),
-        None,
-    )
+    # an answer without usage is settled at its estimate, marked as a stream's is
+    outcome = success(facts, cost_usd=facts.cost_usd, estimated=not reported(facts, facts.cost_usd))
+    settled = await settle_async(attempt, outcome, sender(ctx, None))
     if settled.must_not_commit:
         raise GatewayError(504, "late", LATE)
-    return Answered(attempt, reply.document, settled=settled)
+    return Answered(attempt, reply.document)
 
 
 FAILURES: dict[FailureKind, tuple[int, str, str]] = {

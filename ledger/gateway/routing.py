@@ -4,7 +4,7 @@ This is the seam where the routing issue's chains and pools (SPEC 18) wire in: t
 request names is resolved here, the route chosen here, every reservation and settle made here
 through the service's group committer (R-SRV-3: each checked as if alone, in one write
 transaction, answered only after its commit). The retry and fallback decision is the one the
-worker uses (`ledger.follow_up.plan_follow_up` over the settle result of the policy table).
+worker uses (`ledger.attempt.plan_follow_up` over the settle result of the policy table).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import anyio
 
 from ledger.api import Ledger
+from ledger.attempt import AttemptPlan, plan_follow_up
 from ledger.errors import LedgerError, Refused
-from ledger.follow_up import FollowUpPlan, plan_follow_up
 from ledger.gateway.errors import GatewayError, refused, seconds_until
 from ledger.gateway.wire import Format
 from ledger.kinds import AttemptRole, FailureKind, RefusalReason
@@ -216,7 +216,7 @@ async def reserve(
     request: Request,
     route: str,
     attempt: int,
-    plan: FollowUpPlan | None,
+    plan: AttemptPlan | None,
 ) -> Reservation:
     """One reservation (every section 7 check in one write transaction); a refusal is 429.
 
@@ -266,7 +266,7 @@ async def settle(
 
 async def follow_up(
     ledger: Ledger, request: Request, settled: SettleResult, tried: frozenset[str]
-) -> FollowUpPlan | None:
+) -> AttemptPlan | None:
     """The follow-up the failure permits (the worker's own decision), in the request's format."""
 
     def routes(kind: FailureKind | None, failed: str, seen: frozenset[str]) -> list[str]:

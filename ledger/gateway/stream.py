@@ -33,6 +33,7 @@ from fastapi.responses import StreamingResponse
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
+from ledger.attempt import cancelled, failed, settle_async, success
 from ledger.classify import Classification, classify_exception
 from ledger.gateway import loop, routing
 from ledger.gateway.sse import (
@@ -55,7 +56,7 @@ from ledger.gateway.upstream import (
 from ledger.gateway.wire import Format, stream_error_event, usage_only
 from ledger.kinds import FailureKind
 from ledger.providers.bounded import TRANSPORT_ERRORS
-from ledger.records import Cancelled, Failed, Reservation, Success
+from ledger.records import Cancelled, Reservation
 
 STALLED = Classification(FailureKind.TRANSPORT, "stream_stalled")
 CUT = Classification(FailureKind.TRANSPORT, "stream_cut")
@@ -291,7 +292,6 @@ async def relay(
     tracker = opened.tracker
     idle = ctx.ledger.policy.gateway.idle_ms / 1000
     failure: Classification | None = None
-    settled = False
     try:
         yield b"".join(data for event in opened.held for data in out(event))  # one write
         _count_opened(ctx, attempt, opened)  # once the caller has its first bytes
@@ -324,22 +324,19 @@ async def relay(
         if deadline is not None and not deadline.disarm():
             await anyio.lowlevel.checkpoint()  # the deadline came first: cancelled here
         if failure is not None:
-            settled = True
             await _settle_failure(ctx, attempt, tracker, failure, pace)
             _count_failed(ctx)
             yield stream_error_event(fmt, 502, "upstream_stream_failed", ENDED)
             return
-        settled = True
         await _settle_success(ctx, attempt, tracker)
         if translator is not None:
             for data in translator.finish():
                 yield data
     finally:
-        if not settled:  # the caller left (R-GW-7): close upstream, settle cancelled
+        if attempt.outcome is None:  # the caller left (R-GW-7): close upstream, settle cancelled
             with anyio.CancelScope(shield=True):
                 await opened.response.aclose()
-                await routing.settle(ctx.ledger, ctx.group, attempt.reservation.id,
-                                     cancelled(tracker), None)  # fmt: skip
+                await settle_async(attempt, _cancelled(tracker), loop.sender(ctx, None))
 
 
 def _count_failed(ctx: loop.Context) -> None:
@@ -376,18 +373,12 @@ async def _drain(opened: Opened) -> None:
             pass
 
 
-def cancelled(tracker: Tracker) -> Cancelled:
+def _cancelled(tracker: Tracker) -> Cancelled:
     """R-GW-7, R-GW-5b: the caller left or the deadline came; the usage the stream carried so
     far (Anthropic's input and cache tokens from `message_start`, the final counts if they had
     arrived), the cost at the estimate and marked `usage_estimated` unless both counts were
     seen."""
-    return Cancelled(
-        input_tokens=tracker.input_tokens,
-        output_tokens=tracker.output_tokens,
-        cache_write_tokens=tracker.cache_write_tokens,
-        cache_read_tokens=tracker.cache_read_tokens,
-        usage_estimated=not tracker.usage_known,
-    )
+    return cancelled(tracker, estimated=not tracker.usage_known)
 
 
 async def _settle_failure(
@@ -395,22 +386,13 @@ async def _settle_failure(
 ) -> None:
     # after the first content event nothing follows: no retry, no fallback (R-GW-5)
     ended = replace(pace, attempts_left=0) if pace is not None else None
-    outcome = Failed(failure, input_tokens=tracker.input_tokens,
-                     output_tokens=tracker.output_tokens,
-                     cache_write_tokens=tracker.cache_write_tokens,
-                     cache_read_tokens=tracker.cache_read_tokens)  # fmt: skip
     with anyio.CancelScope(shield=True):
-        await routing.settle(ctx.ledger, ctx.group, attempt.reservation.id, outcome, ended)
+        await settle_async(attempt, failed(failure, tracker), loop.sender(ctx, ended))
 
 
 async def _settle_success(ctx: loop.Context, attempt: loop.Attempt, tracker: Tracker) -> None:
+    # no usage in the stream: settled at the estimate, marked `usage_estimated` (R-GW-5)
     known = tracker.usage_known
-    outcome = Success(
-        tracker.input_tokens if known else None,
-        tracker.output_tokens if known else None,
-        cache_write_tokens=tracker.cache_write_tokens if known else None,
-        cache_read_tokens=tracker.cache_read_tokens if known else None,
-        usage_estimated=not known,
-    )
+    outcome = success(tracker if known else None, estimated=not known)
     with anyio.CancelScope(shield=True):
-        await routing.settle(ctx.ledger, ctx.group, attempt.reservation.id, outcome, None)
+        await settle_async(attempt, outcome, loop.sender(ctx, None))

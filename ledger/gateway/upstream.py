@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +20,7 @@ import httpcore
 import httpx
 
 from ledger.api import Ledger
-from ledger.catalog import Model
+from ledger.catalog import Catalog, Model
 from ledger.classify import Classification, classify_exception, classify_http
 from ledger.gateway import network
 from ledger.gateway.translate import request_for
@@ -48,6 +48,7 @@ from ledger.providers.openai_chat import max_tokens_field
 from ledger.providers.registry import adapter_for
 from ledger.routing.effort import anthropic_fields, openai_fields
 from ledger.targets import Effort
+from ledger.validation import Slot
 
 USER_AGENT = "ledger-gateway"
 """Sent upstream with every gateway request (some providers' edges refuse a request without one)."""
@@ -93,13 +94,20 @@ class RouteFacts:
     max_tokens_name: str
 
 
+_ROUTE_FACTS: Slot[str, tuple[Catalog, Mapping[str, str], RouteFacts]] = Slot("route facts")
+
+
 def route_facts(ledger: Ledger, model: Model) -> RouteFacts:
-    """The route's facts, from the policy's memo when this catalog and environment made them."""
-    memo_key = ("gateway_route_facts", model.key)
-    found = ledger.policy._memo.get(memo_key)
-    if isinstance(found, tuple) and found[0] is ledger.catalog and found[1] is ledger.env:
-        facts: RouteFacts = found[2]
-        return facts
+    """The route's facts, from the policy's cache when this catalog and environment made them."""
+    return ledger.policy.derived.value(
+        _ROUTE_FACTS,
+        model.key,
+        lambda: (ledger.catalog, ledger.env, _make_route_facts(ledger, model)),
+        lambda found: found[0] is ledger.catalog and found[1] is ledger.env,
+    )[2]
+
+
+def _make_route_facts(ledger: Ledger, model: Model) -> RouteFacts:
     provider = ledger.catalog.provider_for_call(model.provider)
     fmt = Format(provider.api)
     adapter = adapter_for(provider, ledger.env)
@@ -116,9 +124,7 @@ def route_facts(ledger: Ledger, model: Model) -> RouteFacts:
         # the field's name depends on the URL and the reasoning flag alone (no deadline here)
         probe = CallRequest(model.id, (), allowance, 0, bool(model.reasoning))
         name = max_tokens_field(probe, url)
-    facts = RouteFacts(fmt, url, headers, adapter, allowance, name)
-    ledger.policy._memo[memo_key] = (ledger.catalog, ledger.env, facts)
-    return facts
+    return RouteFacts(fmt, url, headers, adapter, allowance, name)
 
 
 def prepare(

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from ledger.routing.globs import matches
 from ledger.targets import Target, is_pool_key, split_effort, target_of
+from ledger.validation import Slot
 
 if TYPE_CHECKING:
     from ledger.config import Policy
@@ -56,35 +57,40 @@ def literal_chars(pattern: str) -> int:
     return len(pattern) - pattern.count("*") - pattern.count("?")
 
 
+_DEFAULT: Slot[None, ChainMatch] = Slot("the default chain")
+_CHAINS: Slot[None, tuple[tuple[str, int, tuple[Target, ...]], ...]] = Slot("chains keys")
+_CHAIN_FOR: Slot[str, ChainMatch] = Slot("chain of a primary", bounded=True)
+_MEMBERS: Slot[str, tuple[Target, ...]] = Slot("pool members")
+_EXPAND: Slot[str, frozenset[str]] = Slot("model keys of a key", bounded=True)
+_ALLOW: Slot[tuple[str | None, frozenset[str]], frozenset[str] | None] = Slot(
+    "allowlist", bounded=True  # bounded: primaries and tried sets come from policy and catalog
+)
+
+
 def _default(policy: Policy) -> ChainMatch:
-    memo = policy._memo
-    found = memo.get(DEFAULT_CHAIN)
-    if isinstance(found, ChainMatch):
-        return found
+    return policy.derived.value(_DEFAULT, None, lambda: _make_default(policy))
+
+
+def _make_default(policy: Policy) -> ChainMatch:
     if policy.default_chain is not None:
         entries = tuple(target_of(e) for e in policy.default_chain)
-        found = ChainMatch(DEFAULT_CHAIN, None, "no chains key matched", entries)
-    elif policy.fallback_models:
+        return ChainMatch(DEFAULT_CHAIN, None, "no chains key matched", entries)
+    if policy.fallback_models:
         entries = tuple(target_of(e) for e in policy.fallback_models)
-        found = ChainMatch(FALLBACK_MODELS, None, "no chains key matched", entries)
-    else:
-        found = ChainMatch(None, None, "no chain: backups in price order (R-SEL-6)", ())
-    memo[DEFAULT_CHAIN] = found
-    return found
+        return ChainMatch(FALLBACK_MODELS, None, "no chains key matched", entries)
+    return ChainMatch(None, None, "no chain: backups in price order (R-SEL-6)", ())
 
 
 def _chains(policy: Policy) -> tuple[tuple[str, int, tuple[Target, ...]], ...]:
     """(key, literal characters, entries) of every chains key, in file order."""
-    memo = policy._memo
-    found = memo.get(CHAINS)
-    if isinstance(found, tuple):
-        return found
-    found = tuple(
-        (key, literal_chars(key), tuple(target_of(e) for e in chain))
-        for key, chain in policy.chains.items()
+    return policy.derived.value(
+        _CHAINS,
+        None,
+        lambda: tuple(
+            (key, literal_chars(key), tuple(target_of(e) for e in chain))
+            for key, chain in policy.chains.items()
+        ),
     )
-    memo[CHAINS] = found
-    return found
 
 
 def chain_for(policy: Policy, primary: str | None) -> ChainMatch:
@@ -92,44 +98,39 @@ def chain_for(policy: Policy, primary: str | None) -> ChainMatch:
     with the most literal characters (ties: the earlier key), else defaultChain (R-RT-1)."""
     if primary is None or not policy.chains:
         return _default(policy)
-    memo_key = ("chain", primary)
-    found = policy._memo.get(memo_key)
-    if isinstance(found, ChainMatch):
-        return found
+    return policy.derived.value(_CHAIN_FOR, primary, lambda: _make_chain(policy, primary))
+
+
+def _make_chain(policy: Policy, primary: str) -> ChainMatch:
     chains = _chains(policy)
     exact = next((c for c in chains if c[0] == primary), None)
     if exact is not None:
-        found = ChainMatch(CHAINS, exact[0], "exact key", exact[2])
-    else:
-        best: tuple[str, int, tuple[Target, ...]] | None = None
-        tie = False
-        for chain in chains:
-            if not matches(primary, chain[0]):
-                continue
-            if best is None or chain[1] > best[1]:
-                best, tie = chain, False
-            elif chain[1] == best[1]:
-                tie = True
-        if best is None:
-            found = _default(policy)
-        else:
-            why = f"most literal characters ({best[1]})"
-            if tie:
-                why += "; the earlier of equally literal keys"
-            found = ChainMatch(CHAINS, best[0], why, best[2])
-    if len(policy._memo) < 100_000:  # bounded: primaries come from policy and catalog
-        policy._memo[memo_key] = found
-    return found
+        return ChainMatch(CHAINS, exact[0], "exact key", exact[2])
+    best: tuple[str, int, tuple[Target, ...]] | None = None
+    tie = False
+    for chain in chains:
+        if not matches(primary, chain[0]):
+            continue
+        if best is None or chain[1] > best[1]:
+            best, tie = chain, False
+        elif chain[1] == best[1]:
+            tie = True
+    if best is None:
+        return _default(policy)
+    why = f"most literal characters ({best[1]})"
+    if tie:
+        why += "; the earlier of equally literal keys"
+    return ChainMatch(CHAINS, best[0], why, best[2])
 
 
 def pool_members(policy: Policy, key: str) -> tuple[Target, ...]:
     """The concrete candidates of a pool key (nested pools flattened, in order), or the key."""
     if not is_pool_key(key):
         return (Target(key),)
-    memo_key = ("members", key)
-    found = policy._memo.get(memo_key)
-    if isinstance(found, tuple):
-        return found
+    return policy.derived.value(_MEMBERS, key, lambda: _make_members(policy, key))
+
+
+def _make_members(policy: Policy, key: str) -> tuple[Target, ...]:
     out: list[Target] = []
     seen: set[str] = set()
     spec = policy.pools.get(key[len("pool/") :])
@@ -140,21 +141,14 @@ def pool_members(policy: Policy, key: str) -> tuple[Target, ...]:
                 if member.key not in seen:
                     seen.add(member.key)
                     out.append(member)
-    result = tuple(out)
-    policy._memo[memo_key] = result
-    return result
+    return tuple(out)
 
 
 def expand(policy: Policy, key: str) -> frozenset[str]:
     """The concrete model keys a model or pool key stands for."""
-    memo_key = ("expand", key)
-    found = policy._memo.get(memo_key)
-    if isinstance(found, frozenset):
-        return found
-    result = frozenset(t.key for t in pool_members(policy, key))
-    if len(policy._memo) < 100_000:
-        policy._memo[memo_key] = result
-    return result
+    return policy.derived.value(
+        _EXPAND, key, lambda: frozenset(t.key for t in pool_members(policy, key))
+    )
 
 
 def cascade(
@@ -195,21 +189,21 @@ def allowlist(
     """The concrete model keys the primary's (cascaded) chain admits as backups, or None when no
     list confines them (R-SEL-5 with R-RT-1)."""
     failed = frozenset(tried)
-    memo_key = ("allow", primary, failed)
-    memo = policy._memo
-    if memo_key in memo:
-        found = memo[memo_key]
-        return found if isinstance(found, frozenset) else None
+    return policy.derived.value(
+        _ALLOW, (primary, failed), lambda: _make_allowlist(policy, primary, failed)
+    )
+
+
+def _make_allowlist(
+    policy: Policy, primary: str | None, failed: frozenset[str]
+) -> frozenset[str] | None:
     match, order = cascade(policy, primary, failed)
-    result: frozenset[str] | None = None
-    if match.complete:
-        keys: set[str] = set()
-        for target in order:
-            keys |= expand(policy, target.key)
-        result = frozenset(keys)
-    if len(memo) < 100_000:  # bounded: primaries and tried sets come from policy and catalog
-        memo[memo_key] = result
-    return result
+    if not match.complete:
+        return None
+    keys: set[str] = set()
+    for target in order:
+        keys |= expand(policy, target.key)
+    return frozenset(keys)
 
 
 def primary_key(text: str | None) -> str | None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from ledger.clock import iso
 from ledger.routing.chains import pool_members
 from ledger.targets import Effort, target_of
+from ledger.validation import Slot
 
 if TYPE_CHECKING:
     from ledger.catalog import Catalog
@@ -45,6 +46,9 @@ class Candidate:
         return self.key.startswith("pool/")
 
 
+_CANDIDATES: Slot[str, tuple[Candidate, ...]] = Slot("direct candidates of a pool")
+
+
 def leads_to(policy: Policy, cand: Candidate, model_key: str) -> bool:
     """Whether choosing `cand` can give `model_key`: it is that model, or a nested pool holding
     it at any depth (R-RT-6: a sticky lease names the concrete model)."""
@@ -60,18 +64,16 @@ def spec_of(policy: Policy, pool: str) -> PoolSpec:
 
 def candidates(policy: Policy, pool: str) -> tuple[Candidate, ...]:
     """The pool's direct candidates in list order."""
-    memo_key = ("candidates", pool)
-    found = policy._memo.get(memo_key)
-    if isinstance(found, tuple):
-        return found
+    return policy.derived.value(_CANDIDATES, pool, lambda: _make_candidates(policy, pool))
+
+
+def _make_candidates(policy: Policy, pool: str) -> tuple[Candidate, ...]:
     spec = spec_of(policy, pool)
     out = []
     for i, entry in enumerate(spec.candidates):
         target = target_of(entry)
         out.append(Candidate(target.key, int(getattr(entry, "tier", 0)), target.effort, i))
-    result = tuple(out)
-    policy._memo[memo_key] = result
-    return result
+    return tuple(out)
 
 
 @dataclass(frozen=True)

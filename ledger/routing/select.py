@@ -26,6 +26,7 @@ from ledger.routing.exclusion import Exclusion
 from ledger.routing.pools import PoolView, pool_view
 from ledger.routing.rules import confinement_reason, route_allowed
 from ledger.targets import Effort, Target, is_pool_key
+from ledger.validation import Slot
 
 # The failure kinds after which a sibling named in fallbackModels may be used (R-SEL-4).
 MODEL_SPECIFIC_KINDS = frozenset(
@@ -279,15 +280,18 @@ class _Group:
     price_known: bool  # every text entry has a known price
 
 
-_MEMO_KEY = "ledger.routing.select"
+_INDEX: Slot[None, _CatalogIndex] = Slot("selection index")
 _by_rank = attrgetter("rank")
 
 
 def _index(catalog: Catalog) -> _CatalogIndex:
     """The catalog's selection index, built on first use and kept on the catalog."""
-    index = catalog._memo.get(_MEMO_KEY)
-    if isinstance(index, _CatalogIndex) and index.models is catalog.models:
-        return index
+    return catalog.derived.value(
+        _INDEX, None, lambda: _make_index(catalog), lambda index: index.models is catalog.models
+    )
+
+
+def _make_index(catalog: Catalog) -> _CatalogIndex:
     keyed = sorted(catalog.models, key=attrgetter("key"))  # stable: ties keep catalog order
     ordered = sorted(catalog.models, key=_order_key)
     ranks = {id(m): i for i, m in enumerate(ordered)}
@@ -304,9 +308,7 @@ def _index(catalog: Catalog) -> _CatalogIndex:
         )
         for m in keyed
     )
-    index = _CatalogIndex(catalog.models, entries, {e.key: e for e in entries}, _groups(entries))
-    catalog._memo[_MEMO_KEY] = index
-    return index
+    return _CatalogIndex(catalog.models, entries, {e.key: e for e in entries}, _groups(entries))
 
 
 def _groups(entries: tuple[_Entry, ...]) -> tuple[_Group, ...]:

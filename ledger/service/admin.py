@@ -15,23 +15,18 @@ from ledger.catalog import Catalog
 from ledger.clock import parse_duration_ms
 from ledger.documents import change_json, set_json, source_document, source_json
 from ledger.errors import NotFoundError, UsageError
-from ledger.service.calls import LedgerDep
-from ledger.service.models import (
-    GATE,
-    PATH_PARAM,
-    WITH_BODY,
-    CooldownBody,
+from ledger.service.answers import (
     CooldownClearOut,
     CooldownSetOut,
     CooldownsOut,
     SourceAddOut,
-    SourceBody,
     SourceDetailOut,
     SourcesOut,
-    SourceStateBody,
     SourceStateOut,
-    errors,
 )
+from ledger.service.bodies import CooldownBody, SourceBody, SourceStateBody
+from ledger.service.calls import LedgerDep
+from ledger.service.openapi import GATE, PATH_PARAM, WITH_BODY, errors
 from ledger.store.views import cooldown_list, source_detail, source_rows
 
 router = APIRouter(prefix="/v1", tags=["operators"])

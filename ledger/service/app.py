@@ -34,7 +34,7 @@ from ledger.gateway.gate import error as gateway_error
 from ledger.service import admin, calls, ops, page_routes, queue_routes
 from ledger.service.db_watch import DatabaseWatch
 from ledger.service.errors import error_response, install, too_many_response
-from ledger.service.models import finish_openapi
+from ledger.service.openapi import finish_openapi
 from ledger.service.sessions import SESSION_COOKIE, PageSessions, sign_in_page
 from ledger.store.group_commit import GroupCommit
 from ledger.store.keys import LastUsed, verify_key

@@ -20,22 +20,18 @@ from ledger.api import Ledger
 from ledger.classify import Classification, classify_http
 from ledger.clock import now_ms
 from ledger.records import Cancelled, Failed, Outcome, Success
-from ledger.service.models import (
-    GATE,
-    WITH_BODY,
+from ledger.service.answers import ReservationOut, SelectionOut, SettleOut
+from ledger.service.bodies import (
     CancelledOutcome,
     EvolveBody,
     FailedOutcome,
     HttpOutcome,
-    ReservationOut,
     ReserveBody,
     SelectBody,
-    SelectionOut,
     SettleBody,
-    SettleOut,
     SuccessOutcome,
-    errors,
 )
+from ledger.service.openapi import GATE, WITH_BODY, errors
 from ledger.store.group_commit import GroupCommit
 
 router = APIRouter(prefix="/v1", tags=["calls"])

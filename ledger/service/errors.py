@@ -17,7 +17,8 @@ from starlette.exceptions import HTTPException
 from ledger.clock import iso
 from ledger.errors import LedgerError, NotFoundError, ReadOnlyError, Refused
 from ledger.gateway.errors import RETRY_AFTER_S, TOO_MANY
-from ledger.service.models import REQUEST_MODELS
+from ledger.service.bodies import REQUEST_MODELS
+from ledger.status.refusal_text import retry_text
 
 HTTP_STATUS_BY_EXIT_CODE: dict[int, int] = {
     0: 200,  # success
@@ -101,8 +102,6 @@ def ledger_error_response(error: LedgerError) -> JSONResponse:
     extra: dict[str, Any] = {}
     code = type(error).__name__
     if isinstance(error, Refused):
-        from ledger.status.refusal_text import retry_text
-
         code = error.reason
         # as the CLI's --json: when to retry, or (when waiting does not help) what clears it
         extra["retry_at"] = iso(error.retry_at_ms)

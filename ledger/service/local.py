@@ -9,7 +9,10 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
+
 from ledger.api import Ledger
+from ledger.service.app import create_app
 
 
 @dataclass(frozen=True)
@@ -33,10 +36,6 @@ class Shown:
 
 def one_request(ledger: Ledger, model: str, source: str, text: str) -> Shown:
     """Send one OpenAI-format chat request through the gateway of an app over `ledger`."""
-    import httpx
-
-    from ledger.service.app import create_app
-
     token = secrets.token_hex(16)
     app = create_app(ledger, token=token)
     body = {"model": model, "messages": [{"role": "user", "content": text}]}

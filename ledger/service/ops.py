@@ -22,9 +22,11 @@ from prometheus_client import (
 )
 
 from ledger.errors import StoreError
+from ledger.service.answers import HealthzOut, ReadyOut
 from ledger.service.calls import LedgerDep
 from ledger.service.errors import error_response
-from ledger.service.models import GATE, HealthzOut, ReadyOut, StatusOut, errors
+from ledger.service.openapi import GATE, errors
+from ledger.service.status_schema import StatusOut
 from ledger.status.document import build_status, render_prometheus
 from ledger.store.migrate import HEAD_REVISION, current_revision
 

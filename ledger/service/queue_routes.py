@@ -7,24 +7,18 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from ledger.documents import claim_json, times_json
-from ledger.service.calls import LedgerDep
-from ledger.service.models import (
-    GATE,
-    WITH_BODY,
-    ClaimBody,
+from ledger.service.answers import (
     ClaimOut,
-    CommitFailedBody,
     CommitFailedOut,
-    CompactBody,
     CompactOut,
     DeferOut,
     HeldOut,
-    LeaseBody,
     QueueTimesOut,
     ReleaseSpentOut,
-    RenewBody,
-    errors,
 )
+from ledger.service.bodies import ClaimBody, CommitFailedBody, CompactBody, LeaseBody, RenewBody
+from ledger.service.calls import LedgerDep
+from ledger.service.openapi import GATE, WITH_BODY, errors
 
 router = APIRouter(prefix="/v1/queue", tags=["queue"])
 BODY_ERRORS = errors(*WITH_BODY)

@@ -1,7 +1,7 @@
 """Skipping idle virtual time (R-SIM-4): where a `--loop` worker would wake again and again and
 find nothing, the simulator moves the clock straight to the wake that finds something.
 
-A worker that finds nothing due sleeps `max(floor, min(cap, due - now))` (`ledger.worker.runner`: at
+A worker that finds nothing due sleeps `max(floor, min(cap, due - now))` (`ledger.worker.drain`: at
 most `cap`, 30 s, and no later than the soonest retry or lease expiry `due`) and polls again; an
 arrival is seen at the first poll at or after it. Those polls read and write nothing a later
 decision depends on, so jumping over them gives the same run as stepping through them, only

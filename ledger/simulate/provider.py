@@ -21,8 +21,8 @@ from ledger.classify import KNOWN_ERROR_CODES
 from ledger.kinds import FailureKind
 from ledger.providers.base import ProviderResponse
 from ledger.simulate.vclock import VirtualClock
+from ledger.worker.handler import Job, echo_handler
 from ledger.worker.queue import HandlerResult
-from ledger.worker.runner import Job, echo_handler
 
 OK_TEXT = '{"simulated": true}'
 BAD_JSON = '{"simulated": '

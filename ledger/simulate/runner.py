@@ -3,7 +3,7 @@
 A fresh SQLite ledger built by the migrations in a temporary directory, opened with the virtual
 clock as its clock and a seeded jitter, on a throw-away database (no fsync, journal in memory, no
 write-lock file: only this process uses it, and it is deleted after the run); the real worker
-drain loop (`ledger.worker.runner.drain` in `--loop` form) with the real selection, reservations,
+drain loop (`ledger.worker.drain.drain` in `--loop` form) with the real selection, reservations,
 budgets, policy table and queue; a handler that answers through the in-process provider
 stand-in. Where the worker would sleep, `VirtualStopper.sleep` moves the virtual clock by the
 same amount instead (the worker's own wake time: the soonest retry, cooldown end or budget slot,
@@ -40,8 +40,10 @@ from ledger.store import Store
 from ledger.store.history import CooldownBand, History, active_cooldown_bands, read_history
 from ledger.store.pending import open_database
 from ledger.store.queue import QueueTotals, any_due, has_work, queue_times, totals
+from ledger.worker.drain import MAX_SLEEP_MS, MIN_SLEEP_MS, drain
+from ledger.worker.handler import Job
 from ledger.worker.queue import DrainSummary, HandlerResult, ItemReport
-from ledger.worker.runner import MAX_SLEEP_MS, MIN_SLEEP_MS, Job, Stopper, drain
+from ledger.worker.stop import Stopper
 
 WORKER_ID = "sim-worker"
 MEMORY_DIR = Path("/dev/shm")  # noqa: S108 - only the parent of a mkdtemp (0700, random name)

@@ -3,4 +3,4 @@
 `ledger.worker:echo_handler` is the documented built-in handler spec, so it is re-exported here.
 """
 
-from ledger.worker.runner import echo_handler as echo_handler
+from ledger.worker.handler import echo_handler as echo_handler

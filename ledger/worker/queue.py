@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from ledger.attempt import AttemptReport
 from ledger.budgets.checks import SPENT_REASONS
 from ledger.classify import (
     Classification,
@@ -152,18 +153,6 @@ class ItemOutcome(StrEnum):
     CANCELLED = "cancelled"  # SIGINT/SIGTERM during the call (R-Q-4)
     LOST_LEASE = "lost_lease"  # the lease expired and another worker took the source
     COMMIT_FAILED = "commit_failed"  # the commit raised: a failure with backoff, not finished
-
-
-@dataclass(frozen=True)
-class AttemptReport:
-    """One settled attempt of a queue item."""
-
-    reservation_id: int
-    model: str
-    role: AttemptRole
-    kind: str | None  # None on success
-    late: bool = False
-    subkind: str | None = None
 
 
 @dataclass(frozen=True)
