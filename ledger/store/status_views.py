@@ -205,6 +205,7 @@ class StatusData:
     writers: list[PolicyWriter]
     health: list[Health]
     backend: str
+    sqlite_library: str | None
     sqlite_version: str | None
     journal_mode: str | None
     journal_mode_chosen: str | None
@@ -244,6 +245,7 @@ def status_data(db: Database, calls_per_hour: int, policy: Policy | None = None)
                 hour_counts(conn, now),
             ),
             backend=db.engine.dialect.name,
+            sqlite_library=sqlite_driver.LIBRARY if db.is_sqlite else None,
             sqlite_version=sqlite_driver.library_version() if db.is_sqlite else None,
             journal_mode=_journal_mode(conn) if db.is_sqlite else None,
             # what this ledger asks of the linked library (R-DB-3a); the value stored when the
