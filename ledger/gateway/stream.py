@@ -35,6 +35,7 @@ from starlette.types import Receive, Scope, Send
 
 from ledger.classify import Classification, classify_exception
 from ledger.gateway import loop, routing
+from ledger.gateway.formats.translate import stream_translator
 from ledger.gateway.sse import (
     MAX_HELD_EVENTS,
     Event,
@@ -44,7 +45,6 @@ from ledger.gateway.sse import (
     events,
     lines_of,
 )
-from ledger.gateway.translate import stream_translator
 from ledger.gateway.upstream import (
     MALFORMED,
     Reply,
@@ -52,7 +52,6 @@ from ledger.gateway.upstream import (
     error_classification,
     send,
 )
-from ledger.gateway.wire import Format, stream_error_event, usage_only
 from ledger.kinds import FailureKind
 from ledger.providers.bounded import TRANSPORT_ERRORS
 from ledger.records import Cancelled, Failed, Reservation, Success
@@ -94,7 +93,7 @@ async def serve_stream(
     pace = loop.pace_for(ctx.ledger, background, attempt.number, True)
     deadline = Deadline(
         anyio.current_time() + _deadline_s(ctx, attempt),
-        stream_error_event(attempt.prepared.caller, 504, "deadline", DEADLINE),
+        attempt.prepared.caller.stream_error_event(504, "deadline", DEADLINE),
         ctx.ledger.policy.gateway.idle_ms / 1000,
         lambda: _count_failed(ctx),
     )
@@ -283,7 +282,7 @@ async def relay(
 
     def out(event: Event) -> Iterable[bytes]:
         if translator is None:
-            if not shown and fmt is Format.OPENAI and usage_only(event.data):
+            if not shown and fmt.usage_only(event.data):
                 return ()  # read for the settle; not asked for by the caller
             return (encode(fmt, event, attempt.route),)
         return translator.feed(event)
@@ -327,7 +326,7 @@ async def relay(
             settled = True
             await _settle_failure(ctx, attempt, tracker, failure, pace)
             _count_failed(ctx)
-            yield stream_error_event(fmt, 502, "upstream_stream_failed", ENDED)
+            yield fmt.stream_error_event(502, "upstream_stream_failed", ENDED)
             return
         settled = True
         await _settle_success(ctx, attempt, tracker)
