@@ -70,10 +70,10 @@ def route_format(ledger: Ledger, route: str) -> WireFormat | None:
 
 
 def routable(ledger: Ledger, route: str, request: Request) -> bool:
-    """A route the request can be sent to (R-GW-3): one of its own format, or of the other one
-    when the request is inside the common subset both share (else excluded `wire_format`). A
-    pool is routable when every candidate is (the reserve picks among them all): a pool mixing
-    both formats serves a request inside the common subset."""
+    """A route the request can be sent to (R-GW-3): one of its own format, or of another one
+    when the request is inside the internal form every format shares (else excluded
+    `wire_format`; `formats.translate.serves`). A pool is routable when every candidate is
+    (the reserve picks among them all): a pool mixing formats serves a request inside it."""
     if route.startswith(POOL_PREFIX):
         members = pool_members(ledger.policy, route)
         return bool(members) and all(routable(ledger, m.key, request) for m in members)

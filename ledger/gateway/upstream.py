@@ -115,7 +115,7 @@ def prepare(
     effort: str | None = None,
 ) -> Prepared:
     """The route's URL, headers (its credential) and the caller's body for it (R-GW-3), in the
-    route's wire format (translated over the common subset when it is the other one)."""
+    route's wire format (translated through the internal form when it is another one)."""
     route = route_facts(ledger, model)
     fmt = route.fmt
     usage_shown = caller.wants_usage(body)
