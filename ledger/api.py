@@ -25,8 +25,7 @@ from ledger.arguments import (
     check_str,
     request_size,
 )
-from ledger.budgets.checks import largest_estimate
-from ledger.budgets.scopes import ceiling_micro
+from ledger.budgets.checks import ceiling_micro, largest_estimate
 from ledger.budgets.scopes import check_names as check_scope_names
 from ledger.catalog import Catalog, Model, load_catalog
 from ledger.config import POLICY_FILE, Policy, load_policy

@@ -188,7 +188,7 @@ def _granted(verdict: Reservation | budgets.Refusal, now: int) -> Reservation:
     if isinstance(verdict, budgets.Refusal):
         scope = verdict.scope
         raise Refused(
-            verdict.reason.value,
+            str(verdict.reason),
             "" if scope is None else f"scope {scope}",
             retry_at_ms=verdict.retry_at_ms,
             now_ms=now,
