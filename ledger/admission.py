@@ -27,7 +27,7 @@ class BudgetState:
     """Everything the checks need, read inside the reserving transaction."""
 
     asked: unit.Request  # what the reservation takes of each measure, and `now`
-    budgets: Sequence[Budget]  # the budgets that apply, in order (unit.applicable)
+    budgets: Mapping[Stage, Sequence[Budget]]  # the budgets that apply (unit.applicable)
     usage: Mapping[UsageKey, Use]  # each one's use
     source: SourceBudget
     provider_cooldown_until: int | None
@@ -100,4 +100,4 @@ def check(
 
 def _stage(state: BudgetState, stage: Stage) -> Refusal | None:
     """The first budget of `stage` the reservation does not fit, as its refusal."""
-    return unit.check(unit.in_stage(state.budgets, stage), state.usage, state.asked)
+    return unit.check(state.budgets.get(stage, ()), state.usage, state.asked)

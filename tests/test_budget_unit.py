@@ -195,9 +195,12 @@ def test_issue_43_budgets_of_the_policy_in_the_spec_order() -> None:
         (RefusalReason.SCOPE_IN_FLIGHT, 2, Stage.SCOPE, "b"),
     ]
     # a request under scopes b then a checks b's budgets first (the order it lists them)
-    asked = unit.Request(T0, "s", "p", "p/m", ("b", "a"), {Measure.CALLS: 1})
-    order = [b.applies_to.name for b in unit.applicable(unit.budgets_of(policy), asked)]
-    assert order[-3:] == ["b", "a", "a"]
+    stages = unit.applicable(unit.budgets_of(policy), ("b", "a"))
+    assert [b.applies_to.name for b in stages[Stage.SCOPE]] == ["b", "a", "a"]
+    assert [b.reason for b in unit.applicable(unit.budgets_of(policy), ("a",))[Stage.SCOPE]] == [
+        RefusalReason.SCOPE_HOURLY_BUDGET,
+        RefusalReason.SCOPE_DAILY_COST,
+    ]
 
 
 def test_issue_43_check_refuses_at_the_limit_with_when_the_window_frees() -> None:

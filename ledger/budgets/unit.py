@@ -147,23 +147,15 @@ def key(budget: Budget, request: Request) -> UsageKey:
     return (budget.window, budget.measure, dim, target(budget.applies_to, request))
 
 
-def applies(budget: Budget, request: Request) -> bool:
-    """A scope budget applies to a request under that scope; every other one always does."""
-    if budget.applies_to.dimension is Dimension.SCOPE:
-        return budget.applies_to.name in request.scopes
-    return True
-
-
-def applicable(budgets: Iterable[Budget], request: Request) -> tuple[Budget, ...]:
-    """The budgets that apply to `request` in the order they are checked: by stage, the scopes'
-    in the order of `request.scopes` (each scope's own in its order), every other in the given
-    order (the policy's before any added one)."""
-    rank = {name: i for i, name in enumerate(request.scopes)}
-
-    def order(b: Budget) -> tuple[int, int]:
-        return (b.stage, rank.get(b.applies_to.name or "", 0) if b.stage is Stage.SCOPE else 0)
-
-    return tuple(sorted((b for b in budgets if applies(b, request)), key=order))
+def applicable(budgets: Iterable[Budget], scopes: Sequence[str]) -> dict[Stage, tuple[Budget, ...]]:
+    """The budgets that apply to a request under `scopes`, by stage, each in the order it is
+    checked: the scopes' in the order of `scopes` (each scope's own in its order), every other
+    in the given order (the policy's before any added one)."""
+    rank = {name: i for i, name in enumerate(scopes)}
+    found = [b for b in budgets if b.applies_to.dimension is not Dimension.SCOPE
+             or b.applies_to.name in rank]
+    found.sort(key=lambda b: rank[b.applies_to.name or ""] if b.stage is Stage.SCOPE else 0)
+    return {stage: tuple(b for b in found if b.stage is stage) for stage in Stage}
 
 
 def check(budgets: Iterable[Budget], usage: Mapping[UsageKey, Use], request: Request) -> (
@@ -249,8 +241,3 @@ def budgets_of(policy: Policy) -> tuple[Budget, ...]:
     for name in sorted(policy.scopes):
         out += scope_budgets(name, policy.scopes[name])
     return tuple(out)
-
-
-def in_stage(budgets: Iterable[Budget], stage: Stage) -> tuple[Budget, ...]:
-    """The budgets checked at `stage`, in order."""
-    return tuple(b for b in budgets if b.stage is stage)

@@ -9,6 +9,7 @@ choice among candidates is ledger/store/pool_choice.py's, in the same transactio
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, insert, select, update
@@ -16,7 +17,7 @@ from sqlalchemy import Connection, bindparam, insert, select, update
 from ledger import admission
 from ledger.budgets import checks as budgets
 from ledger.budgets import unit
-from ledger.budgets.unit import Budget, Dimension, Measure, UsageKey, Use, Window
+from ledger.budgets.unit import Budget, Dimension, Measure, Stage, UsageKey, Use, Window
 from ledger.config import Policy
 from ledger.errors import NotFoundError, SourceScopeMismatch, UsageError
 from ledger.kinds import AttemptRole, AttemptStatus, RefusalReason, SourceState
@@ -112,17 +113,30 @@ def _check_key_source(conn: Connection, request: ReserveRequest) -> None:
         raise SourceScopeMismatch
 
 
-_LAST: list[tuple[Policy, tuple[Budget, ...]]] = []
-"""The budgets of the policy last reserved under (a policy is read once per process, R-HOME-3)."""
+_LAST: list[tuple[Policy, dict[Any, _Applying]]] = []
+"""The budgets of the policy last reserved under, per scopes and added budgets (a policy is read
+once per process, R-HOME-3): built once, not on every reserve."""
 
 
-def _policy_budgets(policy: Policy) -> tuple[Budget, ...]:
-    """`unit.budgets_of(policy)`, built once per policy object."""
-    last = _LAST[0] if _LAST else None
-    if last is not None and last[0] is policy:
-        return last[1]
-    found = unit.budgets_of(policy)
-    _LAST[:] = [(policy, found)]
+@dataclass(frozen=True)
+class _Applying:
+    """The budgets a reserve under some scopes checks, by stage, and those `usage.plan` reads."""
+
+    stages: dict[Stage, tuple[Budget, ...]]
+    read: tuple[Budget, ...]
+
+
+def _applying(policy: Policy, names: Sequence[str], extra: Sequence[Budget]) -> _Applying:
+    """The policy's budgets and `extra` that apply under `names` (unit.applicable), cached."""
+    cached = _LAST[0][1] if _LAST and _LAST[0][0] is policy else None
+    if cached is None:
+        cached = {}
+        _LAST[:] = [(policy, cached)]
+    found = cached.get(key := (tuple(names), tuple(extra)))
+    if found is None:
+        stages = unit.applicable((*unit.budgets_of(policy), *extra), names)
+        read = tuple(b for s in stages.values() for b in s if usage.read_here(b))
+        found = cached[key] = _Applying(stages, read)
     return found
 
 
@@ -177,9 +191,9 @@ def reserve_model(
             Measure.MODELS: 0 if model.key in source.models else 1,
         },
     )
-    applying = unit.applicable((*_policy_budgets(policy), *extra), asked)
+    applying = _applying(policy, names, extra)
     # every budget's use is read in the same round trip as the shared state (R-DB-2)
-    keys = list(dict.fromkeys(k for b in applying if usage.read_here(k := unit.key(b, asked))))
+    keys = list(dict.fromkeys(unit.key(b, asked) for b in applying.read))
     shared, values = reads.shared_state(
         conn, now, policy.calls_per_hour, model.provider, model.key, usage.plan(now, keys)
     )
@@ -190,7 +204,7 @@ def reserve_model(
                                   source.time_used_ms))
     gate = shared.gate
     state = admission.BudgetState(
-        asked, applying, uses, source, shared.provider_until, shared.model_until,
+        asked, applying.stages, uses, source, shared.provider_until, shared.model_until,
         gate.held_until,
     )
     recorded, immediate = roles.checked_role(conn, now, request, source)

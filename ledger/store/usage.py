@@ -128,9 +128,10 @@ def _statement(shapes: tuple[SHAPE, ...]) -> Select[Any]:
     return select(*(_column(shape, i).label(f"u{i}") for i, shape in enumerate(shapes)))
 
 
-def read_here(usage_key: UsageKey) -> bool:
-    """Whether `plan` reads this usage (the shared hour and a source's counters have their own)."""
-    window, measure, dim, _ = usage_key
+def read_here(budget: Budget) -> bool:
+    """Whether `plan` reads this budget's use (the shared hour and a source's counters have
+    reads of their own)."""
+    window, measure, dim = budget.window, budget.measure, budget.applies_to.dimension
     if window is Window.LIFETIME:
         return False
     return (window, measure, dim) != (Window.ROLLING_HOUR, Measure.CALLS, Dimension.GLOBAL)
