@@ -27,6 +27,7 @@ from ledger.arguments import (
 )
 from ledger.budgets.checks import ceiling_micro, largest_estimate
 from ledger.budgets.scopes import check_names as check_scope_names
+from ledger.budgets.unit import Budget
 from ledger.catalog import Catalog, Model, load_catalog
 from ledger.config import POLICY_FILE, Policy, load_policy
 from ledger.errors import NotFoundError, UsageError
@@ -90,6 +91,7 @@ class Ledger:
         jitter: Callable[[], float] = random.random,
         create: bool = True,
         lazy: bool = False,
+        extra_budgets: Sequence[Budget] = (),
     ) -> Ledger:
         """Resolve the state dir, read policy and catalog once (R-HOME-3), check the schema.
 
@@ -97,7 +99,9 @@ class Ledger:
         anything is created. A missing database is created at once (state directory 0700,
         database 0600, head revision); with `lazy=True` (the CLI) only by the first write that
         records something, the ledger reading as empty until then; with `create=False`
-        (read-only commands) never: the ledger reads as empty.
+        (read-only commands) never: the ledger reads as empty. `extra_budgets`
+        (ledger.budgets.unit) are checked by every reserve besides the policy's, each at its
+        stage of the order.
         """
         check_open(home, db, policy, catalog, env, clock, jitter, create)
         state = state_dir(None if home is None else str(home), db)
@@ -114,7 +118,11 @@ class Ledger:
             prepare=partial(ensure_home, state.path),
         )
         return cls(
-            state, policy, catalog, Store(database, jitter), os.environ if env is None else env
+            state,
+            policy,
+            catalog,
+            Store(database, jitter, extra_budgets),
+            os.environ if env is None else env,
         )
 
     @property
