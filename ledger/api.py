@@ -25,11 +25,12 @@ from ledger.arguments import (
     check_str,
     request_size,
 )
-from ledger.budgets.checks import ceiling_micro, largest_estimate
+from ledger.budgets.checks import DAY_MS, ceiling_micro, largest_estimate
 from ledger.budgets.scopes import check_names as check_scope_names
+from ledger.budgets.unit import Budget
 from ledger.catalog import Catalog, Model, load_catalog
 from ledger.config import POLICY_FILE, Policy, load_policy
-from ledger.errors import NotFoundError, UsageError
+from ledger.errors import BusyError, NotFoundError, UsageError
 from ledger.home import StateDir, check_db_target, ensure_home, state_dir
 from ledger.inert import check_routing
 from ledger.kinds import AttemptRole, CooldownScope, FailureKind
@@ -43,12 +44,19 @@ from ledger.records import (
     SourceStateChange,
     Success,
 )
+from ledger.routing.chains import pool_members
+from ledger.routing.pools import cache_ttl_ms
+from ledger.routing.rules import route_allowed
+from ledger.routing.select import SelectionRequest, Snapshot, select
 from ledger.store import Database, Store
 from ledger.store import queue as store_queue
 from ledger.store.batch import Answered, Step
+from ledger.store.compact import compact_step
 from ledger.store.pending import open_database
 from ledger.store.reservations import PoolPlan, ReserveRequest
+from ledger.store.views import select_state
 from ledger.targets import Target, parse_target
+from ledger.tokens import estimate_tokens, tokens_for_bytes
 from ledger.validation import Slot
 
 if TYPE_CHECKING:
@@ -90,6 +98,7 @@ class Ledger:
         jitter: Callable[[], float] = random.random,
         create: bool = True,
         lazy: bool = False,
+        extra_budgets: Sequence[Budget] = (),
     ) -> Ledger:
         """Resolve the state dir, read policy and catalog once (R-HOME-3), check the schema.
 
@@ -97,7 +106,9 @@ class Ledger:
         anything is created. A missing database is created at once (state directory 0700,
         database 0600, head revision); with `lazy=True` (the CLI) only by the first write that
         records something, the ledger reading as empty until then; with `create=False`
-        (read-only commands) never: the ledger reads as empty.
+        (read-only commands) never: the ledger reads as empty. `extra_budgets`
+        (ledger.budgets.unit) are checked by every reserve besides the policy's, each at its
+        stage of the order.
         """
         check_open(home, db, policy, catalog, env, clock, jitter, create)
         state = state_dir(None if home is None else str(home), db)
@@ -114,7 +125,11 @@ class Ledger:
             prepare=partial(ensure_home, state.path),
         )
         return cls(
-            state, policy, catalog, Store(database, jitter), os.environ if env is None else env
+            state,
+            policy,
+            catalog,
+            Store(database, jitter, extra_budgets),
+            os.environ if env is None else env,
         )
 
     @property
@@ -250,8 +265,6 @@ class Ledger:
 
     def _any_member(self, key: str) -> Model:
         """Some catalog model of a pool (the request's placeholder when none can be called)."""
-        from ledger.routing.chains import pool_members
-
         for member in pool_members(self.policy, key):
             found = self.catalog.model(member.key)
             if found is not None:
@@ -263,7 +276,6 @@ class Ledger:
     ) -> PoolPlan:
         """The pool's candidates that can be called at all for this request: available, with a
         base URL and text, allowed by the route rules, fitting the request (R-SEL-1, 8, 9)."""
-        from ledger.tokens import estimate_tokens, tokens_for_bytes
 
         available = self.catalog.available_providers(self.env)  # read each time: env may change
         tokens = estimate_tokens(text) if text is not None else tokens_for_bytes(size)
@@ -306,10 +318,6 @@ class Ledger:
         )[1]
 
     def _make_pool_members(self, key: str) -> tuple[tuple[Model, int | None, int], ...]:
-        from ledger.routing.chains import pool_members
-        from ledger.routing.pools import cache_ttl_ms
-        from ledger.routing.rules import route_allowed
-
         no_url = self.catalog.providers_without_base_url()
         out = []
         for member in pool_members(self.policy, key):
@@ -401,9 +409,6 @@ class Ledger:
         tried: Iterable[str] = frozenset(),
     ) -> Selection:
         """Ordered eligible routes and every exclusion with its reason (SPEC section 9)."""
-        from ledger.routing.select import SelectionRequest, Snapshot, select
-        from ledger.store.views import select_state
-        from ledger.tokens import estimate_tokens, tokens_for_bytes
 
         if source is not None:
             check_source_id(source)
@@ -548,9 +553,6 @@ class Ledger:
     def compact(self, batch: int) -> int:
         """One bounded compaction step (R-DB-6); rows folded (0 when the lock is busy)."""
         check_int(batch, "batch")
-        from ledger.budgets.checks import DAY_MS
-        from ledger.errors import BusyError
-        from ledger.store.compact import compact_step
 
         try:
             return compact_step(

@@ -59,6 +59,11 @@ class ImportResult:
 
 
 ApiName = Literal["openai-chat", "anthropic-messages"]
+API_NAMES: Mapping[str, ApiName] = {
+    "openai-chat": "openai-chat",
+    "anthropic-messages": "anthropic-messages",
+}
+"""A known provider's api as the catalog has it (any other: `openai-chat`)."""
 
 
 class _BadEntry(Exception):
@@ -120,8 +125,7 @@ def provider_for(name: str) -> Provider:
     until the user sets one, rather than defaulting to another provider's host.
     """
     known = known_providers().get(name)
-    anthropic = known is not None and known[0] == "anthropic-messages"
-    api: ApiName = "anthropic-messages" if anthropic else "openai-chat"
+    api = API_NAMES.get(known[0], "openai-chat") if known is not None else "openai-chat"
     return Provider(
         credential_env=credential_env_for(name),
         api=api,

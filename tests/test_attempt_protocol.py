@@ -26,8 +26,8 @@ from ledger.api import Ledger
 from ledger.attempt import Attempt, SettledTwice, cancelled, settle, success
 from ledger.classify import Classification
 from ledger.gateway import loop, routing
+from ledger.gateway.formats import Format
 from ledger.gateway.upstream import Reply
-from ledger.gateway.wire import Format
 from ledger.kinds import AttemptRole, AttemptStatus, FailureKind
 from ledger.providers.base import ProviderResponse
 from ledger.records import Outcome, Reservation

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from ledger.api import Ledger
-from ledger.gateway.wire import Format, Limits, caller_problem, fits_allowance, upstream_body
+from ledger.gateway.formats import Format, Limits, caller_problem, fits_allowance, upstream_body
 from ledger.standin.server import StandIn
 from tests.gateway_setup import gateway
 

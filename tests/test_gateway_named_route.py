@@ -20,8 +20,8 @@ from ledger.api import Ledger
 from ledger.classify import Classification
 from ledger.gateway import loop, routing
 from ledger.gateway.errors import GatewayError
+from ledger.gateway.formats import Format, WireFormat
 from ledger.gateway.upstream import Reply
-from ledger.gateway.wire import Format
 from ledger.kinds import FailureKind
 from ledger.providers.base import ProviderResponse
 from ledger.records import Failed
@@ -51,7 +51,7 @@ def ledger(home: Path) -> Iterator[Ledger]:
 
 
 def _request(
-    model: str, *, fmt: Format = Format.OPENAI, size: int = 100, key: str | None = None,
+    model: str, *, fmt: WireFormat = Format.OPENAI, size: int = 100, key: str | None = None,
     translatable: bool = True, source: str = "gw-s",
 ) -> routing.Request:  # fmt: skip
     return routing.Request(source, model, fmt, size, key, (), translatable)
@@ -103,7 +103,7 @@ def _reservations(home: Path, source: str) -> int:
      ("bolt/b1", Format.ANTHROPIC), ("bolt/b1", Format.OPENAI), ("cirrus/c1", Format.ANTHROPIC)],
 )  # fmt: skip
 def test_r_gw_2_r_sel_2_the_named_route_is_the_route_a_selection_puts_first(
-    ledger: Ledger, model: str, fmt: Format
+    ledger: Ledger, model: str, fmt: WireFormat
 ) -> None:
     request = _request(model, fmt=fmt)
     named = routing.named_route(ledger, request)

@@ -10,8 +10,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from ledger.api import Ledger
+from ledger.gateway.formats import Format
 from ledger.gateway.upstream import prepare, route_facts
-from ledger.gateway.wire import Format
 from tests.gateway_setup import gateway_catalog
 
 BODY = {"model": "bolt/b1", "max_tokens": 10, "messages": [{"role": "user", "content": "x"}]}

@@ -21,6 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ledger.api import Ledger
+from ledger.gateway.formats import Format
 from ledger.gateway.sse import (
     MAX_HELD_EVENTS,
     MAX_LINE_BYTES,
@@ -29,7 +30,6 @@ from ledger.gateway.sse import (
     Tracker,
     lines_of,
 )
-from ledger.gateway.wire import Format
 from ledger.standin.server import Scripted, StandIn
 from tests.gateway_setup import gateway_catalog, streamed_attempts
 from tests.serving import running

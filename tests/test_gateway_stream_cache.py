@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from ledger.api import Ledger
+from ledger.gateway.formats import Format, WireFormat
 from ledger.gateway.sse import Event, Tracker
-from ledger.gateway.wire import Format
 from ledger.standin.server import Scripted, StandIn
 from tests.gateway_setup import gateway
 
@@ -27,7 +27,7 @@ PATHS = {Format.OPENAI: "/openai/v1/chat/completions", Format.ANTHROPIC: "/anthr
 CASES = [(caller, model) for caller in Format for model in COST]  # same format and translated
 
 
-def _ask(http: httpx.Client, caller: Format, model: str, stream: bool) -> int:
+def _ask(http: httpx.Client, caller: WireFormat, model: str, stream: bool) -> int:
     """One answer read to its end; its reservation id."""
     body: dict[str, Any] = {"model": model, "max_tokens": 50, "stream": stream,
                             "messages": [{"role": "user", "content": "x"}]}  # fmt: skip

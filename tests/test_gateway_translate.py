@@ -12,15 +12,14 @@ import pytest
 from anthropic.types import StopReason
 from openai.types.chat.chat_completion import Choice
 
-from ledger.gateway.sse import Event
-from ledger.gateway.subset import untranslated
-from ledger.gateway.translate import (
+from ledger.gateway.formats import Format, untranslated
+from ledger.gateway.formats.translate import (
     AnthropicFromOpenAI,
     OpenAIFromAnthropic,
     reply_for,
     request_for,
 )
-from ledger.gateway.wire import Format
+from ledger.gateway.sse import Event
 
 OPENAI, ANTHROPIC = Format.OPENAI, Format.ANTHROPIC
 

@@ -1,21 +1,25 @@
 """Budget arithmetic for one reservation (SPEC section 7): pure, takes `now`, gives Grant/Refusal.
 
-The store reads a `BudgetState` inside the write transaction and writes what `check` decides, so
-the checks and the insert are one atomic step (R-DB-2).
+The store reads the budgets' use inside the write transaction and writes what
+`ledger.admission.check` decides, so the checks and the insert are one atomic step (R-DB-2).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from ledger.catalog import Model
 from ledger.clock import DAY_MS as DAY_MS  # the windows, re-exported for the store
 from ledger.clock import HOUR_MS as HOUR_MS
 from ledger.config import Policy
 from ledger.kinds import RefusalReason, SourceState
+
+if TYPE_CHECKING:
+    from ledger.budgets.unit import Budget
 
 
 @dataclass(frozen=True)
@@ -30,20 +34,6 @@ class SourceBudget:
 
 
 @dataclass(frozen=True)
-class BudgetState:
-    """Everything the checks need, read inside the reserving transaction."""
-
-    now_ms: int
-    hourly_count: int
-    hourly_next_free_ms: int | None  # when the oldest reservation in the window leaves it
-    daily_cost_micro: int
-    source: SourceBudget
-    provider_cooldown_until: int | None
-    model_cooldown_until: int | None
-    probe_held_until: int | None = None  # R-POL-9: another reservation is the probe until then
-
-
-@dataclass(frozen=True)
 class Grant:
     """Permission for exactly one call."""
 
@@ -55,9 +45,11 @@ class Grant:
 class Refusal:
     """A refused reservation with its reason code and, when known, when it could succeed."""
 
-    reason: RefusalReason
+    reason: str  # a RefusalReason, or an added budget's own (ledger.budgets.unit)
     retry_at_ms: int | None = None
     scope: str | None = None  # the scope that refused (R-SC-1), None for every other check
+    # the budget that refused (ledger.budgets.unit.check), None for every other check
+    budget: Budget | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

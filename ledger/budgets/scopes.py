@@ -1,28 +1,23 @@
-"""Scope budget arithmetic (R-SC-1): pure, takes `now`, gives a refusal or None.
+"""Scopes (R-SC-1): what one scope has in use (for status) and the names a caller gives.
 
 A reservation under scopes is checked against each scope's `callsPerHour`, `dailyEstimatedUsd`
-and `inFlight` exactly as the global budgets are (section 7): the store reads a `ScopeUse` per
-scope inside the reserving write transaction, `check` decides, and the store inserts the
-reservation with its scopes in that same transaction, so no two processes can both take a
-scope's last slot.
+and `inFlight` exactly as the global budgets are (section 7): they are budgets of
+`ledger.budgets.unit` (`scope_budgets`), checked in the reserving write transaction.
 """
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from decimal import Decimal
 
-from ledger.config import SCOPE_NAME, Policy, ScopeLimits
+from ledger.config import SCOPE_NAME, Policy
 from ledger.errors import UsageError
-from ledger.kinds import RefusalReason
 
 
 @dataclass(frozen=True)
 class ScopeUse:
-    """What one scope has in use, read inside the reserving transaction.
+    """What one scope has in use (status, R-SC-2).
 
     Only what the scope limits is read: an unlimited part is 0 / None.
     """
@@ -33,50 +28,6 @@ class ScopeUse:
     daily_cost_micro: int = 0
     in_flight: int = 0
     in_flight_next_free_ms: int | None = None  # the earliest deadline of its open reservations
-
-
-@dataclass(frozen=True)
-class ScopeRefusal:
-    """A refusal by one scope: its reason, the scope's name and, when known, when to retry."""
-
-    reason: RefusalReason
-    scope: str
-    retry_at_ms: int | None = None
-
-
-def ceiling_micro(limits: ScopeLimits) -> int | None:
-    """A scope's `dailyEstimatedUsd` in whole micro-USD (rounded down: never exceeded)."""
-    if limits.daily_estimated_usd is None:
-        return None
-    return math.floor(Decimal(str(limits.daily_estimated_usd)) * 1_000_000)
-
-
-def check(
-    uses: Iterable[ScopeUse], scopes: Mapping[str, ScopeLimits], estimate: int | None
-) -> ScopeRefusal | None:
-    """Each scope in turn (in the order given): the first over a limit refuses.
-
-    Per scope, in the order of section 7: the hourly count, the daily cost (an unknown price
-    fails closed when the scope has a ceiling), then the reservations open at once.
-    """
-    for use in uses:
-        limits = scopes[use.name]
-        if limits.calls_per_hour is not None and use.hourly_count >= limits.calls_per_hour:
-            return ScopeRefusal(
-                RefusalReason.SCOPE_HOURLY_BUDGET, use.name, use.hourly_next_free_ms
-            )
-        ceiling = ceiling_micro(limits)
-        if ceiling is not None:
-            if estimate is None:
-                return ScopeRefusal(RefusalReason.UNKNOWN_PRICE, use.name)
-            if use.daily_cost_micro + estimate > ceiling:
-                # when room frees needs the scope's window rows: the store fills it in
-                return ScopeRefusal(RefusalReason.SCOPE_DAILY_COST, use.name)
-        if limits.in_flight is not None and use.in_flight >= limits.in_flight:
-            return ScopeRefusal(
-                RefusalReason.SCOPE_IN_FLIGHT, use.name, use.in_flight_next_free_ms
-            )
-    return None
 
 
 def check_names(names: Iterable[object], policy: Policy) -> tuple[str, ...]:

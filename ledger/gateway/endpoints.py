@@ -1,5 +1,7 @@
-"""The gateway's routes (R-GW-1): `POST /openai/v1/chat/completions`, `GET /openai/v1/models`,
-`POST /anthropic/v1/messages`, mounted by the service on the same listeners as `/v1`.
+"""The gateway's routes (R-GW-1, R-FMT-1): one `POST` for each registered wire format (its
+`path`: `/openai/v1/chat/completions`, `/anthropic/v1/messages`) and a `GET` listing the models
+where a format has one (`/openai/v1/models`), mounted by the service on the same listeners as
+`/v1`. A format registered later is mounted on the router then (`registry.subscribe`).
 
 Each route parses and checks the caller's body (a 4xx in the caller's format, nothing upstream),
 then hands it to the request loop (loop.py) or, for `stream: true`, to stream.py. Bodies are never
@@ -11,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -21,22 +24,16 @@ from ledger.arguments import check_request_id, check_source_id
 from ledger.errors import LedgerError, SourceScopeMismatch, UsageError
 from ledger.gateway import loop, routing
 from ledger.gateway.errors import GatewayError
+from ledger.gateway.formats import registry
+from ledger.gateway.formats.base import WireFormat
+from ledger.gateway.formats.translate import reply_for
 from ledger.gateway.gate import KEY_STATE
 from ledger.gateway.metrics import GatewayMetrics
 from ledger.gateway.refusal_tally import RefusalTally
 from ledger.gateway.sse import Malformed
 from ledger.gateway.stream import RelayedResponse, serve_stream, unless_disconnected
-from ledger.gateway.subset import untranslated
-from ledger.gateway.translate import reply_for
 from ledger.gateway.upstream import MALFORMED, Reply, call, transport
-from ledger.gateway.wire import (
-    UNFIT,
-    Format,
-    answer_model,
-    caller_problem,
-    error_document,
-    fits_allowance,
-)
+from ledger.gateway.wire import UNFIT, answer_model
 
 router = APIRouter(include_in_schema=False)
 
@@ -53,7 +50,7 @@ SOURCE_SCOPE_MISMATCH = (
 )
 
 
-def error_answer(fmt: Format, error: GatewayError) -> JSONResponse:
+def error_answer(fmt: WireFormat, error: GatewayError) -> JSONResponse:
     """A gateway error in the caller's format (R-GW-6); 429s carry Retry-After when known."""
     headers: dict[str, str] = {}
     if error.retry_after_s is not None:
@@ -62,7 +59,7 @@ def error_answer(fmt: Format, error: GatewayError) -> JSONResponse:
         headers["x-should-retry"] = "true" if error.should_retry else "false"
     if error.attempts:
         headers["x-ledger-attempts"] = str(error.attempts)
-    document = error_document(fmt, error.status, error.code, error.message)
+    document = fmt.error_document(error.status, error.code, error.message)
     return JSONResponse(document, status_code=error.status, headers=headers)
 
 
@@ -105,39 +102,35 @@ def metrics_of(request: Request) -> GatewayMetrics | None:
     return found
 
 
-@router.get("/openai/v1/models")
-async def openai_models(request: Request) -> JSONResponse:
-    """The catalog's models as OpenAI model objects (ids are model keys)."""
-    ledger: Ledger = request.app.state.ledger
-    data = [
-        {"id": m.key, "object": "model", "created": 0, "owned_by": m.provider}
-        for m in ledger.catalog.models
-    ]
-    data += [  # a pool key is a model a request may name too (R-RT-4)
-        {"id": f"pool/{name}", "object": "model", "created": 0, "owned_by": "ledger"}
-        for name in sorted(ledger.policy.pools)
-    ]
-    return JSONResponse({"object": "list", "data": data})
+def _models(fmt: WireFormat) -> Callable[[Request], Awaitable[Response]]:
+    async def models(request: Request) -> Response:
+        """The catalog's models and pools (ids are model keys) in the format's list."""
+        ledger: Ledger = request.app.state.ledger
+        listed = [(m.key, m.provider) for m in ledger.catalog.models]
+        # a pool key is a model a request may name too (R-RT-4)
+        listed += [(f"pool/{name}", "ledger") for name in sorted(ledger.policy.pools)]
+        return JSONResponse(fmt.models_document(listed))
+
+    return models
 
 
-OPENAI_CHAT = "/openai/v1/chat/completions"
-ANTHROPIC_MESSAGES = "/anthropic/v1/messages"
+def _endpoint(fmt: WireFormat) -> Callable[[Request], Awaitable[Response]]:
+    async def serve(request: Request) -> Response:
+        """A request in this wire format through the ledger (R-GW-2)."""
+        return await _serve(request, fmt)
+
+    return serve
 
 
-@router.post(OPENAI_CHAT)
-async def openai_chat(request: Request) -> Response:
-    """An OpenAI chat completion through the ledger (R-GW-2)."""
-    return await _serve(request, Format.OPENAI)
+def mount(fmt: WireFormat) -> None:
+    """The format's routes on the gateway's router."""
+    if fmt.models_path is not None:
+        router.add_api_route(fmt.models_path, _models(fmt), methods=["GET"])
+    router.add_api_route(fmt.path, _endpoint(fmt), methods=["POST"])
 
 
-@router.post(ANTHROPIC_MESSAGES)
-async def anthropic_messages(request: Request) -> Response:
-    """An Anthropic message through the ledger (R-GW-2)."""
-    return await _serve(request, Format.ANTHROPIC)
-
-
-async def _serve(request: Request, fmt: Format) -> Response:
-    template = OPENAI_CHAT if fmt is Format.OPENAI else ANTHROPIC_MESSAGES
+async def _serve(request: Request, fmt: WireFormat) -> Response:
+    template = fmt.path
     ctx = context_of(request, template)
     answer = await _answer(request, fmt, ctx)
     if ctx.metrics is not None and not isinstance(answer, RelayedResponse):
@@ -153,10 +146,10 @@ def _outcome(status: int) -> str:
     return "bad_request" if status < 500 and status != 408 else "failed"
 
 
-async def _answer(request: Request, fmt: Format, ctx: loop.Context) -> Response:
+async def _answer(request: Request, fmt: WireFormat, ctx: loop.Context) -> Response:
     try:
         body, gw_request, background = _parse(request, ctx.ledger, fmt, await request.body())
-        if body.get("stream") is True:
+        if fmt.streams(body):
             return await serve_stream(ctx, gw_request, body, background, request)
         answered = await unless_disconnected(  # R-GW-7: the caller may leave meanwhile
             request.receive,
@@ -185,7 +178,7 @@ async def call_exchange(ctx: loop.Context, attempt: loop.Attempt) -> Any:
     remaining = (attempt.reservation.deadline_ms - ctx.ledger.clock_fn()) / 1000
     reply = await call(ctx.upstream, attempt.prepared, remaining, ctx.ledger.clock_fn)
     prepared = attempt.prepared
-    if reply.document is not None and prepared.fmt is not prepared.caller:
+    if reply.document is not None:
         try:
             reply.document = reply_for(prepared.caller, prepared.fmt, reply.document)
         except Malformed:
@@ -197,24 +190,24 @@ def _no_constant(name: str) -> Any:
     raise ValueError("not JSON")  # the name is never shown: the answer says BAD_JSON
 
 
-def _fits(ledger: Ledger, fmt: Format, model: str, body: dict[str, Any]) -> bool:
-    """Whether the named model's reply allowance can serve the body (wire.fits_allowance: `n`,
+def _fits(ledger: Ledger, fmt: WireFormat, model: str, body: dict[str, Any]) -> bool:
+    """Whether the named model's reply allowance can serve the body (`fmt.fits_allowance`: `n`,
     thinking); a pool's pick, and a backup, are checked when prepared."""
     target = ledger.target(model)
     if target.is_pool:
         return True
     allowance = ledger.model(target.key).reply_reservation(ledger.policy.reply_tokens)
-    return fits_allowance(fmt, body, allowance)
+    return fmt.fits_allowance(body, allowance)
 
 
 def _parse(
-    request: Request, ledger: Ledger, fmt: Format, raw: bytes
+    request: Request, ledger: Ledger, fmt: WireFormat, raw: bytes
 ) -> tuple[dict[str, Any], routing.Request, bool]:
     try:  # JSON as RFC 8259 has it: NaN and Infinity would go upstream as invalid JSON
         body = json.loads(raw, parse_constant=_no_constant)
     except (ValueError, RecursionError):
         raise GatewayError(400, "invalid_json", BAD_JSON) from None
-    problem = caller_problem(fmt, body)
+    problem = fmt.check(body)
     if problem is not None:
         raise GatewayError(400, "invalid_request", problem)
     model = routing.resolve_model(ledger, body["model"])
@@ -244,8 +237,11 @@ def _parse(
     if pace not in ("interactive", "background"):
         raise GatewayError(400, "bad_pace", BAD_PACE)
     scopes = tuple(getattr(gateway_key, "scopes", ()))  # seam: SPEC 20 scopes go to reserve
-    outside = untranslated(fmt, body)
+    outside = fmt.outside(body)
     gw_request = routing.Request(
         source, model, fmt, len(raw), request_id, scopes, outside is None, outside, key_name
     )
     return body, gw_request, pace == "background"
+
+
+registry.subscribe(mount)

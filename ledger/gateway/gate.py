@@ -34,9 +34,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ledger.gateway.bodies import read_body, replay
 from ledger.gateway.errors import RETRY_AFTER_S, TOO_MANY
-from ledger.gateway.wire import Format, error_document
+from ledger.gateway.formats import registry
+from ledger.gateway.formats.base import WireFormat
 
-PREFIXES: dict[str, Format] = {"/openai/": Format.OPENAI, "/anthropic/": Format.ANTHROPIC}
 MAX_BODY_BYTES = 4 * 1024 * 1024
 """Gateway bodies carry whole conversations and images: 4 MiB (the /v1 API keeps 64 KiB)."""
 BODY_TIMEOUT_S = 10.0
@@ -55,19 +55,15 @@ MESSAGES: dict[int, tuple[str, str]] = {
 }
 
 
-def format_of(scope: Scope) -> Format | None:
-    """The wire format of a gateway path, None for every other path."""
-    path = str(scope.get("path", ""))
-    for prefix, fmt in PREFIXES.items():
-        if path.startswith(prefix):
-            return fmt
-    return None
+def format_of(scope: Scope) -> WireFormat | None:
+    """The wire format of a gateway path (its registered prefix), None for every other path."""
+    return registry.by_path(str(scope.get("path", "")))
 
 
-async def error(fmt: Format, status: int, send: Send, allow: str | None = None) -> None:
+async def error(fmt: WireFormat, status: int, send: Send, allow: str | None = None) -> None:
     """A gate refusal in the format's error shape (R-GW-6); `allow`: a 405's Allow header."""
     code, message = MESSAGES[status]
-    body = json.dumps(error_document(fmt, status, code, message)).encode()
+    body = json.dumps(fmt.error_document(status, code, message)).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if status in (408, 413):
         headers.append((b"connection", b"close"))
@@ -77,12 +73,12 @@ async def error(fmt: Format, status: int, send: Send, allow: str | None = None) 
     await send({"type": "http.response.body", "body": body})
 
 
-def too_many_document(fmt: Format) -> bytes:
+def too_many_document(fmt: WireFormat) -> bytes:
     """The body of a 503 `too_many_connections` in the format's error shape (R-SRV-9)."""
-    return json.dumps(error_document(fmt, 503, *TOO_MANY)).encode()
+    return json.dumps(fmt.error_document(503, *TOO_MANY)).encode()
 
 
-async def too_many(fmt: Format, send: Send) -> None:
+async def too_many(fmt: WireFormat, send: Send) -> None:
     """503 `too_many_connections` with Retry-After, and the connection closed (R-SRV-9)."""
     body = too_many_document(fmt)
     headers = [

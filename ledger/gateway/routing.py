@@ -17,7 +17,9 @@ from ledger.api import Ledger
 from ledger.attempt import AttemptPlan, plan_follow_up
 from ledger.errors import LedgerError, Refused
 from ledger.gateway.errors import GatewayError, refused, seconds_until
-from ledger.gateway.wire import Format
+from ledger.gateway.formats import registry
+from ledger.gateway.formats.base import WireFormat
+from ledger.gateway.formats.translate import serves
 from ledger.kinds import AttemptRole, FailureKind, RefusalReason
 from ledger.policy_table import InteractivePace
 from ledger.records import Outcome, Reservation, SettleResult
@@ -55,7 +57,7 @@ def resolve_model(ledger: Ledger, text: str) -> str:
     raise GatewayError(400, "unknown_model", UNKNOWN_MODEL)
 
 
-def route_format(ledger: Ledger, route: str) -> Format | None:
+def route_format(ledger: Ledger, route: str) -> WireFormat | None:
     """The wire format a route speaks (None: a format the gateway does not speak, or a pool
     whose candidates do not all speak one format)."""
     if route.startswith(POOL_PREFIX):
@@ -64,20 +66,18 @@ def route_format(ledger: Ledger, route: str) -> Format | None:
     model = ledger.catalog.model(route)
     if model is None:
         return None
-    api = ledger.catalog.providers[model.provider].api
-    return Format(api) if api in (f.value for f in Format) else None
+    return registry.by_name(ledger.catalog.providers[model.provider].api)
 
 
 def routable(ledger: Ledger, route: str, request: Request) -> bool:
-    """A route the request can be sent to (R-GW-3): one of its own format, or of the other one
-    when the request is inside the common subset both share (else excluded `wire_format`). A
-    pool is routable when every candidate is (the reserve picks among them all): a pool mixing
-    both formats serves a request inside the common subset."""
+    """A route the request can be sent to (R-GW-3): one of its own format, or of another one
+    when the request is inside the internal form every format shares (else excluded
+    `wire_format`; `formats.translate.serves`). A pool is routable when every candidate is
+    (the reserve picks among them all): a pool mixing formats serves a request inside it."""
     if route.startswith(POOL_PREFIX):
         members = pool_members(ledger.policy, route)
         return bool(members) and all(routable(ledger, m.key, request) for m in members)
-    fmt = route_format(ledger, route)
-    return fmt is request.fmt or (fmt is not None and request.translatable)
+    return serves(route_format(ledger, route), request.fmt, request.translatable)
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class Request:
 
     source: str
     model: str  # the model key the caller named
-    fmt: Format
+    fmt: WireFormat  # the caller's
     size: int  # conservative input bytes (the caller's whole body)
     request_id: str | None
     scopes: tuple[str, ...] = ()  # a gateway key's scopes (SPEC 20), passed on to reserve

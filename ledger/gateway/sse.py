@@ -1,8 +1,9 @@
-"""Server-sent events of the two wire formats, read from an upstream stream (R-GW-5).
+"""Server-sent events, read from an upstream stream (R-GW-5).
 
 Pure parsing over lines; `Tracker` keeps what the gateway must know about a stream in flight:
 whether its first content event arrived, its finish reason, its usage (prompt-cache tokens too,
-read by the provider adapters' own functions, R-GW-5c) and its terminator.
+read by the provider adapters' own functions, R-GW-5c) and its terminator; the route's wire
+format reads each event into it (`WireFormat.observe`).
 A malformed event (not JSON where the format says JSON, or larger than MAX_EVENT_BYTES) is
 reported, never guessed at.
 """
@@ -12,10 +13,10 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ledger.gateway.wire import Format
-from ledger.providers import anthropic_messages, openai_chat
+if TYPE_CHECKING:
+    from ledger.gateway.formats.base import WireFormat
 
 DONE = "[DONE]"
 MAX_HELD_EVENTS = 256
@@ -121,15 +122,11 @@ def _event(name: str | None, text: str) -> Event:
     return Event(name, data)
 
 
-def encode(fmt: Format, event: Event, model_key: str) -> bytes:
+def encode(fmt: WireFormat, event: Event, model_key: str) -> bytes:
     """The event as the caller gets it: `model` is the model key that answers (R-GW-6)."""
     if event.done:
         return f"data: {DONE}\n\n".encode()
-    data = dict(event.data)
-    if fmt is Format.OPENAI and "model" in data:
-        data["model"] = model_key
-    if fmt is Format.ANTHROPIC and isinstance(data.get("message"), dict):
-        data["message"] = {**data["message"], "model": model_key}
+    data = fmt.with_model(dict(event.data), model_key)
     text = json.dumps(data, separators=(",", ":"))
     head = f"event: {event.name}\n" if event.name else ""
     return f"{head}data: {text}\n\n".encode()
@@ -139,7 +136,7 @@ def encode(fmt: Format, event: Event, model_key: str) -> bytes:
 class Tracker:
     """What the gateway knows of one stream so far."""
 
-    fmt: Format
+    fmt: WireFormat
     content: bool = False
     finish: str | None = None
     terminated: bool = False
@@ -151,84 +148,7 @@ class Tracker:
 
     def observe(self, event: Event) -> None:
         """Fold one event in (an event of the wrong shape raises Malformed)."""
-        if self.fmt is Format.OPENAI:
-            self._openai(event)
-        else:
-            self._anthropic(event)
-
-    def _openai(self, event: Event) -> None:
-        if event.done:
-            self.terminated = True
-            return
-        data = event.data
-        if "error" in data:
-            self.error = True
-            return
-        choices = data.get("choices")
-        if not isinstance(choices, list):
-            raise Malformed
-        for choice in choices:
-            if not isinstance(choice, dict):
-                raise Malformed
-            delta = choice.get("delta")
-            # content is any output in the delta: text, tool calls, a refusal, and what
-            # OpenAI-compatible reasoning models stream first (`reasoning_content`,
-            # `reasoning`), which must not wait behind firstTokenMs; a role alone is none
-            if isinstance(delta, dict) and any(v for k, v in delta.items() if k != "role"):
-                self.content = True
-            if isinstance(choice.get("finish_reason"), str):
-                self.finish = choice["finish_reason"]
-                self.content = True
-        usage = data.get("usage")
-        if isinstance(usage, dict):  # read as a whole answer's is (R-GW-5c)
-            counts = openai_chat.usage_counts(usage)
-            self.input_tokens, self.output_tokens = counts.input_tokens, counts.output_tokens
-            self.cache_write_tokens = counts.cache_write_tokens
-            self.cache_read_tokens = counts.cache_read_tokens
-
-    def _anthropic(self, event: Event) -> None:
-        if event.done:
-            raise Malformed
-        data = event.data
-        kind = data.get("type")
-        if not isinstance(kind, str):
-            raise Malformed
-        if kind == "error":
-            self.error = True
-        elif kind == "message_start":
-            message = data.get("message")
-            usage = message.get("usage") if isinstance(message, dict) else None
-            if isinstance(usage, dict):  # its output_tokens is a placeholder, not a count
-                self._prompt(usage)
-        elif kind == "content_block_start":
-            block = data.get("content_block")
-            if isinstance(block, dict) and block.get("type") not in ("text", None):
-                self.content = True
-        elif kind in ("content_block_delta", "content_block_stop"):
-            self.content = True
-        elif kind == "message_delta":
-            self.content = True
-            delta = data.get("delta")
-            if isinstance(delta, dict) and isinstance(delta.get("stop_reason"), str):
-                self.finish = delta["stop_reason"]
-            usage = data.get("usage")
-            if isinstance(usage, dict):
-                self.output_tokens = anthropic_messages.usage_counts(usage).output_tokens
-                self._prompt(usage)  # its prompt counts, when given, are the final ones
-        elif kind == "message_stop":
-            self.content = True
-            self.terminated = True
-
-    def _prompt(self, usage: dict[str, Any]) -> None:
-        """The prompt's counts of an Anthropic usage object, read as a whole answer's is
-        (R-GW-5c); a count the event leaves out keeps the one seen before."""
-        counts = anthropic_messages.usage_counts(usage)
-        if counts.input_tokens is not None:
-            self.input_tokens = counts.input_tokens
-        if counts.cache_write_tokens is not None:
-            self.cache_write_tokens = counts.cache_write_tokens
-        if counts.cache_read_tokens is not None:
-            self.cache_read_tokens = counts.cache_read_tokens
+        self.fmt.observe(self, event)
 
     @property
     def usage_known(self) -> bool:

@@ -36,6 +36,7 @@ from starlette.types import Receive, Scope, Send
 from ledger.attempt import cancelled, failed, settle_async, success
 from ledger.classify import Classification, classify_exception
 from ledger.gateway import loop, routing
+from ledger.gateway.formats.translate import stream_translator
 from ledger.gateway.sse import (
     MAX_HELD_EVENTS,
     Event,
@@ -45,7 +46,6 @@ from ledger.gateway.sse import (
     events,
     lines_of,
 )
-from ledger.gateway.translate import stream_translator
 from ledger.gateway.upstream import (
     MALFORMED,
     Reply,
@@ -53,7 +53,6 @@ from ledger.gateway.upstream import (
     error_classification,
     send,
 )
-from ledger.gateway.wire import Format, stream_error_event, usage_only
 from ledger.kinds import FailureKind
 from ledger.providers.bounded import TRANSPORT_ERRORS
 from ledger.records import Cancelled, Reservation
@@ -95,7 +94,7 @@ async def serve_stream(
     pace = loop.pace_for(ctx.ledger, background, attempt.number, True)
     deadline = Deadline(
         anyio.current_time() + _deadline_s(ctx, attempt),
-        stream_error_event(attempt.prepared.caller, 504, "deadline", DEADLINE),
+        attempt.prepared.caller.stream_error_event(504, "deadline", DEADLINE),
         ctx.ledger.policy.gateway.idle_ms / 1000,
         lambda: _count_failed(ctx),
     )
@@ -284,7 +283,7 @@ async def relay(
 
     def out(event: Event) -> Iterable[bytes]:
         if translator is None:
-            if not shown and fmt is Format.OPENAI and usage_only(event.data):
+            if not shown and fmt.usage_only(event.data):
                 return ()  # read for the settle; not asked for by the caller
             return (encode(fmt, event, attempt.route),)
         return translator.feed(event)
@@ -326,7 +325,7 @@ async def relay(
         if failure is not None:
             await _settle_failure(ctx, attempt, tracker, failure, pace)
             _count_failed(ctx)
-            yield stream_error_event(fmt, 502, "upstream_stream_failed", ENDED)
+            yield fmt.stream_error_event(502, "upstream_stream_failed", ENDED)
             return
         await _settle_success(ctx, attempt, tracker)
         if translator is not None:

@@ -23,19 +23,12 @@ from ledger.api import Ledger
 from ledger.catalog import Catalog, Model
 from ledger.classify import Classification, classify_exception, classify_http
 from ledger.gateway import network
-from ledger.gateway.translate import request_for
-from ledger.gateway.wire import (
-    Format,
-    Limits,
-    fits_allowance,
-    is_invalid,
-    parse_reply,
-    upstream_body,
-    wants_usage,
-)
+from ledger.gateway.formats import registry
+from ledger.gateway.formats.base import Limits, WireFormat
+from ledger.gateway.formats.translate import request_for
+from ledger.gateway.wire import is_invalid
 from ledger.kinds import FailureKind
-from ledger.providers.anthropic_messages import DEFAULT_VERSION
-from ledger.providers.base import CallRequest, HttpAdapter, ProviderResponse
+from ledger.providers.base import HttpAdapter, ProviderResponse
 from ledger.providers.bounded import (
     ERROR_BODY_BUDGET_S,
     ERROR_BODY_LIMIT,
@@ -44,9 +37,7 @@ from ledger.providers.bounded import (
     TRANSPORT_ERRORS,
     JsonReply,
 )
-from ledger.providers.openai_chat import max_tokens_field
 from ledger.providers.registry import adapter_for
-from ledger.routing.effort import anthropic_fields, openai_fields
 from ledger.targets import Effort
 from ledger.validation import Slot
 
@@ -58,9 +49,9 @@ UNSENDABLE = classify_exception(UnicodeError(HEADER_ENCODING_MESSAGE))
 the same fault (ledger.providers.bounded), so both fail it alike."""
 
 UNFIT_ALLOWANCE = Classification(FailureKind.REQUEST_REJECTED, "exceeds_reply_allowance")
-"""A request the route's reply allowance cannot serve (wire.fits_allowance: more choices than
-tokens, or thinking without room for its minimum budget): not sent, since its reply could
-outgrow the reservation's estimate or the provider would refuse it (another route, with a
+"""A request the route's reply allowance cannot serve (its format's `fits_allowance`: more
+choices than tokens, or thinking without room for its minimum budget): not sent, since its reply
+could outgrow the reservation's estimate or the provider would refuse it (another route, with a
 larger allowance, may serve it, as the table permits)."""
 
 MALFORMED = Classification(FailureKind.TRANSPORT, "malformed_reply")
@@ -74,10 +65,10 @@ class Prepared:
     url: str
     headers: dict[str, str] = field(repr=False)
     body: dict[str, Any] = field(repr=False)
-    fmt: Format  # the route's wire format
-    caller: Format  # the caller's (the answer is translated when they differ, R-GW-3)
-    fits: bool = True  # the route's reply allowance can serve it (wire.fits_allowance)
-    usage_shown: bool = True  # a streaming caller asked to see usage (wire.wants_usage)
+    fmt: WireFormat  # the route's wire format
+    caller: WireFormat  # the caller's (the answer is translated when they differ, R-GW-3)
+    fits: bool = True  # the route's reply allowance can serve it (fmt.fits_allowance)
+    usage_shown: bool = True  # a streaming caller asked to see usage (caller.wants_usage)
 
 
 @dataclass(frozen=True)
@@ -86,7 +77,7 @@ class RouteFacts:
     once per Ledger): worked out once per route, not per request. The credential is not here:
     the adapter reads it from the environment for each request."""
 
-    fmt: Format
+    fmt: WireFormat
     url: str
     headers: dict[str, str] = field(repr=False)  # options, content type, API version
     adapter: HttpAdapter = field(repr=False)
@@ -109,53 +100,41 @@ def route_facts(ledger: Ledger, model: Model) -> RouteFacts:
 
 def _make_route_facts(ledger: Ledger, model: Model) -> RouteFacts:
     provider = ledger.catalog.provider_for_call(model.provider)
-    fmt = Format(provider.api)
+    fmt = registry.by_name(provider.api)
+    if fmt is None:
+        raise ValueError(f"no wire format {provider.api!r} is registered")
     adapter = adapter_for(provider, ledger.env)
     assert isinstance(adapter, HttpAdapter)
     headers = adapter.option_headers()
     headers["content-type"] = "application/json"
     allowance = model.reply_reservation(ledger.policy.reply_tokens)
-    if fmt is Format.ANTHROPIC:
-        url = f"{adapter.base_url()}/v1/messages"
-        headers["anthropic-version"] = adapter.option_str("anthropicVersion", DEFAULT_VERSION)
-        name = "max_tokens"
-    else:
-        url = f"{adapter.base_url()}/chat/completions"
-        # the field's name depends on the URL and the reasoning flag alone (no deadline here)
-        probe = CallRequest(model.id, (), allowance, 0, bool(model.reasoning))
-        name = max_tokens_field(probe, url)
-    return RouteFacts(fmt, url, headers, adapter, allowance, name)
+    parts = fmt.upstream_route(adapter, model, allowance)
+    headers.update(parts.headers)
+    return RouteFacts(fmt, parts.url, headers, adapter, allowance, parts.max_tokens_field)
 
 
 def prepare(
     ledger: Ledger,
     model: Model,
-    caller: Format,
+    caller: WireFormat,
     body: dict[str, Any],
     effort: str | None = None,
 ) -> Prepared:
     """The route's URL, headers (its credential) and the caller's body for it (R-GW-3), in the
-    route's wire format (translated over the common subset when it is the other one)."""
+    route's wire format (translated through the internal form when it is another one)."""
     route = route_facts(ledger, model)
     fmt = route.fmt
-    usage_shown = wants_usage(caller, body)
+    usage_shown = caller.wants_usage(body)
     body = request_for(caller, fmt, body)
     headers = dict(route.headers)
     credential = route.adapter.credential()  # read now, for this request only
     if credential is not None:
-        if fmt is Format.ANTHROPIC:
-            headers["x-api-key"] = credential
-        else:
-            headers["authorization"] = f"Bearer {credential}"
-    out = upstream_body(fmt, body, Limits(model.id, route.allowance, route.max_tokens_name))
+        name, value = fmt.credential_header(credential)
+        headers[name] = value
+    out = fmt.upstream_body(body, Limits(model.id, route.allowance, route.max_tokens_name))
     if effort is not None:  # R-RT-3: the route's own effort, never the primary's
-        level = Effort(effort)
-        if fmt is Format.ANTHROPIC:
-            # inside the max_tokens actually sent (R-RT-3: the estimate covers it)
-            out.update(anthropic_fields(level, int(out["max_tokens"])))
-        else:
-            out.update(openai_fields(level))
-    fit = fits_allowance(fmt, body, route.allowance)
+        out.update(fmt.effort_fields(Effort(effort), out))
+    fit = fmt.fits_allowance(body, route.allowance)
     return Prepared(route.url, headers, out, fmt, caller, fit, usage_shown)
 
 
@@ -218,7 +197,7 @@ class UpstreamTransport(httpx.AsyncHTTPTransport):
 
 def build_request(prepared: Prepared) -> httpx.Request | Classification:
     """The httpx request for a prepared exchange, or why the attempt fails without sending it:
-    more than the route's reply allowance can serve (UNFIT_ALLOWANCE, wire.fits_allowance), or a
+    more than the route's reply allowance can serve (UNFIT_ALLOWANCE, fits_allowance), or a
     credential or header option HTTP cannot carry (UNSENDABLE; the value is quoted nowhere,
     where httpx's error would name one of its characters)."""
     if not prepared.fits:
@@ -270,7 +249,7 @@ async def call(
         return Reply(None, None, classify_exception(exc), _ms(started))
     if data is None:
         return Reply(None, None, MALFORMED, _ms(started))
-    facts = parse_reply(prepared.fmt, JsonReply(response.status_code, data, started))
+    facts = prepared.fmt.parse_reply(JsonReply(response.status_code, data, started))
     if is_invalid(facts) or not isinstance(data, dict):
         return Reply(None, None, MALFORMED, _ms(started))
     return Reply(data, facts, None, _ms(started))

@@ -15,6 +15,12 @@ from ledger.providers.anthropic_messages import AnthropicMessagesAdapter
 from ledger.providers.base import ProviderAdapter
 from ledger.providers.openai_chat import OpenAIChatAdapter
 
+ADAPTERS: Mapping[str, type[OpenAIChatAdapter | AnthropicMessagesAdapter]] = {
+    "openai-chat": OpenAIChatAdapter,
+    "anthropic-messages": AnthropicMessagesAdapter,
+}
+"""The adapter class of each catalog `api` (any other speaks `openai-chat`)."""
+
 
 def adapter_for(
     provider: Provider, env: Mapping[str, str], *, client: httpx.Client | None = None
@@ -26,6 +32,5 @@ def adapter_for(
     """
     if provider.base_url is None:
         raise NoBaseUrlError
-    if provider.api == "anthropic-messages":
-        return AnthropicMessagesAdapter(provider, env, client=client)
-    return OpenAIChatAdapter(provider, env, client=client)
+    adapter = ADAPTERS.get(provider.api, OpenAIChatAdapter)
+    return adapter(provider, env, client=client)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ledger.clock import iso
-from ledger.routing.chains import pool_members
+from ledger.routing.chains import expand, pool_members
 from ledger.targets import Effort, target_of
 from ledger.validation import Slot
 
@@ -254,8 +254,6 @@ def pool_view(
 ) -> PoolView:
     """A pool's candidates with their state from one selection: eligible, or their exclusion
     (a nested pool is eligible when any of its members is)."""
-    from ledger.routing.chains import expand
-
     spec = spec_of(policy, key)
     views = []
     for cand in candidates(policy, key):

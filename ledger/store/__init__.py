@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import bindparam, select, update
 
 from ledger.budgets import checks as budgets
+from ledger.budgets.unit import Budget
 from ledger.catalog import Catalog
 from ledger.config import Policy
 from ledger.errors import LedgerError, NotFoundError, Refused, UsageError
@@ -37,9 +38,15 @@ _SOURCE_STATE = select(sources.c.state).where(sources.c.id == bindparam("b_id"))
 class Store:
     """Ledger state in one database; each method is one read or one write transaction."""
 
-    def __init__(self, db: Database, jitter: Callable[[], float] = random.random) -> None:
+    def __init__(
+        self,
+        db: Database,
+        jitter: Callable[[], float] = random.random,
+        budgets: Sequence[Budget] = (),
+    ) -> None:
         self.db = db
         self.jitter = jitter
+        self.budgets = tuple(budgets)  # checked besides the policy's (ledger.budgets.unit)
 
     @rehearsed
     def reserve(
@@ -48,15 +55,17 @@ class Store:
         """Check every budget and cooldown and insert the reservation, atomically (R-DB-2)."""
         with self.db.write() as txn:
             now = txn.now
-            verdict = res_ops.reserve(txn.conn, now, policy, request, policy_fp)
+            verdict = res_ops.reserve(txn.conn, now, policy, request, policy_fp, self.budgets)
         return _granted(verdict, now)
 
     def reserve_step(
         self, policy: Policy, request: res_ops.ReserveRequest, policy_fp: str
     ) -> Step[Reservation]:
         """`reserve` as one step of a group commit (R-SRV-3)."""
-        return Step(lambda conn, now: res_ops.reserve(conn, now, policy, request, policy_fp),
-                    _granted)
+        return Step(
+            lambda conn, now: res_ops.reserve(conn, now, policy, request, policy_fp, self.budgets),
+            _granted,
+        )
 
     @rehearsed
     def settle(
@@ -188,7 +197,7 @@ def _granted(verdict: Reservation | budgets.Refusal, now: int) -> Reservation:
     if isinstance(verdict, budgets.Refusal):
         scope = verdict.scope
         raise Refused(
-            verdict.reason.value,
+            str(verdict.reason),
             "" if scope is None else f"scope {scope}",
             retry_at_ms=verdict.retry_at_ms,
             now_ms=now,

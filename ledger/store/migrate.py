@@ -51,7 +51,7 @@ MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
 def _migrations_dir() -> Path:
     try:
-        import migrations  # the top-level package shipped in the wheel
+        import migrations  # lazy: the shipped alembic scripts, only for a migration
 
         for entry in migrations.__path__:  # a regular or (old editable install) namespace package
             if (Path(entry) / "env.py").exists():
@@ -63,7 +63,7 @@ def _migrations_dir() -> Path:
 
 def alembic_config(connection: Connection | None = None) -> Config:
     """An alembic Config pointing at the shipped migrations, optionally bound to a connection."""
-    from alembic.config import Config
+    from alembic.config import Config  # lazy: alembic only for a migration
 
     cfg = Config()
     cfg.set_main_option("script_location", str(_migrations_dir()))
@@ -74,7 +74,7 @@ def alembic_config(connection: Connection | None = None) -> Config:
 
 def script() -> ScriptDirectory:
     """The revision scripts."""
-    from alembic.script import ScriptDirectory
+    from alembic.script import ScriptDirectory  # lazy: alembic only for a migration
 
     return ScriptDirectory.from_config(alembic_config())
 
@@ -95,7 +95,7 @@ def read_revision(conn: Connection) -> str | None:
         return None
     heads = conn.execute(_READ_VERSION).scalars().all()
     if len(heads) > 1:  # never written by a linear history: let alembic report it as before
-        from alembic.runtime.migration import MigrationContext
+        from alembic.runtime.migration import MigrationContext  # lazy: alembic only for a migration
 
         return MigrationContext.configure(conn).get_current_revision()
     return str(heads[0]) if heads else None
@@ -140,7 +140,7 @@ def _check_sqlite_header(path: Path) -> None:
 
 
 def _upgrade_in_txn(db: Database, target: str = "head") -> None:
-    from alembic import command
+    from alembic import command  # lazy: alembic only for a migration
 
     try:
         with db.engine.connect() as conn:
@@ -295,7 +295,7 @@ def upgrade(db: Database, target: str = "head") -> tuple[str | None, str, Path |
 
 def downgrade(db: Database, target: str) -> None:
     """Migrate down (tests and emergencies)."""
-    from alembic import command
+    from alembic import command  # lazy: alembic only for a migration
 
     with db.engine.connect() as conn:
         conn.execution_options(ledger_write=True)

@@ -30,12 +30,14 @@ from ledger.classify import Classification
 from ledger.config import Policy
 from ledger.kinds import AttemptRole, AttemptStatus, FailureKind, SourceState
 from ledger.policy_table import OUTPUT_FAILURE_CAP, FailureContext, backoff_ms, decide
+from ledger.store import reads
 from ledger.store.engine import Database
 from ledger.store.notices import record_pause
 from ledger.store.pending import rehearsed
 from ledger.store.reads import source_budget
 from ledger.store.reservations import apply_to_source
 from ledger.store.schema import reservations, sources
+from ledger.store.views import active_cooldowns
 
 _QUEUED = SourceState.QUEUED.value
 _LEASED = SourceState.LEASED.value
@@ -495,9 +497,6 @@ class QueueTotals:
 
 def totals(db: Database, calls_per_hour: int) -> QueueTotals:
     """Counts by source state, attempts by role, active cooldowns and budget use right now."""
-    from ledger.store import reads
-    from ledger.store.views import active_cooldowns
-
     with db.read() as conn:
         now = db.read_now(conn)
         states = {

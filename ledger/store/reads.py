@@ -6,11 +6,11 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Connection, Select, bindparam, case, exists, func, select
+from sqlalchemy import Connection, Row, Select, bindparam, case, exists, func, select
 
 from ledger.budgets.checks import DAY_MS, HOUR_MS, DailyWindow, SourceBudget
 from ledger.kinds import CooldownScope, SourceState
-from ledger.store import probes
+from ledger.store import dialects, probes
 from ledger.store.schema import cooldowns, cost_hours, reservations, source_models, sources
 
 OPEN_LIKE = ("open", "expired")
@@ -251,3 +251,16 @@ def cooldown_until(conn: Connection, scope: CooldownScope, target: str, now: int
     return None if value is None else int(value)
 
 
+
+
+_BY_ID = select(reservations).where(reservations.c.id == bindparam("b_id"))
+
+
+def reservation_row(
+    conn: Connection, reservation_id: int, query: Select[Any] = _BY_ID
+) -> Row[Any] | None:
+    """The reservation row with this id, or None; an id no row of this backend can have (past
+    PostgreSQL's 32-bit or SQLite's 64-bit id column) is None too, never a database error."""
+    if not dialects.can_be_row_id(conn, reservation_id):
+        return None
+    return conn.execute(query, {"b_id": reservation_id}).first()

@@ -1,12 +1,12 @@
-"""Scope budgets in the reserving transaction (R-SC-1): read each scope's use, record its rows.
+"""Scopes in the store (R-SC-1): the scopes a reservation is under, its rows, each scope's use.
 
-Called from `reservations.reserve` only, inside its write transaction and after every check of
-section 7 granted: `check` reads what each scope limits and lets the pure core
-(`ledger.budgets.scopes.check`) decide; on a grant `record` writes the reservation's scope rows in
-that same transaction. So a scope's budgets are exact across processes, services and hosts, as
-the global ones are (R-DB-2). No writes here but `record`, `cost_changed` (called by settle)
-and `add_source_scopes`;
-`scopes_in_use` is the one read transaction of its own (for `config validate`).
+A reserve's scope budgets are budgets of `ledger.budgets.unit` like every other: their use is read
+in the reserving write transaction (ledger/store/usage.py) and, on a grant, `record` writes the
+reservation's scope rows and hour totals in that same transaction, so a scope's budgets are exact
+across processes, services and hosts, as the global ones are (R-DB-2). `uses_of` and
+`status_uses` read every part of the scopes' use for status. No writes here but `record`,
+`cost_changed` (called by settle) and `add_source_scopes`; `scopes_in_use` is the one read
+transaction of its own (for `config validate`).
 """
 
 from __future__ import annotations
@@ -17,12 +17,10 @@ from typing import Any
 
 from sqlalchemy import Connection, Select, bindparam, func, insert, literal, select, update
 
-from ledger.budgets import checks as budgets
-from ledger.budgets import scopes as scope_budgets
-from ledger.budgets.checks import DAY_MS, HOUR_MS, DailyWindow
-from ledger.budgets.scopes import ScopeRefusal, ScopeUse
+from ledger.budgets.checks import DAY_MS, HOUR_MS
+from ledger.budgets.scopes import ScopeUse
 from ledger.config import Policy, ScopeLimits
-from ledger.kinds import AttemptStatus, RefusalReason
+from ledger.kinds import AttemptStatus
 from ledger.store import reads
 from ledger.store.engine import Database
 from ledger.store.schema import (
@@ -130,18 +128,6 @@ def _in_flight_q(scope: str) -> Any:
 
 _OPEN = _open_q("scope")
 _IN_FLIGHT_FREES = select(func.min(_R.deadline_ms)).select_from(_OPEN[0]).where(*_OPEN[1])
-_WINDOW_ROWS = (
-    select(_RS.created_ms, _R.cost_micro)
-    .select_from(reservation_scopes.join(reservations, _R.id == _RS.reservation_id))
-    .where(
-        _RS.scope == bindparam("scope"),
-        _RS.created_ms > bindparam("day_since"),
-        _R.cost_micro > 0,
-    )
-    .order_by(_RS.created_ms, _RS.reservation_id)
-)
-
-
 @cache
 def _uses_statement(needs: tuple[tuple[bool, bool, bool], ...]) -> Select[Any]:
     """One round trip reading, for each scope in turn (bind `in_scope_I`), only what it limits:
@@ -259,47 +245,6 @@ def _hour_frees_at(conn: Connection, now: int, name: str, count: int, limit: int
         .offset(count - limit)
     ).scalar()
     return None if oldest is None else int(oldest) + HOUR_MS
-
-
-def window_of(conn: Connection, now: int, name: str, ceiling: int) -> DailyWindow:
-    """The scope's rolling 24 h cost and when each part of it leaves (a refusal's retry time)."""
-    rows = conn.execute(_WINDOW_ROWS, {"scope": name, "day_since": now - DAY_MS})
-    leaving = tuple((int(created) + DAY_MS, int(cost)) for created, cost in rows)
-    return DailyWindow(sum(cost for _, cost in leaving), ceiling, leaving)
-
-
-def check(
-    conn: Connection,
-    now: int,
-    policy: Policy,
-    names: Sequence[str],
-    values: Sequence[Any],
-    estimate: int | None,
-) -> list[str] | budgets.Refusal:
-    """Every scope's limits for a reservation section 7 granted, from the values `plan`'s read
-    returned for `names`: the scope names to record with it, or the first scope's refusal
-    (nothing is written for it)."""
-    if not names:
-        return list(names)
-    scoped = [(name, policy.scopes[name]) for name in names]
-    refused = scope_budgets.check(uses_from(conn, now, scoped, values), policy.scopes, estimate)
-    if refused is None:
-        return list(names)
-    return _refusal(conn, now, policy, refused, estimate)
-
-
-def _refusal(
-    conn: Connection, now: int, policy: Policy, refused: ScopeRefusal, estimate: int | None
-) -> budgets.Refusal:
-    """The refusal with its retry time: a full daily window reads its rows only now."""
-    retry = refused.retry_at_ms
-    if refused.reason is RefusalReason.SCOPE_DAILY_COST:
-        ceiling = scope_budgets.ceiling_micro(policy.scopes[refused.scope])
-        assert ceiling is not None
-        assert estimate is not None
-        window = window_of(conn, now, refused.scope, ceiling)
-        retry = budgets.ceiling_frees_at(now, window, estimate)
-    return budgets.Refusal(refused.reason, retry, scope=refused.scope)
 
 
 def record(

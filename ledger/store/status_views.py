@@ -21,6 +21,7 @@ from ledger.kinds import AttemptRole, CooldownScope, SourceState
 from ledger.store import reads, refusal_counts, scopes, sqlite_driver
 from ledger.store.engine import Database
 from ledger.store.migrate import read_revision
+from ledger.store.queue import _CLAIM_ORDER, _NEXT_RETRY, _due, gateway_one_off
 from ledger.store.refusal_counts import RefusalTotal
 from ledger.store.schema import (
     daily_totals,
@@ -262,7 +263,6 @@ def queue_data(conn: Connection, now: int, limit: int = QUEUE_OLDEST_LIMIT) -> Q
     """The worker queue as a claim sees it (R-Q-2), read through the claim index: how many
     sources are due now, when the next one waiting for its retry time becomes due,
     and the first `limit` queued or leased sources in claim order (oldest check first)."""
-    from ledger.store.queue import _CLAIM_ORDER, _NEXT_RETRY, _due
 
     s = sources.c
     waiting = and_(s.in_queue.is_(True), s.state.in_([SourceState.QUEUED.value,
@@ -388,7 +388,6 @@ GATEWAY_ONE_OFF = "gateway_one_off"
 def source_counts(conn: Connection) -> dict[str, int]:
     """Sources by state (every state present, zero when none), the gateway's one-off sources
     counted apart as `gateway_one_off`, not as `queued`: they are no queue work."""
-    from ledger.store.queue import gateway_one_off
 
     s = sources.c
     # one index range count per state (`in_queue IN (0, 1)` lets the claim index serve it)
@@ -416,7 +415,6 @@ def source_summaries(
 ) -> list[SourceSummary]:
     """The most relevant sources: leased, paused, queued, then done ones active in the last 24 h
     (the gateway's one-off sources are no queued work: counted, not listed)."""
-    from ledger.store.queue import gateway_one_off
 
     rows: list[Any] = []
     s = sources.c

@@ -1,0 +1,214 @@
+"""The budgets' use, read in the reserving write transaction (issue 43, R-DB-2).
+
+One generic read per (window, measure, dimension) of `ledger.budgets.unit`: `plan` puts a scalar
+column per usage key a reserve needs into one statement (reserve reads it in the same round trip
+as the shared state, `reads.shared_state`), and `leaving` reads, for a refusal only, when the
+refused budget's window frees. A rolling hour or 24 h of the whole ledger or of a scope sums its
+partial first hour row by row and every later hour from its hour totals (cost_hours,
+scope_cost_hours, kept equal to the rows by every write), so at most an hour of rows is read
+however busy the ledger; every other rolling window counts its rows (covering index on
+created_ms). Two usages come from reads of their own: the shared rolling hour's count (with the
+cooldowns, `reads.shared_state`) and a source's lifetime counters (`reads.source_budget`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import cache
+from typing import Any
+
+from sqlalchemy import Connection, Select, and_, bindparam, func, select
+
+from ledger.budgets.unit import Budget, Dimension, Measure, UsageKey, Use, Window
+from ledger.clock import HOUR_MS
+from ledger.kinds import AttemptStatus
+from ledger.store.reads import hour_start
+from ledger.store.schema import cost_hours, reservation_scopes, reservations, scope_cost_hours
+
+_R = reservations.c
+_RS = reservation_scopes.c
+_SCH = scope_cost_hours.c
+
+SHAPE = tuple[Window, Measure, Dimension]
+"""A usage key without its target: what decides the query."""
+
+
+
+def _count() -> Any:
+    return func.count()
+
+
+def _cost() -> Any:
+    return func.sum(_R.cost_micro)
+
+
+_BY_ROW = {Measure.CALLS: _count, Measure.COST: _cost}
+"""What a row adds to a measure."""
+
+
+def _dim_filter(dim: Dimension, target: Any) -> Any:
+    """The reservations a dimension's target holds (a scope's: joined through its rows)."""
+    column = {
+        Dimension.SOURCE: _R.source_id,
+        Dimension.PROVIDER: _R.provider,
+        Dimension.MODEL: _R.model_key,
+        Dimension.SCOPE: _RS.scope,
+    }.get(dim)
+    return None if column is None else column == target
+
+
+def _rows(dim: Dimension, *columns: Any) -> Select[Any]:
+    """A select over the reservations (joined to their scope rows for a scope)."""
+    if dim is Dimension.SCOPE:
+        joined = reservation_scopes.join(reservations, _R.id == _RS.reservation_id)
+        return select(*columns).select_from(joined)
+    return select(*columns).select_from(reservations)
+
+
+def _created(dim: Dimension) -> Any:
+    """The creation time a window is over (a scope row's own for a scope)."""
+    return _RS.created_ms if dim is Dimension.SCOPE else _R.created_ms
+
+
+def _where(dim: Dimension, target: Any, *more: Any) -> Any:
+    found = _dim_filter(dim, target)
+    return and_(*more) if found is None else and_(found, *more)
+
+
+def _bucketed(shape: SHAPE, i: int) -> Any | None:
+    """The rolling hour's count or 24 h cost of the ledger or a scope from its hour totals plus
+    the partial first hour's rows (exactly the rows' SUM); None when no hour totals hold it."""
+    window, measure, dim = shape
+    if window not in (Window.ROLLING_HOUR, Window.ROLLING_DAY) or dim not in (
+        Dimension.GLOBAL,
+        Dimension.SCOPE,
+    ):
+        return None
+    if dim is Dimension.GLOBAL and measure is Measure.COST:
+        total, buckets = cost_hours.c.cost_micro, cost_hours
+    elif dim is Dimension.SCOPE and measure in (Measure.CALLS, Measure.COST):
+        total = _SCH.calls if measure is Measure.CALLS else _SCH.cost_micro
+        buckets = scope_cost_hours
+    else:
+        return None
+    target: Any = bindparam(f"u{i}_target")
+    since: Any = bindparam(f"u{i}_since")
+    boundary: Any = bindparam(f"u{i}_boundary")
+    partial = _rows(dim, func.coalesce(_BY_ROW[measure](), 0)).where(
+        _where(dim, target, _created(dim) > since, _created(dim) < boundary)
+    )
+    hours = [buckets.c.hour_start_ms >= boundary]
+    if dim is Dimension.SCOPE:
+        hours.append(_SCH.scope == target)
+    full = select(func.coalesce(func.sum(total), 0)).where(*hours)
+    return partial.scalar_subquery() + full.scalar_subquery()
+
+
+def _column(shape: SHAPE, i: int) -> Any:
+    """The scalar column reading usage `shape` for the target bound as `u{i}_target`."""
+    window, measure, dim = shape
+    bucketed = _bucketed(shape, i)
+    if bucketed is not None:
+        return bucketed
+    target: Any = bindparam(f"u{i}_target")
+    if window is Window.IN_FLIGHT and measure is Measure.CALLS:
+        open_now = (_R.status == AttemptStatus.OPEN.value, _R.deadline_ms > bindparam("u_now"))
+        return _rows(dim, func.count()).where(_where(dim, target, *open_now)).scalar_subquery()
+    if window.length_ms is not None and measure in _BY_ROW:
+        since = _created(dim) > bindparam(f"u{i}_since")
+        counted = func.coalesce(_BY_ROW[measure](), 0)
+        return _rows(dim, counted).where(_where(dim, target, since)).scalar_subquery()
+    # e.g. tokens: a later issue stores a reservation's token estimate (SPEC section 22)
+    raise ValueError(f"no stored usage for {measure} over {window} per {dim}")
+
+
+@cache
+def _statement(shapes: tuple[SHAPE, ...]) -> Select[Any]:
+    """One select of a column per usage shape (cached per list: compiled and prepared once)."""
+    return select(*(_column(shape, i).label(f"u{i}") for i, shape in enumerate(shapes)))
+
+
+def read_here(budget: Budget) -> bool:
+    """Whether `plan` reads this budget's use (the shared hour and a source's counters have
+    reads of their own)."""
+    window, measure, dim = budget.window, budget.measure, budget.applies_to.dimension
+    if window is Window.LIFETIME:
+        return False
+    return (window, measure, dim) != (Window.ROLLING_HOUR, Measure.CALLS, Dimension.GLOBAL)
+
+
+def plan(now: int, keys: Sequence[UsageKey]) -> tuple[Select[Any], dict[str, Any]] | None:
+    """The one read of every usage in `keys` at `now`: a cached select of scalar columns (in the
+    order of `keys`) and its parameters; None for none."""
+    if not keys:
+        return None
+    params: dict[str, Any] = {"u_now": now}
+    for i, (window, _, _, target) in enumerate(keys):
+        params[f"u{i}_target"] = target
+        if window.length_ms is not None:
+            since = now - window.length_ms
+            params[f"u{i}_since"] = since
+            params[f"u{i}_boundary"] = hour_start(since) + HOUR_MS
+    return _statement(tuple(k[:3] for k in keys)), params
+
+
+def uses(keys: Sequence[UsageKey], values: Sequence[Any]) -> dict[UsageKey, Use]:
+    """The uses `plan`'s read returned, by key."""
+    return {k: Use(int(v)) for k, v in zip(keys, values, strict=True)}
+
+
+def leaving(
+    conn: Connection, now: int, budget: Budget, usage_key: UsageKey, use: Use, amount: int
+) -> Use:
+    """`use` with when its parts leave the window, for a refusal's retry time: a count's the one
+    time its excess has left by (the oldest counted row past the limit leaves), a cost's every
+    costed row (their sum is then the use), in flight the earliest deadline of the open ones."""
+    window, measure, dim, target = usage_key
+    excess = use.used + amount - budget.limit
+    if window is Window.IN_FLIGHT:
+        first = _rows(dim, func.min(_R.deadline_ms)).where(
+            _where(dim, target, _R.status == AttemptStatus.OPEN.value, _R.deadline_ms > now)
+        )
+        at = conn.execute(first).scalar()
+        return Use(use.used, () if at is None else ((int(at), excess),))
+    length = window.length_ms
+    if length is None or excess <= 0:
+        return Use(use.used, ())
+    created = _created(dim)
+    since = created > now - length
+    if measure is Measure.COST:
+        ids = _RS.reservation_id if dim is Dimension.SCOPE else _R.id
+        rows = conn.execute(
+            _rows(dim, created, _R.cost_micro)
+            .where(_where(dim, target, since, _R.cost_micro > 0))
+            .order_by(created, ids)
+        )
+        parts = tuple((int(at) + length, int(cost)) for at, cost in rows)
+        return Use(sum(cost for _, cost in parts), parts)
+    oldest = conn.execute(
+        _rows(dim, created)
+        .where(_where(dim, target, since))
+        .order_by(created)
+        .limit(1)
+        .offset(excess - 1)
+    ).scalar()
+    return Use(use.used, () if oldest is None else ((int(oldest) + length, excess),))
+
+
+def hour_use(count: int, next_free_ms: int | None, limit: int) -> Use:
+    """The shared rolling hour's use as `reads.shared_state` read it: when it is full for
+    callsPerHour (`limit`) it read when its oldest counted reservation past the limit leaves."""
+    if count < limit:
+        return Use(count)
+    return Use(count, () if next_free_ms is None else ((next_free_ms, count + 1 - limit),))
+
+
+def from_source(
+    source: str, calls: int, models: int, time_used_ms: int
+) -> Mapping[UsageKey, Use]:
+    """A source's lifetime counters (`reads.source_budget`, archived history included)."""
+    return {
+        (Window.LIFETIME, Measure.CALLS, Dimension.SOURCE, source): Use(calls),
+        (Window.LIFETIME, Measure.MODELS, Dimension.SOURCE, source): Use(models),
+        (Window.LIFETIME, Measure.TIME, Dimension.SOURCE, source): Use(time_used_ms),
+    }
