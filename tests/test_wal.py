@@ -243,3 +243,16 @@ def test_r_db_3_on_the_rollback_journal_a_reader_behind_an_exclusive_writer_is_b
     with exclusive_writer(home):
         result = invoke(home, "status", "--json")
     assert result.exit_code == 4, result.output
+
+
+def test_r_db_3c_nothing_opens_a_ledger_file_with_another_library() -> None:
+    """Two SQLite libraries on one WAL file read each other's work as a malformed image: every
+    opener in the project (package, tests, bench, scripts) goes through `sqlite_driver`."""
+    others = [
+        str(path.relative_to(ROOT))
+        for folder in ("ledger", "tests", "bench", "scripts", "migrations")
+        for path in (ROOT / folder).rglob("*.py")
+        if path.name != "sqlite_driver.py" and "sqlite3.connect(" in path.read_text()
+        and path.name != "test_wal.py"
+    ]
+    assert others == []
