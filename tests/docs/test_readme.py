@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 
 from ledger.policy_table import markdown_table
-from tests.support.shell import README, _shell_env
+from tests.support.shell import _shell_env
+
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_r_pol_1_readme_table_is_generated_from_the_code() -> None:

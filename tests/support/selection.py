@@ -1,4 +1,4 @@
-"""The selector tests catalog, times and snapshot builders (SPEC section 9), shared by the pure
+"""The selector tests' catalog, times and snapshot builders (SPEC section 9), shared by the pure
 selector tests and its per-catalog cache tests."""
 
 from __future__ import annotations

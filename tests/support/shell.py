@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _shell_env(tmp_path: Path) -> dict[str, str]:
@@ -25,7 +25,7 @@ def _shell_env(tmp_path: Path) -> dict[str, str]:
     }
     env.update(
         PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
-        PYTHONPATH=str(README.parent),
+        PYTHONPATH=str(ROOT),
         LEDGER_HOME=str(tmp_path / "home"),
         TMPDIR=str(scratch),
     )
