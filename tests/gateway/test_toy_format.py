@@ -1,6 +1,6 @@
 """R-FMT-1 (issue 43): adding a wire format is its module, its tests and a registry line. A format
-defined in the tests only (tests/support/toy_format.py), registered here, serves a request end to end
-through the real gateway on 127.0.0.1: the gate, the route mounted from the registry, the
+defined in the tests only (tests/support/toy_format.py), registered here, serves a request end to
+end through the real gateway on 127.0.0.1: the gate, the route mounted from the registry, the
 reserve, the upstream call translated to an `openai-chat` route of the stand-in (and an
 `anthropic-messages` one), the answer translated back, the settle and its attempt row. No line
 of `ledger/` names it.
