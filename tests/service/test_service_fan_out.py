@@ -92,6 +92,11 @@ async def _fan_out(address: tuple[str, int], requests: list[bytes]) -> list[Answ
     return answers
 
 
+def _close(opened: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]) -> None:
+    for _, writer in opened:
+        writer.close()
+
+
 def _address(gw: Gateway) -> tuple[str, int]:
     host, port = gw.url.removeprefix("http://").split(":")
     return host, int(port)
@@ -170,21 +175,21 @@ def test_r_srv_9_past_the_authenticated_pool_503_too_many_connections_in_shape(
         holders = await asyncio.gather(
             *(asyncio.open_connection(*address) for _ in range(CONNECTION_LIMITS[TCP]))
         )
-        for _, writer in holders:
-            writer.write(hold)
-        await asyncio.to_thread(
-            _wait_for, lambda: _pool_counts(gw).get(TCP) == CONNECTION_LIMITS[TCP],
-            "the tcp pool full",
-        )  # fmt: skip
-        past = [
-            _request("POST", "/openai/v1/chat/completions", gw.token, CHAT),
-            _request("POST", "/anthropic/v1/messages", gw.token, CHAT),
-            _request("GET", "/v1/status", gw.token),
-        ]
-        answers = await _fan_out(address, past)
-        for _, writer in holders:
-            writer.close()
-        return answers
+        try:
+            for _, writer in holders:
+                writer.write(hold)
+            await asyncio.to_thread(
+                _wait_for, lambda: _pool_counts(gw).get(TCP) == CONNECTION_LIMITS[TCP],
+                "the tcp pool full",
+            )  # fmt: skip
+            past = [
+                _request("POST", "/openai/v1/chat/completions", gw.token, CHAT),
+                _request("POST", "/anthropic/v1/messages", gw.token, CHAT),
+                _request("GET", "/v1/status", gw.token),
+            ]
+            return await _fan_out(address, past)
+        finally:  # closed on the loop even when a check fails: none is left to a later test's gc
+            _close(holders)
 
     with StandIn() as standin, gateway(home, standin) as gw:
         openai_answer, anthropic_answer, v1_answer = asyncio.run(scenario(gw))
@@ -205,22 +210,24 @@ def test_r_srv_9_a_flood_of_idle_strangers_stays_bounded_and_is_answered(home: P
         idle = await asyncio.gather(
             *(asyncio.open_connection(*address) for _ in range(strangers))
         )
-        await asyncio.to_thread(
-            _wait_for,
-            lambda: _pool_counts(gw).get(UNAUTHENTICATED, 0) + _pool_counts(gw).get(OVERFLOW, 0)
-            == strangers,
-            "the strangers' pools full",
-        )
-        past = await _fan_out(address, [b""] * extra)  # past every pool: refused, unread
-        counts = await asyncio.to_thread(_pool_counts, gw)
-        assert counts[UNAUTHENTICATED] == CONNECTION_LIMITS[UNAUTHENTICATED]
-        assert counts[OVERFLOW] == CONNECTION_LIMITS[OVERFLOW]
-        with gw.served.client() as http:  # the socket's capacity is untouched
-            reserved = http.post("/v1/reserve", json={"source": "socket", "model": "acme/a1"})
-            assert reserved.status_code == 200
-        for _, writer in idle:
-            writer.close()
-        return past
+        try:
+            await asyncio.to_thread(
+                _wait_for,
+                lambda: _pool_counts(gw).get(UNAUTHENTICATED, 0)
+                + _pool_counts(gw).get(OVERFLOW, 0)
+                == strangers,
+                "the strangers' pools full",
+            )
+            past = await _fan_out(address, [b""] * extra)  # past every pool: refused, unread
+            counts = await asyncio.to_thread(_pool_counts, gw)
+            assert counts[UNAUTHENTICATED] == CONNECTION_LIMITS[UNAUTHENTICATED]
+            assert counts[OVERFLOW] == CONNECTION_LIMITS[OVERFLOW]
+            with gw.served.client() as http:  # the socket's capacity is untouched
+                reserved = http.post("/v1/reserve", json={"source": "socket", "model": "acme/a1"})
+                assert reserved.status_code == 200
+            return past
+        finally:  # closed on the loop even when a check fails: none is left to a later test's gc
+            _close(idle)
 
     with StandIn() as standin, gateway(home, standin) as gw:
         for answer in asyncio.run(scenario(gw)):
