@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from ledger.api import Ledger
-from ledger.gateway.formats import Format, Limits, caller_problem, fits_allowance, upstream_body
+from ledger.gateway.formats import Format, Limits
 from ledger.standin.server import StandIn
 from tests.support.gateway_setup import gateway
 
@@ -32,7 +32,7 @@ def test_r_gw_3_choices_share_the_reply_allowance(n: int | None, asked: int | No
         body["n"] = n
     if asked is not None:
         body["max_tokens"] = asked
-    out = upstream_body(Format.OPENAI, body, Limits("a1", 4096, "max_tokens"))
+    out = Format.OPENAI.upstream_body(body, Limits("a1", 4096, "max_tokens"))
     assert out["max_tokens"] == sent
     assert out.get("n") == n  # passed through as asked
     assert out["max_tokens"] * (n or 1) <= 4096  # all choices inside the estimate's allowance
@@ -40,7 +40,7 @@ def test_r_gw_3_choices_share_the_reply_allowance(n: int | None, asked: int | No
 
 @pytest.mark.parametrize("n", [0, -1, 129, "2", 2.0, True, None])
 def test_r_gw_3_n_must_be_an_integer_from_1_to_128(n: object) -> None:
-    problem = caller_problem(Format.OPENAI, {"model": "m", "messages": HELLO, "n": n})
+    problem = Format.OPENAI.check({"model": "m", "messages": HELLO, "n": n})
     if n is None:
         assert problem is None
     else:
@@ -96,8 +96,8 @@ def test_r_gw_3_a_callers_thinking_budget_stays_inside_the_max_tokens_sent(
     thinking budget passed as sent, so a budget at or above it was a 400 from Anthropic."""
     body = {"model": "bolt/b1", "messages": HELLO, "max_tokens": asked,
             "thinking": {**THINK, "budget_tokens": budget}}  # fmt: skip
-    assert fits_allowance(Format.ANTHROPIC, body, allowance)
-    out = upstream_body(Format.ANTHROPIC, body, Limits("b1", allowance, "max_tokens"))
+    assert Format.ANTHROPIC.fits_allowance(body, allowance)
+    out = Format.ANTHROPIC.upstream_body(body, Limits("b1", allowance, "max_tokens"))
     assert out["max_tokens"] == sent_max
     assert out["thinking"] == {"type": "enabled", "budget_tokens": sent_budget}
     assert 1024 <= out["thinking"]["budget_tokens"] < out["max_tokens"]
@@ -107,7 +107,7 @@ def test_r_gw_3_thinking_without_room_for_its_minimum_reserves_and_sends_nothing
     home: Path,
 ) -> None:
     body = {"model": "bolt/b1", "max_tokens": 16000, "messages": HELLO, "thinking": THINK}
-    assert not fits_allowance(Format.ANTHROPIC, body, 1024)
+    assert not Format.ANTHROPIC.fits_allowance(body, 1024)
     with StandIn() as standin, gateway(home, standin, replyTokens=1024) as gw:
         answer = httpx.post(gw.url + "/anthropic/v1/messages", json=body, timeout=30,
                             headers={"x-api-key": gw.token})  # fmt: skip

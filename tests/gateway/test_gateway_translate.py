@@ -12,7 +12,7 @@ import pytest
 from anthropic.types import StopReason
 from openai.types.chat.chat_completion import Choice
 
-from ledger.gateway.formats import Format, untranslated
+from ledger.gateway.formats import Format
 from ledger.gateway.formats.translate import (
     AnthropicFromOpenAI,
     OpenAIFromAnthropic,
@@ -222,7 +222,7 @@ ANTHROPIC_TOOLS = [{"name": "lookup", "input_schema": {"type": "object"}}]
 def test_r_gw_3_openai_parts_with_no_anthropic_translation_are_named(
     body: dict[str, Any], field: str
 ) -> None:
-    assert untranslated(OPENAI, {"model": "m", **body}) == field
+    assert OPENAI.outside({"model": "m", **body}) == field
 
 
 @pytest.mark.parametrize(
@@ -245,12 +245,12 @@ def test_r_gw_3_openai_parts_with_no_anthropic_translation_are_named(
 def test_r_gw_3_anthropic_parts_with_no_openai_translation_are_named(
     body: dict[str, Any], field: str
 ) -> None:
-    assert untranslated(ANTHROPIC, {"model": "m", "max_tokens": 9, **body}) == field
+    assert ANTHROPIC.outside({"model": "m", "max_tokens": 9, **body}) == field
 
 
 def test_r_gw_3_parallel_tool_calls_false_translates_both_ways() -> None:
     body = {"model": "m", "messages": HELLO, "tools": OPENAI_TOOLS, "parallel_tool_calls": False}
-    assert untranslated(OPENAI, body) is None
+    assert OPENAI.outside(body) is None
     sent = request_for(OPENAI, ANTHROPIC, body)
     assert sent["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
     sent = request_for(OPENAI, ANTHROPIC, {**body, "tool_choice": "required"})
@@ -261,7 +261,7 @@ def test_r_gw_3_parallel_tool_calls_false_translates_both_ways() -> None:
     choice = {"type": "tool", "name": "lookup", "disable_parallel_tool_use": True}
     back = {"model": "m", "max_tokens": 9, "messages": HELLO, "tools": ANTHROPIC_TOOLS,
             "tool_choice": choice}  # fmt: skip
-    assert untranslated(ANTHROPIC, back) is None
+    assert ANTHROPIC.outside(back) is None
     sent = request_for(ANTHROPIC, OPENAI, back)
     assert sent["parallel_tool_calls"] is False
     assert sent["tool_choice"] == {"type": "function", "function": {"name": "lookup"}}
@@ -272,7 +272,7 @@ def test_r_gw_3_parallel_tool_calls_false_translates_both_ways() -> None:
 def test_r_gw_3_an_assistant_refusal_is_the_turn_s_text() -> None:
     refused = {"role": "assistant", "content": None, "refusal": "I won't."}
     body = {"model": "m", "messages": [*HELLO, refused, *HELLO]}
-    assert untranslated(OPENAI, body) is None
+    assert OPENAI.outside(body) is None
     sent = request_for(OPENAI, ANTHROPIC, body)
     assert sent["messages"][1] == {"role": "assistant",
                                    "content": [{"type": "text", "text": "I won't."}]}  # fmt: skip
@@ -282,7 +282,7 @@ def test_r_gw_3_a_null_valued_message_field_says_nothing() -> None:
     echoed = {"role": "assistant", "content": "hi", "refusal": None, "function_call": None}
     unnamed = {"role": "user", "content": "x", "name": None}
     body = {"model": "m", "messages": [*HELLO, echoed, unnamed]}
-    assert untranslated(OPENAI, body) is None
+    assert OPENAI.outside(body) is None
     assert request_for(OPENAI, ANTHROPIC, body)["messages"][1]["content"] == [
         {"type": "text", "text": "hi"}
     ]
