@@ -59,8 +59,8 @@ from bench.litellm_proxy import INSTALL, MASTER_KEY, ProxyError, available, lite
 from bench.relay_floor import relay_floor
 from ledger.records import Success
 from ledger.standin.server import Scripted, StandIn
-from tests.gateway_setup import gateway_catalog
-from tests.serving import running
+from tests.support.gateway_setup import gateway_catalog
+from tests.support.serving import running
 
 OVERHEAD_TARGET = 2.0
 TAIL_TARGET = 4.0

@@ -34,8 +34,8 @@ import httpx
 from bench.common import bench_policy
 from bench.gateway import BODY, _direct_body, _InProcess, _timed_stream
 from ledger.standin.server import Scripted, StandIn
-from tests.gateway_setup import gateway_catalog
-from tests.serving import running
+from tests.support.gateway_setup import gateway_catalog
+from tests.support.serving import running
 
 ROOT = Path(__file__).resolve().parent.parent
 STREAM = {**BODY, "stream": True}

@@ -44,7 +44,7 @@ from bench.common import (
 from bench.common import bench_policy as policy_of_bench
 from bench.contention import percentile, run_round
 from ledger.client import LedgerClient
-from tests.serving import Served, running
+from tests.support.serving import Served, running
 
 CLIENT_TARGET = 2.0
 CLI_TARGET = 50.0

@@ -5,7 +5,8 @@
 Figures: modules at the top level of `ledger/` (not counting `__init__` and `__main__`), import
 loops between units (a unit is a top-level module or a first-level folder; imports inside
 functions count, `if TYPE_CHECKING:` blocks and the root package's re-exports do not), the
-biggest source files, test files at the top of `tests/`, imports made inside functions, and
+biggest source files, test files at the top of `tests/` and in each of its folders, test files
+that import another test module, imports made inside functions, and
 (unless --no-trace) the `ledger` files one gateway request passes through: one OpenAI-format
 request through the service's own app to a local stand-in, traced with sys.setprofile, counting
 the distinct files and how often the path returns to a file it had already left.
@@ -148,6 +149,24 @@ def loops(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def tests_importing_tests(tests: Path) -> list[str]:
+    """Test files that import another test module (issue 43: shared helpers live in
+    tests/support/, fixtures in tests/conftest.py)."""
+    found = []
+    for path in sorted(tests.rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module is not None:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            if any(name.rsplit(".", 1)[-1].startswith("test_") for name in names):
+                found.append(str(path.relative_to(tests.parent)))
+                break
+    return found
+
+
 def figures() -> dict[str, Any]:
     """Every static figure."""
     top = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem not in {"__init__", "__main__"})
@@ -158,7 +177,13 @@ def figures() -> dict[str, Any]:
          for p in PACKAGE.rglob("*.py")],
         reverse=True,
     )
-    tests_top = sorted(p.name for p in (ROOT / "tests").glob("test_*.py"))
+    tests = ROOT / "tests"
+    tests_top = sorted(p.name for p in tests.glob("test_*.py"))
+    test_folders = {
+        p.name: len(list(p.glob("test_*.py")))
+        for p in sorted(tests.iterdir())
+        if p.is_dir() and any(p.glob("test_*.py"))
+    }
     return {
         "top_level_modules": len(top),
         "first_level_folders": len(folders),
@@ -170,6 +195,8 @@ def figures() -> dict[str, Any]:
         "biggest_files": [f"{path} ({n})" for n, path in sizes[:5]],
         "source_files": len(sizes),
         "test_files_at_top": len(tests_top),
+        "test_files_in_folders": test_folders,
+        "tests_importing_a_test_module": tests_importing_tests(tests),
     }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,9 @@ from hypothesis import HealthCheck, settings
 from ledger.api import Ledger
 from ledger.catalog import Catalog
 from ledger.config import Policy
-from tests.backends import fresh_pg_database
+from ledger.store import sqlite_driver
+from tests.support.backends import fresh_pg_database
+from tests.support.ledgers import AFFECTED_SQLITE, TEST_CATALOG, Clock, LedgerFactory
 
 # pytest-xdist's workers start with COLUMNS=80; `ledger status` sizes its text by COLUMNS when
 # it is set, so a test would read a different layout in a worker than in one process. Tests
@@ -32,63 +34,6 @@ settings.register_profile(
 settings.register_profile("ledger-ci", parent=settings.get_profile("ledger"), derandomize=True)
 settings.load_profile("ledger-ci" if os.environ.get("CI") else "ledger")
 
-T0 = 1_800_000_000_000  # 2027-01-15T08:00:00Z, a fixed ledger time for tests
-
-TEST_CATALOG: dict[str, Any] = {
-    "providers": {
-        "alpha": {"available": True, "api": "openai-chat", "baseUrl": "http://127.0.0.1:9/v1"},
-        "beta": {"available": True, "api": "anthropic-messages", "baseUrl": "http://127.0.0.1:9"},
-        "gamma": {"credentialEnv": "GAMMA_TEST_KEY"},
-    },
-    "models": [
-        {
-            "provider": "alpha",
-            "id": "small",
-            "contextWindow": 100000,
-            "maxOutputTokens": 4096,
-            "pricing": [{"inputUsdPerMTok": 1, "outputUsdPerMTok": 2}],
-        },
-        {
-            "provider": "alpha",
-            "id": "big",
-            "contextWindow": 200000,
-            "maxOutputTokens": 8192,
-            "reasoning": True,
-            "pricing": [
-                {"upToInputTokens": 100000, "inputUsdPerMTok": 3, "outputUsdPerMTok": 15},
-                {"inputUsdPerMTok": 6, "outputUsdPerMTok": 22.5},
-            ],
-        },
-        {
-            "provider": "beta",
-            "id": "mid",
-            "contextWindow": 150000,
-            "maxOutputTokens": 4096,
-            "pricing": [{"inputUsdPerMTok": 0.5, "outputUsdPerMTok": 1.5}],
-        },
-        {"provider": "beta", "id": "free/unknown", "contextWindow": 8000},
-        {
-            "provider": "gamma",
-            "id": "g1",
-            "contextWindow": 32000,
-            "pricing": [{"inputUsdPerMTok": 0.1, "outputUsdPerMTok": 0.2}],
-        },
-    ],
-}
-
-
-class Clock:
-    """A manual clock in UTC ms for store tests."""
-
-    def __init__(self, start: int = T0) -> None:
-        self.ms = start
-
-    def __call__(self) -> int:
-        return self.ms
-
-    def advance(self, ms: int) -> None:
-        self.ms += ms
-
 
 @pytest.fixture
 def clock() -> Clock:
@@ -104,26 +49,13 @@ def home(tmp_path: Path, ledger_db: str | None) -> Path:
     return path
 
 
-AFFECTED_SQLITE = "3.40.1"  # inside the WAL-reset bug's range (R-DB-3a): the rollback journal
-
-
 @pytest.fixture
 def rollback_journal(monkeypatch: pytest.MonkeyPatch) -> str:
     """This process's ledger judges its SQLite affected, so it runs the rollback journal
     (`truncate`) whatever library is linked: the rollback path's tests run on every machine.
     A child process gets the same with `LEDGER_SQLITE=stdlib` where the stdlib is affected."""
-    from ledger.store import sqlite_driver
-
     monkeypatch.setattr(sqlite_driver, "library_version", lambda: AFFECTED_SQLITE)
     return AFFECTED_SQLITE
-
-
-def write_policy(home: Path, **keys: Any) -> None:
-    """Write recovery.json with the given camelCase keys."""
-    (home / "recovery.json").write_text(json.dumps(keys))
-
-
-LedgerFactory = Callable[..., Ledger]
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from types import ModuleType
 
 from ledger.api import Ledger
 from ledger.store import sqlite_driver
-from tests.test_queue import ROOT, cli_env
+from tests.support.queue_setup import ROOT, cli_env
 
 SCRIPT = ROOT / "scripts" / "soak.py"
 

@@ -6,8 +6,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
 from ledger.gateway.formats import registry
 from ledger.gateway.formats.anthropic_messages import FORMAT as ANTHROPIC_MESSAGES
@@ -27,33 +26,9 @@ class Format(metaclass=_Listed):
     ANTHROPIC: WireFormat = ANTHROPIC_MESSAGES
 
 
-def caller_problem(fmt: WireFormat, body: object) -> str | None:
-    """`fmt.check(body)`."""
-    return fmt.check(body)
-
-
-def fits_allowance(fmt: WireFormat, body: Mapping[str, Any], allowance: int) -> bool:
-    """`fmt.fits_allowance(body, allowance)`."""
-    return fmt.fits_allowance(body, allowance)
-
-
-def upstream_body(fmt: WireFormat, body: Mapping[str, Any], limits: Limits) -> dict[str, Any]:
-    """`fmt.upstream_body(body, limits)`."""
-    return fmt.upstream_body(body, limits)
-
-
-def untranslated(fmt: WireFormat, body: dict[str, Any]) -> str | None:
-    """`fmt.outside(body)`."""
-    return fmt.outside(body)
-
-
 __all__ = [
     "Format",
     "Limits",
     "WireFormat",
-    "caller_problem",
-    "fits_allowance",
     "registry",
-    "untranslated",
-    "upstream_body",
 ]

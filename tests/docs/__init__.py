@@ -1,0 +1,1 @@
+"""The README and the install as written: examples run, claims checked, public paths kept."""
