@@ -57,9 +57,14 @@ def test_issue15_item4_status_select_reserve_worker_name_the_fix(bare: Path) -> 
 
 
 def _dump(home: Path) -> list[str]:
+    """Every schema entry and row of the file (pysqlite3's connections have no iterdump)."""
     conn = sqlite_driver.connect(home / "ledger.db")
     try:
-        return list(conn.iterdump())
+        schema = conn.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall()
+        lines = [repr(row) for row in schema]
+        for _, name, _ in (row for row in schema if row[0] == "table"):
+            lines += [f"{name}: {row!r}" for row in conn.execute(f'SELECT * FROM "{name}"')]
+        return lines
     finally:
         conn.close()
 
