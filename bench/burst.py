@@ -8,7 +8,6 @@ both by exit codes and by the rows in the database (issue 14).
 from __future__ import annotations
 
 import json
-import sqlite3
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 from bench.common import MODEL_KEYS, Row, Settings, make_home, open_ledger
+from ledger.store import sqlite_driver
 
 FULL_COUNTS = (48, 96)
 QUICK_COUNTS = (8,)
@@ -35,7 +35,7 @@ def _burst(home: Path, processes: int) -> tuple[Counter[int], int, float]:
     for proc in procs:
         exits[proc.wait(timeout=600)] += 1
     wall = time.perf_counter() - start
-    with sqlite3.connect(home / "ledger.db") as conn:
+    with sqlite_driver.connect(home / "ledger.db") as conn:
         written = int(conn.execute("SELECT count(*) FROM reservations").fetchone()[0])
     return exits, written, wall
 

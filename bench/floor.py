@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from ledger.clock import now_ms
+from ledger.store import sqlite_driver
 from ledger.store.engine import chosen_journal_mode
 
 HOUR_MS = 3_600_000
@@ -29,7 +30,7 @@ _SETTLE = (
 
 def connect(path: Path, busy_timeout_ms: int = 10_000) -> sqlite3.Connection:
     """A connection with the ledger's PRAGMAs, in autocommit mode (we BEGIN ourselves)."""
-    conn = sqlite3.connect(path, isolation_level=None)
+    conn = sqlite_driver.connect(path, isolation_level=None)
     conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
     conn.execute("PRAGMA foreign_keys = ON")
     conn.execute("PRAGMA synchronous = FULL")

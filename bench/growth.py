@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import random
-import sqlite3
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from bench.common import (
     time_row,
 )
 from ledger.clock import now_ms
+from ledger.store import sqlite_driver
 
 DAY_MS = 86_400_000
 DAYS = 60
@@ -43,7 +43,7 @@ _STATUSES = ("succeeded",) * 16 + ("failed", "failed", "cancelled", "expired")
 def build_history(db_path: Path, rows: int, now: int, days: int = DAYS, seed: int = 7) -> None:
     """Insert `rows` historic attempts (4 per source, up to 2 models each) spread over `days`."""
     rng = random.Random(seed)
-    conn = sqlite3.connect(db_path, isolation_level=None)
+    conn = sqlite_driver.connect(db_path, isolation_level=None)
     conn.execute("PRAGMA synchronous = OFF")  # building the fixture only; never measured
     conn.execute("BEGIN IMMEDIATE")
     span = days * DAY_MS

@@ -23,7 +23,7 @@ def machine_lines(quick: bool) -> list[str]:
     return [
         f"- machine: {os.cpu_count()} CPUs, {platform.platform()}",
         f"- Python {platform.python_version()} ({sys.implementation.name}), "
-        f"SQLite {sqlite3.sqlite_version}, journal mode `{chosen_journal_mode()}`, "
+        f"SQLite {sqlite_driver.library_version()} ({sqlite_driver.LIBRARY}), journal mode `{chosen_journal_mode()}`, "
         "synchronous=FULL",
         f"- date: {stamp}; mode: {mode}; load average at start: {_load()}",
     ]

@@ -5,7 +5,6 @@ Invariant: the time includes the read transaction (the snapshot), measured throu
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from bench.common import Row, Settings, Stats, bench_policy, make_home, open_led
 from ledger.api import Ledger
 from ledger.catalog import Catalog
 from ledger.records import Success
+from ledger.store import sqlite_driver
 from ledger.store.views import select_state
 
 PROVIDERS = 50
@@ -55,7 +55,7 @@ def _add_cooldowns(ledger: Ledger, keys: list[str]) -> None:
         ("provider", key.split("/", 1)[0]) if n % 20 == 0 else ("model", key)
         for n, key in enumerate(keys)
     ]
-    conn = sqlite3.connect(path, isolation_level=None)
+    conn = sqlite_driver.connect(path, isolation_level=None)
     try:
         conn.execute("BEGIN IMMEDIATE")
         conn.executemany(

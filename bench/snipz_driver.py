@@ -22,6 +22,8 @@ import sys
 import time
 from typing import Any
 
+from ledger.store import sqlite_driver
+
 PROCS = 16
 ATTEMPTS = 1000
 LIMIT_USD = 5
@@ -118,10 +120,9 @@ def _child(
 
 
 def _totals(db: str) -> dict[str, Any]:
-    import sqlite3
     from decimal import Decimal
 
-    con = sqlite3.connect(db)
+    con = sqlite_driver.connect(db)
     try:
         rows = con.execute(
             "SELECT state, CAST(estimated_cents AS TEXT), CAST(actual_cents AS TEXT)"

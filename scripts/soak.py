@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ledger.standin.server import Scripted, StandIn  # noqa: E402
+from ledger.store import sqlite_driver  # noqa: E402
 
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
@@ -226,7 +227,7 @@ def clear_cooldowns(home: Path) -> int:
 
 def check_invariants(db: Path, policy: Mapping[str, Any]) -> tuple[list[str], dict[str, Any]]:
     """Every invariant, from the database file alone; returns (violations, figures)."""
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+    conn = sqlite_driver.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
     try:
         return _check(conn, policy)
     finally:

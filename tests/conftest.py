@@ -14,8 +14,9 @@ from hypothesis import HealthCheck, settings
 from ledger.api import Ledger
 from ledger.catalog import Catalog
 from ledger.config import Policy
+from ledger.store import sqlite_driver
 from tests.support.backends import fresh_pg_database
-from tests.support.ledgers import TEST_CATALOG, Clock, LedgerFactory
+from tests.support.ledgers import AFFECTED_SQLITE, TEST_CATALOG, Clock, LedgerFactory
 
 # pytest-xdist's workers start with COLUMNS=80; `ledger status` sizes its text by COLUMNS when
 # it is set, so a test would read a different layout in a worker than in one process. Tests
@@ -46,6 +47,15 @@ def home(tmp_path: Path, ledger_db: str | None) -> Path:
     path.mkdir(mode=0o700)
     (path / "catalog.json").write_text(json.dumps(TEST_CATALOG))
     return path
+
+
+@pytest.fixture
+def rollback_journal(monkeypatch: pytest.MonkeyPatch) -> str:
+    """This process's ledger judges its SQLite affected, so it runs the rollback journal
+    (`truncate`) whatever library is linked: the rollback path's tests run on every machine.
+    A child process gets the same with `LEDGER_SQLITE=stdlib` where the stdlib is affected."""
+    monkeypatch.setattr(sqlite_driver, "library_version", lambda: AFFECTED_SQLITE)
+    return AFFECTED_SQLITE
 
 
 @pytest.fixture

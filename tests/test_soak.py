@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 
 from ledger.api import Ledger
+from ledger.store import sqlite_driver
 from tests.support.queue_setup import ROOT, cli_env
 
 SCRIPT = ROOT / "scripts" / "soak.py"
@@ -57,7 +57,7 @@ def test_soak_checker_detects_an_hourly_overrun_and_overlapping_attempts(
     led.close()
     policy = {"callsPerHour": 1, "sourceCalls": 4, "sourceModels": 2, "dailyEstimatedUsd": None}
     assert soak.check_invariants(home / "ledger.db", policy)[0] == []
-    conn = sqlite3.connect(home / "ledger.db")
+    conn = sqlite_driver.connect(home / "ledger.db")
     with conn:  # a second reservation inside the same hour, overlapping the first attempt
         conn.execute(
             "INSERT INTO reservations (source_id, model_key, provider, role, created_ms, "

@@ -1,4 +1,4 @@
-"""`ledger db upgrade` / `ledger db current` (R-DB-4, R-DB-5)."""
+"""`ledger db upgrade` / `current` / `compact` / `journal` (R-DB-4, R-DB-5, R-DB-3c)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import click
 from ledger.cli.main import AppContext, emit_json, pass_app
 from ledger.clock import DAY_MS, iso, now_ms, parse_duration_ms
 from ledger.config import Policy, load_policy
-from ledger.home import check_db_target, ensure_home
+from ledger.errors import UsageError
+from ledger.home import NoLedgerError, check_db_target, ensure_home, sqlite_file
 from ledger.store import Database, migrate
 from ledger.store.compact import check_older_than, compact
-from ledger.store.pending import open_database
+from ledger.store.pending import no_database_yet, open_database
 
 
 def _database(app: AppContext, create: bool = True, policy: Policy | None = None) -> Database:
@@ -108,3 +109,32 @@ def compact_cmd(app: AppContext, older_than: str | None, as_json: bool) -> None:
         f"folded {summary.folded} attempts created before {iso(summary.cutoff_ms)} "
         f"into daily totals ({summary.batches} batches)"
     )
+
+
+@db_group.command("journal")
+@click.argument("mode", required=False, type=click.Choice(["wal", "truncate"]))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_app
+def journal(app: AppContext, mode: str | None, as_json: bool) -> None:
+    """Show the SQLite library and journal mode; with MODE, turn the file to it (R-DB-3c)."""
+    from ledger.store.journal import journal_state, set_journal_mode  # lazy: only this command
+
+    policy = load_policy(app.state.path)
+    check_db_target(app.state.db_url, home=app.state.path.absolute())
+    path = sqlite_file(app.state.db_url)
+    if path is None:
+        raise UsageError("the journal mode is a SQLite setting; this ledger is on PostgreSQL")
+    if mode is not None and not path.exists():
+        raise NoLedgerError(no_database_yet(path))
+    state = (
+        journal_state(path)
+        if mode is None
+        else set_journal_mode(app.state.db_url, path, mode, policy.busy_timeout_ms)
+    )
+    if as_json:
+        emit_json(state.to_json())
+        return
+    safe = "free of the WAL-reset bug" if state.safe else "has the WAL-reset bug"
+    click.echo(f"SQLite {state.version} ({state.library}): {safe}")
+    journal_now = state.mode or "(no database yet)"
+    click.echo(f"journal: {journal_now}; the ledger opens it in {state.chosen}")

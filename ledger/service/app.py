@@ -82,7 +82,8 @@ def create_app(
     app.state.metrics.waiting.set_function(app.state.group.pending)
     app.state.metrics.in_progress.set_function(app.state.group.in_progress)
     path = ledger.state.db_path if ledger.db.is_sqlite else None
-    app.state.db_watch = DatabaseWatch(path, ledger.db.dispose, announce)
+    wal = ledger.db.journal_mode == "wal"
+    app.state.db_watch = DatabaseWatch(path, ledger.db.dispose, announce, wal=wal)
     routers = (calls.router, admin.router, queue_routes.router, ops.router, page_routes.router)
     for router in (*routers, gateway.router):
         app.include_router(router)

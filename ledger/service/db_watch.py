@@ -8,6 +8,12 @@ is reopened: the pool's connections are dropped (SQLite already refuses the old 
 so nothing more is written there) and the next transaction opens the file now at the path;
 `/readyz` then speaks of that file (its revision). A file gone from the path is not recreated:
 every request but `/healthz` answers 503 with one line saying why, until it is back.
+
+In WAL mode a replaced file is not reopened (R-DB-3c): the `-wal` and `-shm` files beside the
+path still hold the old file's committed frames, and SQLite would read them as the new file's
+pages (a restore that silently brings back what it was meant to remove, or a malformed image).
+Every request but `/healthz` answers 503 saying so until the service is restarted; the safe
+restore stops every ledger process first (the last one to close folds the log into its file).
 """
 
 from __future__ import annotations
@@ -21,15 +27,25 @@ GONE = (
     "opened it"
 )
 REOPENED = "ledger serve: the database file {path} was replaced; the service reopened it"
+REPLACED_UNDER_WAL = (
+    "the database file {path} was replaced while the service had it open in WAL mode; its "
+    "write-ahead log belongs to the old file, so the service will not open the new one: stop "
+    "every ledger process, then put the copy in place and start the service again"
+)
 
 
 class DatabaseWatch:
     """The identity of the database file the service has open (None: not a SQLite file)."""
 
     def __init__(
-        self, path: Path | None, reopen: Callable[[], None], announce: Callable[[str], None]
+        self,
+        path: Path | None,
+        reopen: Callable[[], None],
+        announce: Callable[[str], None],
+        wal: bool = False,
     ) -> None:
         self.path = path
+        self.wal = wal
         self.reopen = reopen
         self.announce = announce
         self.reopened = 0
@@ -44,6 +60,8 @@ class DatabaseWatch:
         if identity is None:
             return GONE.format(path=self.path)
         if identity != self._identity:
+            if self.wal:
+                return REPLACED_UNDER_WAL.format(path=self.path)
             self.reopen()
             self._identity = identity
             self.reopened += 1

@@ -146,6 +146,7 @@ class NoticeOut(Answer):
 
 class StoreOut(Answer):
     backend: str
+    sqlite_library: str | None = None  # pysqlite3 (bundled) or sqlite3 (R-DB-3c)
     sqlite_version: str | None
     journal_mode: str | None
     journal_mode_chosen: str | None

@@ -385,6 +385,7 @@ def status_document(
         ],
         "store": {
             "backend": data.backend,
+            "sqlite_library": data.sqlite_library,
             "sqlite_version": data.sqlite_version,
             "journal_mode": data.journal_mode,
             "journal_mode_chosen": data.journal_mode_chosen,

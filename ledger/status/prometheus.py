@@ -301,6 +301,7 @@ def render_prometheus(doc: dict[str, Any]) -> str:
         [
             (
                 {
+                    "sqlite_library": st.get("sqlite_library") or "",
                     "sqlite_version": st["sqlite_version"] or "",
                     "journal_mode": st["journal_mode"] or "",
                     "revision": st["revision"] or "",

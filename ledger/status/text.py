@@ -554,7 +554,8 @@ def _store_lines(doc: dict[str, Any], width: int) -> list[str]:
     return [
         _heading("store", width),
         *_wrap(
-            f"  SQLite {st['sqlite_version'] or 'n/a'}   journal {mode}   "
+            f"  SQLite {st['sqlite_version'] or 'n/a'} ({st.get('sqlite_library') or 'n/a'})"
+            f"   journal {mode}   "
             f"revision {st['revision'] or 'none'}"
             if st["backend"] == "sqlite"
             else f"  {st['backend']}   revision {st['revision'] or 'none'}",

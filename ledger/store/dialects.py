@@ -27,6 +27,7 @@ from ledger.errors import (
     StoreError,
 )
 from ledger.home import parse_db_url
+from ledger.store import sqlite_driver
 
 # One key for every writer of one ledger database (advisory locks are scoped to a database).
 LEDGER_LOCK_KEY = 0x6C6564676572  # "ledger"
@@ -55,7 +56,9 @@ def make_engine(url: str, busy_timeout_ms: int) -> Engine:
         kwargs["connect_args"] = {"options": options}
         # A pooled session the server dropped (restart, failover) is replaced at checkout.
         kwargs["pool_pre_ping"] = True
-    elif parsed.database in (None, "", ":memory:"):
+    else:  # SQLite: the one library every opener links (R-DB-3c)
+        kwargs["module"] = sqlite_driver.driver
+    if parsed.get_backend_name() != "postgresql" and parsed.database in (None, "", ":memory:"):
         # one in-memory database for every thread of this process (the empty ledger read while
         # nothing is recorded yet), not one per thread
         kwargs["poolclass"] = StaticPool

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -41,8 +40,10 @@ from ledger.errors import (
     StorageFullError,
     StoreError,
     UnreadableDatabaseError,
+    UsageError,
 )
-from ledger.store import dialects
+from ledger.home import sqlite_file
+from ledger.store import dialects, sqlite_driver
 from ledger.store.schema import clock
 from ledger.store.writelock import WriteLock, lock_path
 
@@ -76,7 +77,19 @@ def chosen_journal_mode(version: str | None = None) -> str:
     reservation away (R-DB-3: a slot must not be handed out twice). In `truncate` mode FULL
     syncs the truncation, and a commit changes no directory entry, which is also cheaper.
     """
-    return "wal" if wal_is_safe(version or sqlite3.sqlite_version) else "truncate"
+    return "wal" if wal_is_safe(version or sqlite_driver.library_version()) else "truncate"
+
+
+class UnsafeWalError(UsageError):
+    """A WAL database met by a process whose SQLite has the WAL-reset bug (R-DB-3c): exit 2."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            f"the database is in WAL mode and this process links SQLite "
+            f"{sqlite_driver.library_version()} ({sqlite_driver.LIBRARY}), which has the "
+            "WAL-reset bug: run it where the pysqlite3 wheel is installed, or turn the file back "
+            "to the rollback journal with `ledger db journal truncate`"
+        )
 
 
 def network_filesystem(path: Path, mounts_file: Path = Path("/proc/mounts")) -> str | None:
@@ -176,6 +189,16 @@ class Database:
             lock_path(url) if self.is_sqlite and not self.throwaway else None, busy_timeout_ms
         )
         self._returning = bool(getattr(self.engine.dialect, "update_returning", False))
+        # An affected library (R-DB-3c): a safe process elsewhere may turn the file to WAL while
+        # this one's pooled connections are open in the rollback journal; each write looks at
+        # the file's header once its lock is taken (no conversion can happen after that).
+        self._sqlite_path = (
+            sqlite_file(url)
+            if self.is_sqlite
+            and not self.throwaway
+            and not wal_is_safe(sqlite_driver.library_version())
+            else None
+        )
         self._reached = False  # a session was opened once: a later refusal is an outage
         event.listen(self.engine, "connect", self._on_connect_record_pid)
         event.listen(self.engine, "connect", self._on_reached)
@@ -215,12 +238,28 @@ class Database:
             cur.execute(f"PRAGMA synchronous = {'OFF' if self.throwaway else 'FULL'}")
             row = cur.execute("PRAGMA journal_mode").fetchone()
             current = str(row[0]).lower() if row else ""
+            if current == "wal" and self.journal_mode != "wal":
+                # never a side effect: back to the rollback journal is `ledger db journal`
+                raise UnsafeWalError()
             if current != self.journal_mode and current != "memory":
                 # another process may hold it open; the mode in force is reported by status
-                with contextlib.suppress(sqlite3.OperationalError):
+                with contextlib.suppress(sqlite_driver.OperationalError):
                     cur.execute(f"PRAGMA journal_mode = {self.journal_mode}")
         finally:
             cur.close()
+
+    def _file_is_wal(self) -> bool:
+        """The database header's read/write versions (bytes 18-19) are 2 in WAL mode."""
+        if self._sqlite_path is None:
+            return False
+        try:
+            fd = os.open(self._sqlite_path, os.O_RDONLY)
+        except OSError:
+            return False
+        try:
+            return os.pread(fd, 2, 18) == b"\x02\x02"
+        finally:
+            os.close(fd)
 
     def _on_begin(self, conn: Connection) -> None:
         # straight on the driver's connection: SQLAlchemy's statement path would cost more than
@@ -232,6 +271,9 @@ class Database:
             conn.exec_driver_sql(sql)
             return
         raw.execute(sql)
+        if self._sqlite_path is not None and sql is _BEGIN_WRITE and self._file_is_wal():
+            raw.execute("ROLLBACK")
+            raise UnsafeWalError()
 
     @contextmanager
     def write(self) -> Iterator[WriteTxn]:
@@ -241,7 +283,7 @@ class Database:
                 yield WriteTxn(conn, now)
         except exc.DBAPIError as error:
             raise translate(error) from error
-        except sqlite3.Error as error:
+        except sqlite_driver.Error as error:
             raise translate(error) from error
 
     @contextmanager
@@ -252,7 +294,7 @@ class Database:
                 yield conn
         except exc.DBAPIError as error:
             raise translate(error) from error
-        except sqlite3.Error as error:
+        except sqlite_driver.Error as error:
             raise translate(error) from error
 
     @contextmanager

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import os
-import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,6 +26,7 @@ from ledger.errors import (
     UnreadableDatabaseError,
 )
 from ledger.home import NoLedgerError, secure_file, sqlite_file
+from ledger.store import sqlite_driver
 from ledger.store.engine import Database, translate
 from ledger.store.schema import meta
 
@@ -148,7 +148,7 @@ def _upgrade_in_txn(db: Database, target: str = "head") -> None:
             with db.write_lock.held(), conn.begin():  # a migration is a write: it queues too
                 command.upgrade(alembic_config(conn), target)
                 _record_meta(conn, db)
-    except (exc.DBAPIError, sqlite3.Error) as error:
+    except (exc.DBAPIError, sqlite_driver.Error) as error:
         raise translate(error) from error
 
 
@@ -157,7 +157,8 @@ def _record_meta(conn: Connection, db: Database) -> None:
     the library in use (R-DB-3a), and a stored one went stale when the rollback mode changed."""
     conn.execute(meta.delete().where(meta.c.key.in_(("journal_mode", "sqlite_version"))))
     if db.is_sqlite:  # the library version is a SQLite fact
-        conn.execute(meta.insert().values(key="sqlite_version", value=sqlite3.sqlite_version))
+        version = sqlite_driver.library_version()
+        conn.execute(meta.insert().values(key="sqlite_version", value=version))
 
 
 def open_checked(db: Database, *, create: bool = True) -> str:
@@ -221,8 +222,8 @@ def backup_sqlite(path: Path, revision: str, now: datetime | None = None) -> Pat
     base = f"{path.name}.bak-{revision}-{stamp}"
     try:
         target = _new_private_file(path.parent, base)
-        src = sqlite3.connect(path)
-        dst = sqlite3.connect(target)
+        src = sqlite_driver.connect(path)
+        dst = sqlite_driver.connect(target)
         try:
             with dst:
                 src.backup(dst)
@@ -231,7 +232,7 @@ def backup_sqlite(path: Path, revision: str, now: datetime | None = None) -> Pat
             src.close()
     except OSError as exc:
         raise _os_error(exc) from exc
-    except sqlite3.Error as exc:
+    except sqlite_driver.Error as exc:
         raise translate(exc) from exc
     secure_file(target)
     return target

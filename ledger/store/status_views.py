@@ -8,7 +8,6 @@ reservations are only read through an index, either inside the rolling 24 h wind
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +18,7 @@ from ledger.budgets.scopes import ScopeUse
 from ledger.config import Policy
 from ledger.health import Health, HealthCounters, HourCount, ProbeState, health_view
 from ledger.kinds import AttemptRole, CooldownScope, SourceState
-from ledger.store import reads, refusal_counts, scopes
+from ledger.store import reads, refusal_counts, scopes, sqlite_driver
 from ledger.store.engine import Database
 from ledger.store.migrate import read_revision
 from ledger.store.queue import _CLAIM_ORDER, _NEXT_RETRY, _due, gateway_one_off
@@ -207,6 +206,7 @@ class StatusData:
     writers: list[PolicyWriter]
     health: list[Health]
     backend: str
+    sqlite_library: str | None
     sqlite_version: str | None
     journal_mode: str | None
     journal_mode_chosen: str | None
@@ -246,7 +246,8 @@ def status_data(db: Database, calls_per_hour: int, policy: Policy | None = None)
                 hour_counts(conn, now),
             ),
             backend=db.engine.dialect.name,
-            sqlite_version=sqlite3.sqlite_version if db.is_sqlite else None,
+            sqlite_library=sqlite_driver.LIBRARY if db.is_sqlite else None,
+            sqlite_version=sqlite_driver.library_version() if db.is_sqlite else None,
             journal_mode=_journal_mode(conn) if db.is_sqlite else None,
             # what this ledger asks of the linked library (R-DB-3a); the value stored when the
             # database was created may predate the durable rollback journal

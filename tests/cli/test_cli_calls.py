@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +10,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from ledger.cli.main import cli
+from ledger.store import sqlite_driver
 
 
 def invoke(home: Path, *args: str) -> Result:
@@ -22,7 +22,7 @@ def as_json(result: Result) -> Any:
 
 
 def row_counts(home: Path) -> tuple[int, ...]:
-    with sqlite3.connect(home / "ledger.db") as raw:
+    with sqlite_driver.connect(home / "ledger.db") as raw:
         return tuple(
             raw.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
             for table in ("sources", "reservations", "cooldowns", "notices")
@@ -260,7 +260,7 @@ def test_r_res_9_source_evolve_on_an_unknown_source_creates_nothing_and_spends_n
     assert invoke(home, "source", "add", "doc-1").exit_code == 0
     typo = invoke(home, "source", "evolve", "doc-l", "--model", "beta/mid", "--json")
     assert (typo.exit_code, as_json(typo)["error"]["message"]) == (2, "unknown source")
-    conn = sqlite3.connect(home / "ledger.db")
+    conn = sqlite_driver.connect(home / "ledger.db")
     try:
         assert conn.execute("SELECT id FROM sources").fetchall() == [("doc-1",)]
         assert conn.execute("SELECT count(*) FROM reservations").fetchall() == [(0,)]

@@ -5,7 +5,6 @@ and in `status`."""
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from ledger.catalog import NO_CATALOG, Catalog
 from ledger.cli.main import cli
 from ledger.config import Policy
 from ledger.inert import InertReason, inert_entries
+from ledger.store import sqlite_driver
 from tests.support.ledgers import TEST_CATALOG, write_policy
 
 HINT = "`ledger catalog init`"
@@ -57,9 +57,14 @@ def test_issue15_item4_status_select_reserve_worker_name_the_fix(bare: Path) -> 
 
 
 def _dump(home: Path) -> list[str]:
-    conn = sqlite3.connect(home / "ledger.db")
+    """Every schema entry and row of the file (pysqlite3's connections have no iterdump)."""
+    conn = sqlite_driver.connect(home / "ledger.db")
     try:
-        return list(conn.iterdump())
+        schema = conn.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall()
+        lines = [repr(row) for row in schema]
+        for _, name, _ in (row for row in schema if row[0] == "table"):
+            lines += [f"{name}: {row!r}" for row in conn.execute(f'SELECT * FROM "{name}"')]
+        return lines
     finally:
         conn.close()
 

@@ -6,7 +6,6 @@ creates nothing; the first write that records something creates the directory an
 from __future__ import annotations
 
 import json
-import sqlite3
 import stat
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from ledger.cli.main import cli
 from ledger.errors import NotFoundError
 from ledger.home import NoLedgerError
 from ledger.records import Cancelled
+from ledger.store import sqlite_driver
 from ledger.store.views import source_rows
 from tests.support.ledgers import TEST_CATALOG
 
@@ -181,7 +181,7 @@ def test_issue20_item13_lazy_open_creates_nothing_until_a_write(tmp_path: Path) 
 
 
 def _dump(path: Path) -> dict[str, list[tuple[object, ...]]]:
-    with sqlite3.connect(path) as raw:
+    with sqlite_driver.connect(path) as raw:
         names = [r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")]
         return {n: sorted(raw.execute(f'SELECT * FROM "{n}"').fetchall(), key=repr) for n in names}
 
@@ -215,7 +215,7 @@ def test_issue25_item3_a_refusal_writes_only_what_the_readme_says(
 
 
 def _column_index(home: Path, table: str, column: str) -> int:
-    with sqlite3.connect(home / "ledger.db") as raw:
+    with sqlite_driver.connect(home / "ledger.db") as raw:
         names = [r[1] for r in raw.execute(f'PRAGMA table_info("{table}")')]
     return names.index(column)
 

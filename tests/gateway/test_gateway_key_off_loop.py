@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from click.testing import CliRunner
 
 from ledger.cli.main import cli
 from ledger.standin.server import StandIn
+from ledger.store import sqlite_driver
 from tests.support.gateway_setup import gateway
 from tests.support.writelock_setup import lock_file_held
 
@@ -46,7 +46,7 @@ def _lock_waiters(lock: Path) -> int:
 
 
 def _last_used(home: Path) -> int | None:
-    with sqlite3.connect(home / "ledger.db") as conn:
+    with sqlite_driver.connect(home / "ledger.db") as conn:
         (value,) = conn.execute("SELECT last_used_ms FROM gateway_keys").fetchone()
     return None if value is None else int(value)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from ledger.gateway.upstream import Reply
 from ledger.kinds import FailureKind
 from ledger.providers.base import ProviderResponse
 from ledger.records import Failed
+from ledger.store import sqlite_driver
 from ledger.store.group_commit import GroupCommit
 from tests.support.gateway_setup import (
     MINIMAL_COMPLETION,
@@ -92,7 +92,7 @@ def _rate_limit(ledger: Ledger, model: str) -> None:
 
 
 def _reservations(home: Path, source: str) -> int:
-    with sqlite3.connect(home / "ledger.db") as db:
+    with sqlite_driver.connect(home / "ledger.db") as db:
         (count,) = db.execute(
             "SELECT count(*) FROM reservations WHERE source_id = ?", (source,)
         ).fetchone()

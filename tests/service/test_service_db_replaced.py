@@ -11,7 +11,11 @@ import os
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from ledger.client import LedgerClient
+from ledger.store import sqlite_driver
+from ledger.store.engine import wal_is_safe
 from tests.support.backends import rows
 from tests.support.ledgers import write_policy
 from tests.support.serving import running
@@ -19,8 +23,8 @@ from tests.support.serving import running
 
 def _copy(db: Path, to: Path) -> None:
     """A consistent copy of a live SQLite database (the backup API)."""
-    source = sqlite3.connect(db)
-    target = sqlite3.connect(to)
+    source = sqlite_driver.connect(db)
+    target = sqlite_driver.connect(to)
     try:
         source.backup(target)
     finally:
@@ -32,10 +36,16 @@ def _sources(db: Path) -> list[str]:
     return sorted(r[0] for r in rows(f"sqlite:///{db}", "SELECT source_id FROM reservations"))
 
 
+STDLIB_WAL_SAFE = wal_is_safe(sqlite3.sqlite_version)
+ROLLBACK_ENV = {"LEDGER_SQLITE": "stdlib"}  # the system library: affected, so the rollback journal
+
+
+@pytest.mark.skipif(STDLIB_WAL_SAFE, reason="the system SQLite is not affected: no rollback mode")
 def test_r_srv_10_a_replaced_database_file_is_reopened(home: Path) -> None:
+    """On the rollback journal the file is the whole database: the copy is reopened."""
     write_policy(home, callsPerHour=1000)
     db = home / "ledger.db"
-    with running(home) as served, LedgerClient(served.socket) as client:
+    with running(home, env=ROLLBACK_ENV) as served, LedgerClient(served.socket) as client:
         client.reserve("before-copy", "alpha/small")
         _copy(db, home / "restored.db")
         client.reserve("only-in-the-old-file", "alpha/small")
@@ -49,6 +59,27 @@ def test_r_srv_10_a_replaced_database_file_is_reopened(home: Path) -> None:
         assert _sources(db) == ["after-restore", "before-copy"]  # the file at the path
         assert status["hourly"]["used"] == 2  # the status speaks of that file, not the old one
     assert any("was replaced" in line for line in served.log)
+
+
+@pytest.mark.skipif(not wal_is_safe(sqlite_driver.library_version()), reason="no WAL here")
+def test_r_db_3c_a_file_replaced_under_a_wal_service_is_refused_never_mixed(home: Path) -> None:
+    """In WAL mode the `-wal` beside the path holds the old file's frames: the service does
+    not open the copy (SQLite would read those frames as its pages) and says why."""
+    write_policy(home, callsPerHour=1000)
+    db = home / "ledger.db"
+    with running(home) as served, LedgerClient(served.socket) as client:
+        client.reserve("before-copy", "alpha/small")
+        _copy(db, home / "restored.db")
+        client.reserve("only-in-the-old-file", "alpha/small")
+        os.replace(home / "restored.db", db)
+        with served.client() as http:
+            reserve = http.post("/v1/reserve", json={"source": "s", "model": "alpha/small"})
+            assert reserve.status_code == 503
+            message = reserve.json()["error"]["message"]
+            assert "WAL mode" in message
+            assert "stop every ledger process" in message
+            assert http.get("/readyz").status_code == 503
+            assert http.get("/healthz").status_code == 200
 
 
 def test_r_srv_10_a_database_file_gone_from_its_path_makes_readyz_503(home: Path) -> None:

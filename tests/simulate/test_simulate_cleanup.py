@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from ledger.catalog import Catalog
 from ledger.config import Policy
 from ledger.simulate import runner
 from ledger.simulate.simulation import simulate
+from ledger.store import sqlite_driver
 from tests.support.simulation import CATALOG
 from tests.support.writelock_setup import sigint_raises
 
@@ -68,9 +68,10 @@ def _throwaway_dir(pid: int) -> Path | None:
 def _draining(ledger_db: Path) -> bool:
     """Whether the run's worker loop has reserved a call in its throw-away ledger yet."""
     try:
-        with closing(sqlite3.connect(f"file:{ledger_db}?mode=ro", uri=True, timeout=0)) as conn:
+        opened = sqlite_driver.connect(f"file:{ledger_db}?mode=ro", uri=True, timeout=0)
+        with closing(opened) as conn:
             return bool(conn.execute("SELECT EXISTS (SELECT 1 FROM reservations)").fetchone()[0])
-    except sqlite3.Error:  # not built yet, or a commit under way: look again
+    except sqlite_driver.Error:  # not built yet, or a commit under way: look again
         return False
 
 

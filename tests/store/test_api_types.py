@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import inspect
 import itertools
-import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +21,7 @@ from ledger.errors import LedgerError, NotFoundError, UsageError
 from ledger.kinds import AttemptRole, FailureKind
 from ledger.policy_table import InteractivePace
 from ledger.records import Cancelled, Failed, Success
+from ledger.store import sqlite_driver
 from tests.support.ledgers import LedgerFactory
 
 
@@ -47,7 +47,7 @@ class Spy:
 
 
 def rows(home: Path) -> tuple[int, ...]:
-    with sqlite3.connect(home / "ledger.db") as raw:
+    with sqlite_driver.connect(home / "ledger.db") as raw:
         return tuple(
             raw.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
             for t in ("sources", "reservations", "cooldowns")
@@ -129,7 +129,7 @@ def test_issue20_item17_whole_float_input_bytes_is_still_refused(
     with pytest.raises(UsageError):
         led.reserve("s1", "alpha/small", input_bytes=4.0)  # type: ignore[arg-type]
     led.reserve("s1", "alpha/small", input_bytes=4)
-    with sqlite3.connect(home / "ledger.db") as raw:
+    with sqlite_driver.connect(home / "ledger.db") as raw:
         assert raw.execute("SELECT typeof(input_bytes) FROM reservations").fetchall() == [
             ("integer",)
         ]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import shutil
-import sqlite3
 import tempfile
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -29,6 +28,7 @@ from ledger.classify import classify_kind
 from ledger.config import Policy
 from ledger.errors import Refused, UsageError
 from ledger.records import Cancelled, Failed, Success
+from ledger.store import sqlite_driver
 from tests.support.ledgers import T0, TEST_CATALOG, Clock
 
 MIN, HOUR, DAY = 60_000, 3_600_000, 86_400_000
@@ -276,7 +276,7 @@ class BudgetMachine(RuleBasedStateMachine):
 
     @invariant()
     def stored_rows_match(self) -> None:
-        with sqlite3.connect(self.dir / "ledger.db") as conn:
+        with sqlite_driver.connect(self.dir / "ledger.db") as conn:
             stored = conn.execute(
                 "SELECT id, created_ms, cost_micro, settled_ms FROM reservations ORDER BY id"
             ).fetchall()

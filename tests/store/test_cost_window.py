@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import multiprocessing
 import shutil
-import sqlite3
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -31,7 +30,7 @@ from ledger.classify import classify_kind
 from ledger.config import Policy
 from ledger.errors import NotFoundError, Refused, UsageError
 from ledger.records import Cancelled, Failed, Success
-from ledger.store import Database, migrate, reads
+from ledger.store import Database, migrate, reads, sqlite_driver
 from ledger.store.compact import compact
 from ledger.store.schema import cost_hours, reservations
 from tests.support.ledgers import T0, TEST_CATALOG, Clock, LedgerFactory
@@ -331,7 +330,7 @@ def test_r_db_5_upgrade_backfills_cost_hours_from_every_reservation(
     path = tmp_path / "ledger.db"
     db = Database(f"sqlite:///{path}")
     migrate.upgrade(db, "0001")
-    with sqlite3.connect(path) as raw:
+    with sqlite_driver.connect(path) as raw:
         raw.execute(
             "INSERT INTO sources (id, state, created_ms, last_checked_ms)"
             " VALUES ('src', 'done', 0, 0)"
@@ -363,7 +362,7 @@ def test_r_db_5_upgrade_backfills_cost_hours_from_every_reservation(
     db = Database(f"sqlite:///{path}")
     migrate.downgrade(db, "0001")
     db.dispose()
-    with sqlite3.connect(path) as raw:
+    with sqlite_driver.connect(path) as raw:
         tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         kept = raw.execute("SELECT count(*) FROM reservations").fetchone()[0]
     assert "cost_hours" not in tables

@@ -13,7 +13,6 @@ import multiprocessing
 import os
 import random
 import signal
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 import pytest
 
 from ledger.api import Ledger
+from ledger.store import sqlite_driver
 from tests.support.backends import BACKENDS, db_url, rows
 from tests.support.ledgers import TEST_CATALOG
 from tests.support.procs import crash_child, write_home
@@ -58,7 +58,7 @@ def _kill_at_random(proc: Any, reader: Any, rng: random.Random) -> list[tuple[An
 def _stored(url: str) -> tuple[dict[str, int], set[int]]:
     """Request id -> reservation id, and the ids still open or expired, read from the database."""
     if url.startswith("sqlite"):  # a hot journal is rolled back here; the file must be sound
-        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+        with sqlite_driver.connect(url.removeprefix("sqlite:///")) as conn:
             assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
     by_request = {r[0]: r[1] for r in rows(url, "SELECT request_id, id FROM reservations")}
     open_ids = {r[0] for r in rows(

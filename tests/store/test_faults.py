@@ -10,7 +10,6 @@ import importlib
 import os
 import random
 import shutil
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -35,6 +34,7 @@ from ledger.errors import (
     UnreadableDatabaseError,
 )
 from ledger.records import Success
+from ledger.store import sqlite_driver
 from ledger.store.engine import Database, chosen_journal_mode, network_filesystem, wal_is_safe
 from tests.support.ledgers import T0, TEST_CATALOG, Clock, LedgerFactory, write_policy
 from tests.support.procs import write_lock_held
@@ -54,18 +54,23 @@ def one_line(result: Result, error: type[Exception]) -> None:
     assert result.stdout == ""
 
 
-def fingerprint(home: Path) -> tuple[str, list[str]]:
-    """The database bytes' hash and the directory listing with each journal's size (no hot
-    journal left behind: the truncated rollback journal stays, empty)."""
+def fingerprint(home: Path) -> tuple[str, str, list[str]]:
+    """The database bytes' hash, the WAL's (in WAL mode a commit lands there first; absent and
+    empty are the same), and the directory listing with each rollback journal's size (no hot
+    journal left behind: the truncated rollback journal stays, empty). The WAL index (`-shm`)
+    and the WAL file come and go with open connections, so their names are left out."""
     digest = hashlib.sha256((home / "ledger.db").read_bytes()).hexdigest()
-    return digest, sorted(
+    wal = home / "ledger.db-wal"
+    frames = wal.read_bytes() if wal.exists() else b""
+    return digest, hashlib.sha256(frames).hexdigest(), sorted(
         f"{p.name} {p.stat().st_size}" if p.name.endswith("-journal") else p.name
         for p in home.iterdir()
+        if not p.name.endswith(("-wal", "-shm"))
     )
 
 
 def reservation_count(home: Path) -> int:
-    with sqlite3.connect(home / "ledger.db") as conn:
+    with sqlite_driver.connect(home / "ledger.db") as conn:
         return int(conn.execute("SELECT count(*) FROM reservations").fetchone()[0])
 
 
@@ -117,7 +122,7 @@ def test_r_db_3_full_disk_rolls_back_completely_and_exits_4(
 ) -> None:
     write_policy(home, callsPerHour=100_000, sourceCalls=100_000)
     create(home)
-    with sqlite3.connect(home / "ledger.db") as conn:
+    with sqlite_driver.connect(home / "ledger.db") as conn:
         pages = int(conn.execute("PRAGMA page_count").fetchone()[0])
     limit_pages(monkeypatch, pages)
     led = Ledger.open(home, env={})
@@ -144,7 +149,7 @@ def test_r_db_3_full_disk_rolls_back_completely_and_exits_4(
     led = Ledger.open(home, env={})
     assert led.reserve(f"source-{granted:05d}", "alpha/small").id == granted + 1
     led.close()
-    with sqlite3.connect(home / "ledger.db") as conn:
+    with sqlite_driver.connect(home / "ledger.db") as conn:
         assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
 
 
@@ -188,6 +193,7 @@ def read_only(path: Path) -> Iterator[None]:
             path.chmod(0o700 if path.is_dir() else 0o600)
 
 
+@pytest.mark.usefixtures("rollback_journal")
 @pytest.mark.parametrize("target", ["file", "directory"])
 def test_r_db_3_read_only_file_or_directory_exits_4(home: Path, target: str) -> None:
     create(home)
@@ -202,6 +208,7 @@ def test_r_db_3_read_only_file_or_directory_exits_4(home: Path, target: str) -> 
     assert fingerprint(home) == before
 
 
+@pytest.mark.usefixtures("rollback_journal")
 def test_r_db_3_truncate_journal_needs_no_directory_write_once_it_exists(home: Path) -> None:
     """The rollback journal is truncated, not deleted (durable commits): once the journal file
     exists, a commit changes no directory entry, so a read-only directory still takes writes."""
@@ -283,7 +290,7 @@ def test_r_db_3b_clock_backwards_never_rewinds_time_or_reopens_a_slot(
         led.reserve("s2", "alpha/small")
     clock.advance(2)
     assert led.reserve("s2", "alpha/small").created_ms == T0 + HOUR + 1
-    with sqlite3.connect(home / "ledger.db") as conn:
+    with sqlite_driver.connect(home / "ledger.db") as conn:
         stamps = conn.execute(
             "SELECT created_ms, settled_ms, duration_ms FROM reservations ORDER BY id"
         ).fetchall()
@@ -378,7 +385,7 @@ def test_r_db_3a_wal_only_outside_the_reset_bug_range(version: str, mode: str) -
 def test_r_db_3a_patched_library_version_selects_the_journal(
     home: Path, monkeypatch: pytest.MonkeyPatch, version: str, mode: str
 ) -> None:
-    monkeypatch.setattr(sqlite3, "sqlite_version", version)  # what engine reads
+    monkeypatch.setattr(sqlite_driver, "library_version", lambda: version)  # what engine reads
     led = Ledger.open(home, env={})
     led.reserve("s1", "alpha/small")
     assert led.db.journal_mode == mode
@@ -386,7 +393,7 @@ def test_r_db_3a_patched_library_version_selects_the_journal(
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == mode
     led.close()
     if mode == "wal":  # WAL is a property of the file, seen by any connection
-        with sqlite3.connect(home / "ledger.db") as conn:
+        with sqlite_driver.connect(home / "ledger.db") as conn:
             assert conn.execute("PRAGMA journal_mode").fetchone()[0] == mode
 
 

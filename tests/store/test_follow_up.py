@@ -8,7 +8,6 @@ honours exactly that one, never after a follow-up. Reserve applies the selector'
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from ledger.errors import Refused, UsageError
 from ledger.kinds import AttemptRole, ExclusionReason
 from ledger.records import Failed, Reservation, SettleResult
 from ledger.store import queue as q
+from ledger.store import sqlite_driver
 from ledger.store.reservations import FOLLOW_UP_GRACE_MS
 from tests.support.backends import BACKENDS
 from tests.support.ledgers import Clock, LedgerFactory
@@ -43,7 +43,7 @@ def fail(
 def stored_follow_up(led: Ledger, reservation_id: int) -> tuple[Any, Any]:
     path = led.state.db_path
     assert path is not None
-    with sqlite3.connect(path) as raw:
+    with sqlite_driver.connect(path) as raw:
         row = raw.execute(
             "SELECT follow_up, after_id FROM reservations WHERE id = ?", (reservation_id,)
         ).fetchone()
@@ -179,7 +179,7 @@ def test_issue12_item6_after_naming_no_reservation_of_the_source_is_bad_input(ho
     assert run("reserve", "s0", "--model", "alpha/small").exit_code == 0  # reservation 1
     assert run("settle", "1", "--http-status", "429").exit_code == 0  # permits a fallback
     path = home / "ledger.db"
-    with sqlite3.connect(path) as raw:
+    with sqlite_driver.connect(path) as raw:
         before = raw.execute("SELECT count(*) FROM reservations").fetchone()
     for source, after in (("s0", "99"), ("s1", "1")):
         result = run("reserve", source, "--model", "beta/mid", "--after", after)
@@ -187,7 +187,7 @@ def test_issue12_item6_after_naming_no_reservation_of_the_source_is_bad_input(ho
         assert result.output.strip().splitlines() == [
             "ledger: after names no reservation of this source"
         ]
-    with sqlite3.connect(path) as raw:
+    with sqlite_driver.connect(path) as raw:
         assert raw.execute("SELECT count(*) FROM reservations").fetchone() == before
         assert raw.execute("SELECT count(*) FROM sources WHERE id = 's1'").fetchone() == (0,)
 
@@ -226,7 +226,7 @@ def test_issue12_item10_route_deny_and_allow_hold_at_reserve(make_ledger: Ledger
     assert refusal(lambda: led.reserve("s2", "gamma/g1")) == "denied_by_route"  # not allowed
     path = led.state.db_path
     assert path is not None
-    with sqlite3.connect(path) as raw:  # the refusals wrote nothing
+    with sqlite_driver.connect(path) as raw:  # the refusals wrote nothing
         assert raw.execute("SELECT id FROM sources").fetchall() == [("s1",)]
 
 

@@ -3,7 +3,6 @@ previous head, keeps every row, and the upgraded ledger then enforces scopes (R-
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ from ledger.api import Ledger
 from ledger.catalog import Catalog
 from ledger.config import Policy
 from ledger.errors import Refused
-from ledger.store import Database, migrate
+from ledger.store import Database, migrate, sqlite_driver
 from tests.support.ledgers import T0, TEST_CATALOG, Clock
 
 # The revision 0007 follows. Re-pointing 0007 at merge changes this one line.
@@ -24,7 +23,7 @@ def test_issue32_0007_upgrades_from_the_previous_head_with_data(tmp_path: Path) 
     db = Database(f"sqlite:///{path}")
     migrate.upgrade(db, PREVIOUS_HEAD)
     db.dispose()
-    with sqlite3.connect(path) as raw:
+    with sqlite_driver.connect(path) as raw:
         raw.execute(f"INSERT INTO clock (id, newest_ms) VALUES (1, {T0})")
         raw.execute(
             "INSERT INTO sources (id, state, created_ms, last_checked_ms)"
@@ -40,7 +39,7 @@ def test_issue32_0007_upgrades_from_the_previous_head_with_data(tmp_path: Path) 
     migrate.upgrade(db)
     assert migrate.current_revision(db) == migrate.HEAD_REVISION
     db.dispose()
-    with sqlite3.connect(path) as raw:
+    with sqlite_driver.connect(path) as raw:
         kept = raw.execute("SELECT source_id, status, cost_micro FROM reservations").fetchall()
         tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert kept == [("src", "open", 7)]
@@ -64,7 +63,7 @@ def test_issue32_0007_upgrades_from_the_previous_head_with_data(tmp_path: Path) 
     db = Database(f"sqlite:///{path}")
     migrate.downgrade(db, PREVIOUS_HEAD)
     db.dispose()
-    with sqlite3.connect(path) as raw:
+    with sqlite_driver.connect(path) as raw:
         tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         count = raw.execute("SELECT COUNT(*) FROM reservations").fetchone()
     assert not {"reservation_scopes", "source_scopes", "gateway_keys"} & tables

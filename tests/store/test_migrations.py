@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import stat
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from sqlalchemy import inspect
 
 from ledger.cli.main import cli
 from ledger.errors import SchemaTooOldError, UnreadableDatabaseError
-from ledger.store import Database, migrate
+from ledger.store import Database, migrate, sqlite_driver
 from ledger.store.schema import metadata
 from tests.support.backends import BACKENDS
 from tests.support.ledgers import T0
@@ -94,7 +93,7 @@ def test_r_db_4_newer_schema_refused_exit_4_and_untouched(tmp_path: Path) -> Non
     home.mkdir()
     path = home / "ledger.db"
     migrate.open_checked(_db(path))
-    with sqlite3.connect(path) as raw:
+    with sqlite_driver.connect(path) as raw:
         raw.execute("UPDATE alembic_version SET version_num = 'ffff_from_the_future'")
     before = path.read_bytes()
     for args in (["status"], ["db", "upgrade"], ["reserve", "s", "--model", "alpha/small"]):
@@ -125,14 +124,14 @@ def test_r_db_3a_meta_records_the_library_not_a_journal_mode(tmp_path: Path) -> 
     `delete`) would go stale, so a migration removes it and records only the library."""
     path = tmp_path / "ledger.db"
     migrate.upgrade(_db(path), "0002")
-    with sqlite3.connect(path) as raw:  # what an older ledger left behind
+    with sqlite_driver.connect(path) as raw:  # what an older ledger left behind
         raw.execute("UPDATE meta SET value = 'delete' WHERE key = 'journal_mode'")
         raw.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('journal_mode', 'delete')")
     migrate.upgrade(_db(path))
-    with sqlite3.connect(path) as raw:
+    with sqlite_driver.connect(path) as raw:
         stored = dict(raw.execute("SELECT key, value FROM meta").fetchall())
     assert "journal_mode" not in stored
-    assert stored["sqlite_version"] == sqlite3.sqlite_version
+    assert stored["sqlite_version"] == sqlite_driver.library_version()  # the linked library
 
 
 def test_r_db_5_upgrade_backs_up_first_and_backup_restores(tmp_path: Path) -> None:
@@ -142,7 +141,7 @@ def test_r_db_5_upgrade_backs_up_first_and_backup_restores(tmp_path: Path) -> No
     db = _db(path)
     migrate.open_checked(db)
     migrate.downgrade(db, "0002")  # an older ledger's database (at head nothing is backed up)
-    with sqlite3.connect(path) as raw:
+    with sqlite_driver.connect(path) as raw:
         raw.execute("INSERT INTO meta (key, value) VALUES ('marker', 'kept')")
     result = CliRunner().invoke(cli, ["--home", str(home), "db", "upgrade"])
     assert result.exit_code == 0, result.output
@@ -151,7 +150,7 @@ def test_r_db_5_upgrade_backs_up_first_and_backup_restores(tmp_path: Path) -> No
     assert backups[0].name.startswith("ledger.db.bak-0002-")
     assert str(backups[0]) in result.output
     assert stat.S_IMODE(backups[0].stat().st_mode) == 0o600
-    with sqlite3.connect(backups[0]) as raw:
+    with sqlite_driver.connect(backups[0]) as raw:
         assert raw.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert raw.execute("SELECT value FROM meta WHERE key='marker'").fetchone()[0] == "kept"
 
@@ -173,7 +172,7 @@ def test_issue12_item6_0003b_adds_follow_up_columns_and_keeps_data(tmp_path: Pat
     path = tmp_path / "ledger.db"
     db = _db(path)
     migrate.upgrade(db, "0002")
-    with sqlite3.connect(path) as raw:
+    with sqlite_driver.connect(path) as raw:
         raw.execute(
             "INSERT INTO sources (id, state, created_ms, last_checked_ms, retry_at_ms, failures)"
             f" VALUES ('src', 'queued', {T0}, {T0}, {T0 + 60_000}, 1)"
@@ -189,7 +188,7 @@ def test_issue12_item6_0003b_adds_follow_up_columns_and_keeps_data(tmp_path: Pat
     migrate.upgrade(db)
     assert migrate.current_revision(db) == migrate.head_revision()
     db.dispose()
-    with sqlite3.connect(path) as raw:
+    with sqlite_driver.connect(path) as raw:
         query = "SELECT id, follow_up, after_id, cost_micro FROM reservations"
         rows = raw.execute(query).fetchall()
     assert rows == [(1, None, None, 7)]  # a failure from before the upgrade permits no follow-up
@@ -205,7 +204,7 @@ def test_issue12_item6_0003b_adds_follow_up_columns_and_keeps_data(tmp_path: Pat
     db = _db(path)
     migrate.downgrade(db, "0002")
     db.dispose()
-    with sqlite3.connect(path) as raw:
+    with sqlite_driver.connect(path) as raw:
         columns = {r[1] for r in raw.execute("PRAGMA table_info(reservations)")}
         kept = raw.execute("SELECT id, status, cost_micro FROM reservations").fetchall()
     assert "follow_up" not in columns
@@ -216,7 +215,7 @@ def test_issue20_item4_0004_adds_cached_token_columns_and_keeps_data(tmp_path: P
     db = _db(path)
     migrate.upgrade(db, "0003b")
     db.dispose()
-    with sqlite3.connect(path) as raw:
+    with sqlite_driver.connect(path) as raw:
         raw.execute(
             "INSERT INTO sources (id, state, created_ms, last_checked_ms)"
             f" VALUES ('src', 'queued', {T0}, {T0})"
@@ -237,7 +236,7 @@ def test_issue20_item4_0004_adds_cached_token_columns_and_keeps_data(tmp_path: P
     migrate.upgrade(db)
     assert migrate.current_revision(db) == migrate.HEAD_REVISION
     db.dispose()
-    with sqlite3.connect(path) as raw:
+    with sqlite_driver.connect(path) as raw:
         rows = raw.execute(
             "SELECT input_tokens, output_tokens, cache_write_tokens, cache_read_tokens, cost_micro"
             " FROM reservations"
@@ -253,7 +252,7 @@ def test_issue20_item4_0004_adds_cached_token_columns_and_keeps_data(tmp_path: P
     db = _db(path)
     migrate.downgrade(db, "0003b")
     db.dispose()
-    with sqlite3.connect(path) as raw:
+    with sqlite_driver.connect(path) as raw:
         columns = {r[1] for r in raw.execute("PRAGMA table_info(reservations)")}
         total_columns = {r[1] for r in raw.execute("PRAGMA table_info(daily_totals)")}
         kept = raw.execute("SELECT input_tokens, cost_micro FROM reservations").fetchall()
@@ -272,7 +271,7 @@ def test_issue24_0005_arms_running_policy_cooldowns_and_keeps_data(tmp_path: Pat
     path = tmp_path / "ledger.db"
     db = _db(path)
     migrate.upgrade(db, "0003b")
-    with sqlite3.connect(path) as raw:
+    with sqlite_driver.connect(path) as raw:
         raw.execute(f"INSERT INTO clock (id, newest_ms) VALUES (1, {T0})")
         raw.executemany(
             "INSERT INTO cooldowns (scope, target, origin, until_ms, kind, created_ms)"
@@ -288,7 +287,7 @@ def test_issue24_0005_arms_running_policy_cooldowns_and_keeps_data(tmp_path: Pat
     migrate.upgrade(db)
     assert migrate.current_revision(db) == migrate.HEAD_REVISION
     db.dispose()
-    with sqlite3.connect(path) as raw:
+    with sqlite_driver.connect(path) as raw:
         armed = raw.execute("SELECT scope, target, streak, holder_id FROM probes").fetchall()
         kept = raw.execute("SELECT COUNT(*) FROM cooldowns").fetchone()
     assert armed == [("model", "alpha/small", 0, None)]
@@ -306,7 +305,7 @@ def test_issue24_0005_arms_running_policy_cooldowns_and_keeps_data(tmp_path: Pat
     db = _db(path)
     migrate.downgrade(db, "0003b")
     db.dispose()
-    with sqlite3.connect(path) as raw:
+    with sqlite_driver.connect(path) as raw:
         tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         count = raw.execute("SELECT COUNT(*) FROM reservations").fetchone()
     assert "probes" not in tables
@@ -317,7 +316,7 @@ SQLITE_SCHEMA_0002 = Path(__file__).with_name("sqlite_schema_0002.sql")
 
 
 def _sqlite_schema(path: Path) -> str:
-    with sqlite3.connect(path) as raw:
+    with sqlite_driver.connect(path) as raw:
         found = raw.execute(
             "SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY type, name"
         ).fetchall()

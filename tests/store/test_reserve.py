@@ -12,6 +12,7 @@ from ledger.config import Policy
 from ledger.errors import NotFoundError, Refused, UsageError
 from ledger.kinds import AttemptRole, AttemptStatus, CooldownScope
 from ledger.records import Cancelled, Failed, Success
+from ledger.store import sqlite_driver
 from tests.support.backends import BACKENDS, rows
 from tests.support.ledgers import TEST_CATALOG, Clock, LedgerFactory
 
@@ -290,23 +291,22 @@ def test_unknown_model_is_bad_input(make_ledger: LedgerFactory) -> None:
 def test_issue12_item13_a_refused_reserve_writes_no_source_and_expires_nothing(
     make_ledger: LedgerFactory, clock: Clock
 ) -> None:
-    import sqlite3
 
     led = make_ledger(callsPerHour=1, timeoutMs=1000)
     led.reserve("s1", "alpha/small")
     clock.advance(5000)  # s1's reservation is past its deadline, still `open` in the table
     path = led.state.db_path
     assert path is not None
-    with sqlite3.connect(path) as raw:
+    with sqlite_driver.connect(path) as raw:
         before = raw.execute("SELECT id, status FROM reservations").fetchall()
     assert before == [(1, "open")]
     assert refusal(lambda: led.reserve("new-source", "beta/mid")) == "shared_hourly_budget"
-    with sqlite3.connect(path) as raw:
+    with sqlite_driver.connect(path) as raw:
         assert raw.execute("SELECT id FROM sources").fetchall() == [("s1",)]
         assert raw.execute("SELECT id, status FROM reservations").fetchall() == before
     clock.advance(HOUR)
     led.reserve("new-source", "beta/mid")  # a grant creates it (and expires the stale one)
-    with sqlite3.connect(path) as raw:
+    with sqlite_driver.connect(path) as raw:
         assert raw.execute("SELECT id FROM sources ORDER BY id").fetchall() == [
             ("new-source",),
             ("s1",),

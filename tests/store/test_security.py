@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +19,8 @@ from click.testing import CliRunner, Result
 from ledger.api import Ledger
 from ledger.cli.main import cli
 from ledger.home import symlink_warning
-from ledger.store import Database, migrate
+from ledger.store import Database, migrate, sqlite_driver
+from ledger.store.engine import chosen_journal_mode
 from tests.support.ledgers import TEST_CATALOG
 
 HOSTILE = ["x'); DROP TABLE sources;--", 'a" OR "1"="1', "%_\\'; DELETE FROM reservations; --"]
@@ -58,7 +58,12 @@ def test_r_home_1_new_state_directory_0700_and_database_0600(tmp_path: Path) -> 
 
 
 @pytest.mark.usefixtures("open_umask")
-def test_r_db_5_upgrade_and_its_backup_stay_private(tmp_path: Path) -> None:
+@pytest.mark.parametrize("journal", ["default", "rollback"])
+def test_r_db_5_upgrade_and_its_backup_stay_private(
+    tmp_path: Path, journal: str, request: pytest.FixtureRequest
+) -> None:
+    if journal == "rollback":
+        request.getfixturevalue("rollback_journal")
     home = tmp_path / "state"
     assert invoke(home, "source", "add", "s1").exit_code == 0
     old = Database(f"sqlite:///{home / 'ledger.db'}")
@@ -71,8 +76,10 @@ def test_r_db_5_upgrade_and_its_backup_stay_private(tmp_path: Path) -> None:
     assert mode(backup) == 0o600
     assert mode(home / "ledger.db") == 0o600
     assert mode(home) == 0o700
-    # the lock file (issue 14) and the truncated rollback journal (durable commits, R-DB-3)
-    names = ["ledger.db", "ledger.db-journal", "ledger.db-writelock", backup.name]
+    # the lock file (issue 14) and the truncated rollback journal (durable commits, R-DB-3);
+    # in WAL mode the -wal and -shm files live only while a connection is open
+    journal_file = ["ledger.db-journal"] if chosen_journal_mode() == "truncate" else []
+    names = ["ledger.db", *journal_file, "ledger.db-writelock", backup.name]
     assert sorted(p.name for p in home.iterdir()) == sorted(names)
     for path in home.iterdir():
         assert mode(path) == 0o600
@@ -101,7 +108,7 @@ def test_spec_15_hostile_ids_round_trip_as_data(tmp_path: Path, hostile: str) ->
     assert [a["status"] for a in detail["attempts"]] == ["succeeded"]
     listed = json.loads(invoke(home, "source", "list", "--json").stdout)
     assert [s["id"] for s in listed["sources"]] == [hostile]
-    with sqlite3.connect(home / "ledger.db") as conn:
+    with sqlite_driver.connect(home / "ledger.db") as conn:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         assert {"sources", "reservations", "cooldowns"} <= tables
         assert conn.execute("SELECT id FROM sources").fetchall() == [(hostile,)]

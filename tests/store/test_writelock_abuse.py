@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -23,7 +22,7 @@ import pytest
 from ledger.api import Ledger
 from ledger.errors import BusyError
 from ledger.records import Success
-from ledger.store import writelock
+from ledger.store import sqlite_driver, writelock
 from ledger.store.writelock import WriteLock, tickets, turns
 from tests.support.writelock_setup import (
     _cli_reserve_in_the_queue,
@@ -74,7 +73,7 @@ def _continue(stopped: subprocess.Popen[str], home: Path) -> None:
 
 
 def _reserved(home: Path, source: str) -> bool:
-    with contextlib.closing(sqlite3.connect(home / "ledger.db")) as conn:
+    with contextlib.closing(sqlite_driver.connect(home / "ledger.db")) as conn:
         found = conn.execute("SELECT 1 FROM reservations WHERE source_id = ?", (source,))
         return found.fetchone() is not None
 

@@ -19,6 +19,8 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from ledger.store.dialects import make_engine
+
 PG_URL_ENV = "LEDGER_TEST_PG_URL"
 BACKENDS = ("sqlite", "postgresql")
 
@@ -56,7 +58,7 @@ def db_url(home: Path, ledger_db: str | None) -> str:
 
 def rows(url: str, sql: str, **params: Any) -> list[tuple[Any, ...]]:
     """Read rows straight from the database, outside the ledger (tests check what was stored)."""
-    engine = create_engine(url)
+    engine = make_engine(url, busy_timeout_ms=10_000)  # SQLite: the ledger's own library (R-DB-3c)
     try:
         with engine.connect() as conn:
             return [tuple(row) for row in conn.execute(text(sql), params)]

@@ -12,6 +12,8 @@ from typing import Any
 
 from ledger.api import Ledger
 
+AFFECTED_SQLITE = "3.40.1"  # inside the WAL-reset bug's range (R-DB-3a): the rollback journal
+
 T0 = 1_800_000_000_000  # 2027-01-15T08:00:00Z, a fixed ledger time for tests
 
 TEST_CATALOG: dict[str, Any] = {

@@ -29,8 +29,9 @@ from ledger.store.reservations import ReserveRequest
 
 # A separate process holding the SQLite write lock until its stdin closes (fault tests).
 HOLD_WRITE_LOCK = (
-    "import sqlite3, sys\n"
-    "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+    "import sys\n"
+    "from ledger.store import sqlite_driver\n"
+    "c = sqlite_driver.connect(sys.argv[1], isolation_level=None)\n"
     "c.execute('BEGIN IMMEDIATE')\n"
     "print('locked', flush=True)\n"
     "sys.stdin.read()\n"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 from collections import Counter
@@ -15,6 +14,7 @@ from typing import Any
 from ledger.api import Ledger
 from ledger.standin.server import StandIn
 from ledger.store import queue as q
+from ledger.store import sqlite_driver
 from ledger.worker.queue import HandlerResult, ItemReport
 from ledger.worker.runner import Job, echo_handler, run_item
 
@@ -94,7 +94,7 @@ def appending_handler(job: Job) -> HandlerResult:
 
 def db_rows(home: Path, sql: str, *params: object) -> list[tuple[Any, ...]]:
     """Read the ledger file directly (an independent check of what was committed)."""
-    conn = sqlite3.connect(home / "ledger.db", timeout=10)
+    conn = sqlite_driver.connect(home / "ledger.db", timeout=10)
     try:
         return conn.execute(sql, params).fetchall()
     finally:

@@ -7,7 +7,6 @@ import fcntl
 import functools
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -17,6 +16,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from ledger.api import Ledger
+from ledger.store import sqlite_driver
 from ledger.store.writelock import WriteLock, tickets
 from tests.support.ledgers import TEST_CATALOG
 from tests.support.procs import write_home
@@ -56,7 +56,7 @@ def free_now(path: Path) -> bool:
 
 
 def rows(home: Path) -> int:
-    with sqlite3.connect(home / "ledger.db") as conn:
+    with sqlite_driver.connect(home / "ledger.db") as conn:
         return int(conn.execute("SELECT count(*) FROM reservations").fetchone()[0])
 
 

@@ -12,7 +12,6 @@ count until its deadline). The record's own guard (`Attempt.settling`) refuses a
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,6 +31,7 @@ from ledger.kinds import AttemptRole, AttemptStatus, FailureKind
 from ledger.providers.base import ProviderResponse
 from ledger.records import Outcome, Reservation
 from ledger.store import queue as q
+from ledger.store import sqlite_driver
 from ledger.store.group_commit import GroupCommit
 from ledger.worker.handler import Job
 from ledger.worker.item import run_item
@@ -72,7 +72,7 @@ def _count_settles(ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> Counter[i
 
 
 def _stored(home: Path) -> dict[int, str]:
-    with sqlite3.connect(home / "ledger.db") as db:
+    with sqlite_driver.connect(home / "ledger.db") as db:
         return dict(db.execute("SELECT id, status FROM reservations"))
 
 

@@ -23,6 +23,7 @@ from ledger.kinds import AttemptRole, FailureKind
 from ledger.records import Failed, Success
 from ledger.standin.server import Scripted, StandIn
 from ledger.store import queue as q
+from ledger.store import sqlite_driver
 from ledger.worker.drain import drain
 from ledger.worker.handler import Job, echo_handler
 from ledger.worker.item import run_item
@@ -301,9 +302,8 @@ def test_issue12_item3_a_worker_that_lost_its_lease_before_the_call_sends_nothin
 
 def db_rows_write(led: Ledger, sql: str) -> None:
     """A direct write to the ledger file (simulates what another process did)."""
-    import sqlite3
 
-    conn = sqlite3.connect(led.state.path / "ledger.db", timeout=10)
+    conn = sqlite_driver.connect(led.state.path / "ledger.db", timeout=10)
     try:
         with conn:
             conn.execute(sql)
