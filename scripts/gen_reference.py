@@ -388,6 +388,88 @@ def api_page() -> str:
     return "\n".join(out)
 
 
+# --- the demo's provider stand-in ----------------------------------------------------------
+
+
+def _reply_text(reply: Any, anthropic: bool) -> tuple[str, str]:
+    """(what the stand-in answers, how ledger classifies it) for one scripted reply."""
+    from ledger.classify import classify_http, classify_stop_reason  # lazy: see cli_page
+    from ledger.standin.formats import error_json
+
+    if reply.status >= 300:
+        body = error_json(anthropic, reply.status, reply.error_code, message=reply.error_message,
+                          detail_code=reply.error_detail_code)  # fmt: skip
+        headers = {"retry-after": reply.retry_after} if reply.retry_after else {}
+        got = classify_http(reply.status, headers, json.dumps(body).encode(), 0)
+        what = f"HTTP {reply.status}"
+        if reply.error_code:
+            what += f" `{reply.error_code}`"
+        if reply.error_message:
+            what += f' "{reply.error_message.split(".")[0]}"'
+        if reply.retry_after:
+            what += f" with `Retry-After: {reply.retry_after}`"
+        return what, f"`{got.kind}` / `{got.subkind}`"
+    stop = classify_stop_reason(reply.stop_reason)
+    try:
+        json.loads(reply.text)
+        what, kind = "a JSON answer", "success"
+    except ValueError:
+        what, kind = "text that is not JSON", "`invalid_output` (when the caller requires JSON)"
+    if stop is not None:
+        what += f", stopped by `{reply.stop_reason}`"
+        kind = f"`{stop.kind}` / `{stop.subkind}`"
+    if reply.delay_s:
+        what += f", after {reply.delay_s} s"
+    return what, kind
+
+
+def standin_page() -> str:
+    from types import SimpleNamespace  # lazy: see cli_page
+
+    from ledger.demo import DEMO_KEY, DEMO_KEY_ENV, OK_REPLY, demo_catalog, demo_script
+
+    catalog = demo_catalog(SimpleNamespace(base_url_openai="", base_url_anthropic=""))  # type: ignore[arg-type]
+    apis = {name: p["api"] == "anthropic-messages" for name, p in catalog["providers"].items()}
+    providers = {m["id"]: m["provider"] for m in catalog["models"]}
+    out = [
+        GENERATED,
+        "# The provider stand-in\n",
+        "`ledger standin [--port N]` runs the demo's provider stand-in on 127.0.0.1 until SIGINT "
+        "or SIGTERM: an HTTP server that speaks the OpenAI chat completions wire format at "
+        "`http://127.0.0.1:PORT/v1/chat/completions` and Anthropic's messages at "
+        "`http://127.0.0.1:PORT/v1/messages`, so workers, the service and the gateway can be "
+        "tried, and tested, against something that answers and fails on a script. `ledger demo` "
+        "runs the same stand-in in-process.\n",
+        "It refuses what the real APIs refuse: Anthropic without a key (`x-api-key` or a bearer "
+        "token: 401) or without `anthropic-version`, `max_tokens` or with a `system` role in "
+        f"`messages`; both formats without `messages` or with unknown fields (400). The demo's "
+        f"catalog sends the key `{DEMO_KEY}` from `{DEMO_KEY_ENV}` to its Anthropic-format "
+        "providers.\n",
+        "## Scripted model ids\n",
+        "Each model id has its own queue of replies, whichever wire format asks: the n-th request "
+        "naming that model gets the n-th reply below, and once a model's queue is used up (and "
+        "for every other model id) the stand-in answers the default reply: "
+        f"{_reply_text(OK_REPLY, False)[0]} (`{OK_REPLY.text}`, {OK_REPLY.input_tokens} input and "
+        f"{OK_REPLY.output_tokens} output tokens). The queues are the process's: restart "
+        "`ledger standin` to start them again. The provider column is the demo catalog's (its "
+        "wire format decides the error body's shape).\n",
+        "| model id | demo provider | call | the stand-in answers | ledger classifies it as |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for model_id, replies in demo_script().items():
+        provider = providers[model_id]
+        for number, reply in enumerate(replies, start=1):
+            what, kind = _reply_text(reply, apis[provider])
+            out.append(f"| `{model_id}` | `{provider}` | {number} | {what} | {kind} |")
+    out.append("")
+    out.append(
+        "Tests script their own replies with `ledger.standin.server.StandIn` and `Scripted` "
+        "(status, `Retry-After`, error codes, stop reasons, slow or cut streams, resets, "
+        "malformed events); see `ledger/standin/server.py`."
+    )
+    return "\n".join(out) + "\n"
+
+
 # --- writing and checking ---------------------------------------------------------------------
 
 
@@ -401,6 +483,7 @@ def pages() -> tuple[dict[str, str], list[str]]:
         "status-json.md": status_page(missing),
         "errors.md": errors_page(missing),
         "api.md": api_page(),
+        "standin.md": standin_page(),
     }
     return {name: text.rstrip() + "\n" for name, text in rendered.items()}, missing
 
