@@ -24,7 +24,8 @@ GENERATOR = ROOT / "scripts" / "gen_reference.py"
 
 def _generator() -> ModuleType:
     spec = importlib.util.spec_from_file_location("gen_reference", GENERATOR)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -111,4 +112,6 @@ def test_issue47_readme_recovery_json_is_valid_and_sets_every_top_level_key() ->
     assert found is not None
     policy = parse_policy(found[1])
     assert set(json.loads(found[1])) == set(policy_schema()["properties"])
-    assert policy.chains and policy.pools and policy.scopes
+    assert policy.chains
+    assert policy.pools
+    assert policy.scopes

@@ -14,8 +14,9 @@ from tests.docs.pages import section
 from tests.docs.test_readme import _run_session, _stated_session
 from tests.support.shell import _shell_env
 
-BLOCK = re.compile(r"(?:<!-- docs-file: (?P<file>[\w.-]+) -->\n)?```(?P<lang>\w+)\n(?P<body>.*?)^```",
-                   re.S | re.M)  # fmt: skip
+BLOCK = re.compile(
+    r"(?:<!-- docs-file: (?P<file>[\w.-]+) -->\n)?```(?P<lang>\w+)\n(?P<body>.*?)^```", re.S | re.M
+)
 
 
 def walkthrough(text: str) -> list[tuple[str, int]]:
