@@ -255,6 +255,11 @@ def status_page(missing: list[str]) -> str:
         if meaning is None:
             missing.append(f"status {name}")
         out.append(f"| `{name}` | {_shape(schema, prop)} | {meaning or '—'} |")
+    out.append(
+        "\n`spent_usd` is the figure the ceiling counts (actual cost where known, else the "
+        "estimate; open reservations count with their estimate); `unknown_cost_attempts` counts "
+        "attempts with neither."
+    )
     return "\n".join(out) + "\n"
 
 
