@@ -1,4 +1,5 @@
-"""R-GW-1 (issue 31): the README section "Use it from any language" runs as written. Its Node block
+"""R-GW-1 (issue 31): the page "The gateway from any language" (it was the README's section "Use it
+from any language") runs as written. Its Node block
 (global `fetch`, no packages) and its curl block are taken from the README and run with `node` and
 `bash` against a real `ledger serve` and the stand-in, reading LEDGER_URL, LEDGER_TOKEN and
 LEDGER_HOME from the environment as the README says."""
@@ -7,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,20 +16,17 @@ from typing import Any
 import pytest
 
 from ledger.standin.server import Scripted, StandIn
+from tests.docs.pages import fenced, section
 from tests.support.gateway_setup import Gateway, gateway
 
-README = Path(__file__).resolve().parents[2] / "README.md"
 TEXT = "one two three four five six"
 
 
 def section_block(language: str) -> str:
-    """The fenced block of `language` in the README section "Use it from any language"."""
-    text = README.read_text()
-    start = text.index("\n## Use it from any language\n")
-    end = text.index("\n## ", start + 1)
-    blocks = re.findall(rf"\n```{language}\n(.*?)\n```\n", text[start:end], re.S)
+    """The fenced block of `language` on the page "The gateway from any language"."""
+    blocks = fenced(section("The gateway from any language"), language)
     assert len(blocks) == 1, f"one ```{language} block expected in the section"
-    return str(blocks[0])
+    return blocks[0].rstrip("\n")
 
 
 def _env(gw: Gateway, home: Path) -> dict[str, str]:

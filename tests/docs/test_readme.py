@@ -1,4 +1,5 @@
-"""The README is checked against the code: the policy table, the API example, the Quickstart."""
+"""The README and the site's pages are checked against the code: the policy table, the API example,
+the Quickstart, the first session's exit codes, the curl cron job (wherever each lives now)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,17 @@ import sys
 from pathlib import Path
 
 from ledger.policy_table import markdown_table
+from tests.docs.pages import README, all_text, fenced, section, user_pages
 from tests.support.shell import _shell_env
-
-README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_r_pol_1_readme_table_is_generated_from_the_code() -> None:
-    assert markdown_table() in README.read_text()
+    """The site's error policy table is the code's (rule ids left to docs/design.md)."""
+    rows = [line for line in markdown_table().splitlines() if line.startswith("| `")]
+    assert len(rows) == 11
+    for row in rows:
+        plain = re.sub(r"\s*\((?:R-[A-Z]+-\d+[a-z]?)\)|,? R-[A-Z]+-\d+[a-z]?", "", row)
+        assert plain in all_text(), row
 
 
 def test_quickstart_starts_with_the_two_commands() -> None:
@@ -27,11 +32,8 @@ def test_quickstart_starts_with_the_two_commands() -> None:
 
 
 def test_library_example_runs(tmp_path: Path) -> None:
-    text = README.read_text()
-    match = re.search(r"## Using it from Python\n\n```python\n(.*?)```", text, re.S)
-    assert match is not None
     script = tmp_path / "example.py"
-    script.write_text(match.group(1))
+    script.write_text(fenced(section("Using it from Python"), "python")[0])
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     result = subprocess.run(
         [sys.executable, str(script)],
@@ -51,13 +53,11 @@ EXIT_COMMENT = re.compile(r"^(?P<command>.*?)\s+#\s*exit (?P<code>\d+)\b")
 
 
 def _section(name: str) -> str:
-    text = README.read_text()
-    body = text.split(f"\n## {name}\n", 1)[1]
-    return body.split("\n## ", 1)[0]
+    return section(name)
 
 
-def _sh_blocks(section: str) -> list[str]:
-    return re.findall(r"^```sh\n(.*?)^```", section, re.S | re.M)
+def _sh_blocks(text: str) -> list[str]:
+    return fenced(text, "sh")
 
 
 def _stated_session(block: str) -> list[tuple[str, int]]:
@@ -91,8 +91,8 @@ def _run_session(session: list[tuple[str, int]], env: dict[str, str], codes: Pat
 
 
 def test_issue25_command_line_examples_exit_as_stated(tmp_path: Path) -> None:
-    blocks = _sh_blocks(_section("Command line"))
-    assert blocks, "the Command line section has no ```sh example"
+    blocks = _sh_blocks(_section("A first session"))
+    assert blocks, "the section A first session has no ```sh example"
     for number, block in enumerate(blocks):
         root = tmp_path / f"block{number}"
         root.mkdir()
@@ -158,14 +158,14 @@ def _design_rule_ids() -> set[str]:
 
 
 def test_issue25_item1_readme_cites_no_spec_outside_the_repository() -> None:
-    text = README.read_text()
-    assert "SPEC" not in text
-    assert "(docs/design.md)" in text  # linked once, where rule ids are introduced
+    for page in user_pages():
+        assert "SPEC" not in page.read_text(), page
+    assert "(docs/design.md)" in README.read_text()  # the developers' map, where rule ids are
 
 
 def test_issue25_item1_every_rule_id_in_readme_code_and_test_names_is_a_design_rule() -> None:
     rules = _design_rule_ids()
-    cited = set(RULE_ID.findall(README.read_text()))
+    cited = set(RULE_ID.findall(all_text()))
     for path in (README.parent / "ledger").rglob("*.py"):
         cited |= set(RULE_ID.findall(path.read_text()))
     for path in (README.parent / "tests").rglob("test_*.py"):
@@ -176,9 +176,7 @@ def test_issue25_item1_every_rule_id_in_readme_code_and_test_names_is_a_design_r
 
 
 def _cron_script() -> str:
-    section = _section("Service")
-    block = section.split("From a shell cron job, with nothing but curl", 1)[1]
-    return block.split("```sh\n", 1)[1].split("```", 1)[0]
+    return fenced(section("From a shell cron job"), "sh")[0]
 
 
 def test_issue33_curl_cron_example_tells_a_refusal_from_an_error(tmp_path: Path) -> None:

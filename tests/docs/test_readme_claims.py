@@ -10,10 +10,10 @@ from urllib.parse import urlsplit
 
 from ledger.api import Ledger
 from ledger.catalog import Catalog, known_providers
+from tests.docs.pages import ROOT, all_text, section
 from tests.support.ledgers import TEST_CATALOG
 
-ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text()
+README = all_text()  # the README and the site's pages
 DATA = ROOT / "ledger" / "data"
 
 
@@ -71,7 +71,7 @@ def test_issue25_item6_reserve_grants_what_select_excludes_and_the_readme_says_w
         assert led.reserve("s2", "gamma/g1").model == "gamma/g1"
     finally:
         led.close()
-    section = README.split("## Reservations and budgets", 1)[1].split("\n## ", 1)[0]
-    assert re.search(r"own\s+HTTP\s+client", section)
-    assert "no_base_url" in section
-    assert "unavailable" in section
+    text = section("Reservations and budgets")
+    assert re.search(r"own\s+HTTP\s+client", text)
+    assert "no_base_url" in text
+    assert "unavailable" in text

@@ -1,5 +1,6 @@
-"""Issue 33: every README example whose output the README shows is run and compared with what the
-command prints now, so the README cannot drift again.
+"""Issue 33: every example whose output the README or a page of the site (docs/) shows is run and
+compared with what the command prints now, so neither can drift again (issue 47: the blocks moved
+to the site's pages and are found there, by their markers, wherever they live).
 
 Each checked block is marked `<!-- readme-check: ID -->` on the line before its fence; its lines
 starting with `$ ` are the commands (a trailing `  # comment` is the README's, not the command's),
@@ -31,10 +32,10 @@ from click.testing import CliRunner
 from freezegun import freeze_time
 
 from ledger.cli.main import cli
+from tests.docs.pages import all_text
 from tests.support.shell import _shell_env
 
 ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
 MARK = re.compile(
     r"^<!-- readme-check: (?P<id>[a-z0-9-]+) -->\n```[a-z]*\n(?P<body>.*?)^```", re.M | re.S
 )
@@ -138,7 +139,7 @@ IN_PROCESS: dict[str, Callable[[Path], str]] = {
 
 @pytest.mark.parametrize("block_id", sorted(IN_PROCESS))
 def test_issue33_readme_output_in_process(block_id: str, tmp_path: Path) -> None:
-    body = marked_blocks(README.read_text())[block_id]
+    body = marked_blocks(all_text())[block_id]
     home = tmp_path / "state"
     home.mkdir(mode=0o700)
     at = IN_PROCESS[block_id](home)
@@ -169,7 +170,7 @@ IN_SHELL: dict[str, Callable[[Path], Path]] = {
 
 @pytest.mark.parametrize("block_id", sorted(IN_SHELL))
 def test_issue33_readme_output_in_shell(block_id: str, tmp_path: Path) -> None:
-    body = marked_blocks(README.read_text())[block_id]
+    body = marked_blocks(all_text())[block_id]
     cwd = IN_SHELL[block_id](tmp_path)
     env = _shell_env(tmp_path)
     for command, shown in session(body):
@@ -193,7 +194,7 @@ ELSEWHERE = {"quickstart-demo": "test_issue25_quickstart_demo_runs_and_its_follo
 
 
 def test_issue33_every_marked_block_is_checked_and_every_shown_output_is_marked() -> None:
-    text = README.read_text()
+    text = all_text()
     marked = marked_blocks(text)
     assert set(marked) == set(IN_PROCESS) | set(IN_SHELL) | set(ELSEWHERE)
     test_readme = (ROOT / "tests" / "docs" / "test_readme.py").read_text()
@@ -213,7 +214,7 @@ def test_issue33_every_marked_block_is_checked_and_every_shown_output_is_marked(
 
 
 def test_issue33_an_edited_readme_output_fails_the_comparison() -> None:
-    body = marked_blocks(README.read_text())["simulate-calls-120"]
+    body = marked_blocks(all_text())["simulate-calls-120"]
     (_, shown), *_ = session(body)
     edited = [line.replace("0.2730", "0.2731") for line in shown]
     assert edited != shown

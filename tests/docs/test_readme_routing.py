@@ -1,4 +1,4 @@
-"""The README's routing examples (R-RT-1, R-RT-4) are loaded exactly as printed and behave as the
+"""The routing examples of the docs (R-RT-1, R-RT-4) are loaded exactly as printed and behave as the
 README says: the translated glob-chains example and the translated round-robin pool example."""
 
 from __future__ import annotations
@@ -12,14 +12,13 @@ from ledger.catalog import Catalog
 from ledger.config import Policy, parse_policy
 from ledger.routing.chains import chain_for
 from ledger.targets import Effort, Target
-
-README = Path(__file__).resolve().parents[2] / "README.md"
+from tests.docs.pages import all_text
 
 
 def example(name: str) -> Policy:
     """The JSON block after `<!-- routing-example: NAME -->`, parsed as recovery.json."""
     found = re.search(
-        rf"<!-- routing-example: {re.escape(name)} -->\n```json\n(.*?)\n```", README.read_text(),
+        rf"<!-- routing-example: {re.escape(name)} -->\n```json\n(.*?)\n```", all_text(),
         re.S,
     )  # fmt: skip
     assert found is not None, name

@@ -220,14 +220,12 @@ def _drain_one(client: Any, models: Any, calls: dict[str, Any]) -> None:
     assert answer.error.hint
 
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-
-
 def _readme_queue_rows() -> list[tuple[str, str, str, set[str], set[str], str]]:
     """The rows of the README's "Draining the queue from another language" table:
     (operation id, method, path, required body fields, optional body fields, answer's key)."""
-    text = README.read_text(encoding="utf-8")
-    section = text.split("### Draining the queue from another language", 1)[1].split("\n### ", 1)[0]
+    from tests.docs.pages import section as docs_section  # lazy: the one test reading the docs
+
+    section = docs_section("Draining the queue from another language")
     rows = []
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]

@@ -247,15 +247,17 @@ def test_r_srv_2_status_is_the_status_document(home: Path) -> None:
 
 
 def _readme_block(after: str, lang: str) -> str:
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    return text.split(after, 1)[1].split(f"```{lang}\n", 1)[1].split("```", 1)[0]
+    """The first ```lang block under the heading `after` (in the README or a page of the site)."""
+    from tests.docs.pages import fenced, section  # lazy: only these two examples read the docs
+
+    return fenced(section(after), lang)[0]
 
 
 def test_r_srv_2_readme_cron_and_client_examples_run_against_a_service(home: Path) -> None:
     """The README's curl cron job and its Python client example, as written, on a real service
     (only the socket path and the model key are this test's)."""
-    curl_job = _readme_block("From a shell cron job, with nothing but curl", "sh")
-    client_code = _readme_block("### The Python client and workers", "python")
+    curl_job = _readme_block("From a shell cron job", "sh")
+    client_code = _readme_block("The Python client and workers", "python")
     with running(home) as served:
         script = curl_job.replace(
             "SOCK=$HOME/.local/state/ledger/ledger.sock", f"SOCK={served.socket}"
