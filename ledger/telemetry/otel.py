@@ -264,6 +264,8 @@ class _Attempt(AttemptWatch):
                 span.set_status(Status(StatusCode.ERROR))
             if settled.subkind is not None:
                 span.set_attribute(n.POLICY_SUBKIND, settled.subkind)
+            if settled.reason is not None:  # a broken rule's code (a fixed set), never text
+                span.set_attribute(n.POLICY_REASON, settled.reason)
             follow_up = _next(settled.use_correction, settled.retry_after_ms, settled.fallback)
             span.set_attribute(n.POLICY_NEXT, follow_up)
         if self.tracing.duration is not None:
