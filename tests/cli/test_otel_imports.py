@@ -45,7 +45,8 @@ try:
 except SystemExit as stop:
     code = stop.code or 0
 loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'opentelemetry')
-print(json.dumps({'code': code, 'seen': seen, 'held': held_with, 'loaded': loaded}), file=sys.stderr)
+print(json.dumps({'code': code, 'seen': seen, 'held': held_with, 'loaded': loaded}),
+      file=sys.stderr)
 """
 
 
@@ -62,7 +63,8 @@ def _probe(*args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
 def test_r_otel_1_help_imports_no_opentelemetry() -> None:
     found = _probe("--help")
     assert found["code"] == 0
-    assert found["seen"] == [] and found["loaded"] == []
+    assert found["seen"] == []
+    assert found["loaded"] == []
 
 
 @pytest.mark.parametrize("endpoint", [None, "http://127.0.0.1:9"])
@@ -77,7 +79,8 @@ def test_r_otel_1_reserve_and_the_write_lock_import_no_opentelemetry(
     assert found["code"] == 0
     assert found["held"], "the reserve took the write lock"
     assert all(modules == [] for modules in found["held"])
-    assert found["seen"] == [] and found["loaded"] == []
+    assert found["seen"] == []
+    assert found["loaded"] == []
 
 
 def test_r_otel_1_endpoint_without_the_extra_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -85,7 +88,8 @@ def test_r_otel_1_endpoint_without_the_extra_is_one_line(monkeypatch: pytest.Mon
     lines: list[str] = []
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
     with telemetry.session(env, lines.append) as started:
-        assert not started and not telemetry.enabled()
+        assert not started
+        assert not telemetry.enabled()
     assert lines == [telemetry.MISSING_EXTRA]
     assert telemetry.dropped() == 0
 

@@ -12,7 +12,7 @@ import httpx
 
 from ledger.standin.server import Scripted, StandIn
 from tests.support.gateway_setup import gateway_catalog
-from tests.support.otlp_receiver import Receiver, Received
+from tests.support.otlp_receiver import Received, Receiver
 from tests.support.serving import running
 
 PROMPT = "PROMPT-TEXT-MARKER-7f3a"
@@ -48,7 +48,8 @@ def test_r_otel_1_request_span_with_three_attempt_spans_and_no_text(home: Path) 
         (home / "catalog.json").write_text(json.dumps(catalog))
         env = otel_env(receiver, ACME_KEY=credential, OTEL_METRIC_EXPORT_INTERVAL="60000")
         with running(home, "--listen", "127.0.0.1:0", env=env) as served:
-            assert served.url is not None and served.token is not None
+            assert served.url is not None
+            assert served.token is not None
             answer = httpx.post(
                 served.url + "/openai/v1/chat/completions",
                 json={"model": "acme/a1", "max_tokens": 300,
@@ -93,7 +94,8 @@ def test_r_otel_1_request_span_with_three_attempt_spans_and_no_text(home: Path) 
         assert failed["ledger.policy.actions"]  # the policy table's decision, as it recorded it
     assert [s.status for s in attempts[:2]] == [ERROR, ERROR]
     last = a[2]
-    assert "error.type" not in last and attempts[2].status != ERROR
+    assert "error.type" not in last
+    assert attempts[2].status != ERROR
     assert last["gen_ai.response.model"] == "c1"
     assert (last["gen_ai.usage.input_tokens"], last["gen_ai.usage.output_tokens"]) == (10, 5)
     assert "gen_ai.usage.cache_read.input_tokens" in last

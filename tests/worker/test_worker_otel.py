@@ -56,7 +56,8 @@ def test_r_otel_1_worker_items_trace_primary_correction_and_fallback(tmp_path: P
         assert failed["ledger.policy.reason"] == "json_contract"
     assert a[0]["ledger.policy.next"] == "correction"
     assert "error.type" not in a[2]
-    assert a[2]["gen_ai.usage.input_tokens"] == 10 and a[2]["gen_ai.usage.output_tokens"] == 5
+    assert a[2]["gen_ai.usage.input_tokens"] == 10
+    assert a[2]["gen_ai.usage.output_tokens"] == 5
     # the primary and its correction are one item; the fallback another, or the same
     assert attempts[0].parent_id == attempts[1].parent_id
     item_of_last = by_id[attempts[2].parent_id]
