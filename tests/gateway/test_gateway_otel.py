@@ -116,3 +116,65 @@ def test_r_otel_1_request_span_with_three_attempt_spans_and_no_text(home: Path) 
     assert {p.get("error.type") for p in durations} == {"transport", None}
     usage = receiver.metrics["gen_ai.client.token.usage"]
     assert {p["gen_ai.token.type"] for p in usage} == {"input", "output"}
+
+
+def test_r_otel_1_hanging_collector_drops_and_counts_spans(home: Path) -> None:
+    """Export never holds a request: with a collector that never answers, every request is
+    answered, and the spans the full queue could not take are counted on /metrics."""
+    with Receiver(silent=True) as receiver, StandIn() as standin:
+        (home / "catalog.json").write_text(json.dumps(gateway_catalog(standin)))
+        env = otel_env(receiver, OTEL_BSP_MAX_QUEUE_SIZE="4", OTEL_BSP_MAX_EXPORT_BATCH_SIZE="2")
+        with running(home, "--listen", "127.0.0.1:0", env=env) as served, \
+                served.client(tcp=True) as client:  # fmt: skip
+            for _ in range(12):
+                answer = client.post("/openai/v1/chat/completions", json={
+                    "model": "acme/a1", "messages": [{"role": "user", "content": "x"}]})
+                assert answer.status_code == 200
+            receiver.wait_for(lambda r: r.requests >= 1)  # the exporter is stuck in its export
+            metrics = client.get("/metrics").text
+    line = next(x for x in metrics.splitlines() if x.startswith("ledger_otel_spans_dropped "))
+    assert float(line.split()[1]) > 0
+
+
+def test_r_otel_1_latest_names_and_a_streamed_answer(home: Path) -> None:
+    """OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental switches spans and metrics
+    together; a streamed answer's request span ends with its stream, after its attempt."""
+    with Receiver() as receiver, StandIn(default=Scripted(text=REPLY)) as standin:
+        (home / "catalog.json").write_text(json.dumps(gateway_catalog(standin)))
+        env = otel_env(receiver, OTEL_SEMCONV_STABILITY_OPT_IN="gen_ai_latest_experimental")
+        with running(home, "--listen", "127.0.0.1:0", env=env) as served, \
+                served.client(tcp=True) as client:  # fmt: skip
+            answer = client.post("/openai/v1/chat/completions", json={
+                "model": "acme/a1", "stream": True,
+                "messages": [{"role": "user", "content": PROMPT}]})
+            assert answer.status_code == 200
+            assert "data:" in answer.text
+            receiver.wait_for(lambda r: len(r.spans) >= 2)
+    request = next(s for s in receiver.spans if s.kind == SERVER)
+    (attempt,) = _attempts(receiver.spans, request)
+    assert attempt.end_ns <= request.end_ns  # the request's span waited for the stream's settle
+    assert attempt.attributes["gen_ai.response.time_to_first_chunk"] > 0
+    assert "gen_ai.system" not in attempt.attributes
+    assert attempt.attributes["gen_ai.provider.name"] == "acme"
+    assert "gen_ai.client.operation.time_to_first_chunk" in receiver.metrics
+    assert "gen_ai.server.time_to_first_token" not in receiver.metrics
+    everything = b"".join(receiver.raw)
+    assert PROMPT.encode() not in everything
+    assert REPLY.encode() not in everything
+
+
+def test_r_otel_1_default_names_are_those_of_v1_36_to_v1_41(home: Path) -> None:
+    with Receiver() as receiver, StandIn() as standin:
+        (home / "catalog.json").write_text(json.dumps(gateway_catalog(standin)))
+        with running(home, "--listen", "127.0.0.1:0", env=otel_env(receiver)) as served, \
+                served.client(tcp=True) as client:  # fmt: skip
+            answer = client.post("/openai/v1/chat/completions", json={
+                "model": "acme/a1", "stream": True,
+                "messages": [{"role": "user", "content": "x"}]})
+            assert answer.status_code == 200
+            receiver.wait_for(lambda r: len(r.spans) >= 2)
+    (attempt,) = [s for s in receiver.spans if s.kind == CLIENT]
+    assert attempt.attributes["gen_ai.system"] == attempt.attributes["gen_ai.provider.name"]
+    assert "gen_ai.response.time_to_first_chunk" not in attempt.attributes
+    assert "gen_ai.server.time_to_first_token" in receiver.metrics
+    assert "gen_ai.client.operation.time_to_first_chunk" not in receiver.metrics
