@@ -19,6 +19,7 @@ import json
 import statistics
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -87,6 +88,36 @@ def measure(scratch: Path, requests: int) -> tuple[float, float, float, float]:
     return b / a, a, b, dropped
 
 
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+
+
+def rss_growth(scratch: Path, requests: int, threads: int = 4) -> tuple[float, float, float]:
+    """`requests` gateway requests to a traced service whose collector hangs (its queue at the
+    default size): (RSS after a warm-up, RSS at the end, in MiB; dropped spans)."""
+    with ExitStack() as stack:
+        receiver = stack.enter_context(Receiver(silent=True))
+        standin = stack.enter_context(StandIn())
+        traced = stack.enter_context(running(
+            _home(scratch, "traced", standin), "--listen", "127.0.0.1:0",
+            env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint},
+        ))  # fmt: skip
+        clients = [stack.enter_context(traced.client(tcp=True)) for _ in range(threads)]
+        for client in clients:
+            for _ in range(50):
+                _timed(client)
+        before = _rss_mib(traced.proc.pid)
+        with ThreadPoolExecutor(threads) as pool:
+            share = requests // threads
+            list(pool.map(lambda c: [_timed(c) for _ in range(share)], clients))
+        after = _rss_mib(traced.proc.pid)
+        dropped = _dropped(traced)
+    return before, after, dropped
+
+
 def run(_root: Path, settings: Settings) -> list[Row]:
     """The figure's row (quick: 40 requests a side; else 200)."""
     requests = 40 if settings.quick else 200
@@ -107,7 +138,17 @@ def run(_root: Path, settings: Settings) -> list[Row]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.otel")
     parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--rss", type=int, default=0, metavar="N",
+                        help="instead: N requests, the traced service's RSS growth (issue 48: "
+                        "10000)")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.rss:
+        with tempfile.TemporaryDirectory(prefix="ledger-otel-") as scratch:
+            before, after, dropped = rss_growth(Path(scratch), args.rss)
+        print(f"| otel: RSS growth over {args.rss} requests, collector hanging "
+              f"| {after - before:.1f} MiB | {before:.1f} -> {after:.1f} MiB | <= 50 MiB "
+              f"| dropped spans on /metrics: {dropped:.0f} |")  # fmt: skip
+        return 0 if after - before <= 50 and dropped > 0 else 1
     with tempfile.TemporaryDirectory() as scratch:
         ratio, a, b, dropped = measure(Path(scratch), args.requests)
     print(f"| otel: gateway request, collector hanging / tracing off ({args.requests} pairs) "

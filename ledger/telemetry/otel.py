@@ -49,8 +49,9 @@ TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4
 DEFAULT_QUEUE = 2048
 DEFAULT_BATCH = 512
 DEFAULT_DELAY_MS = 5000
-STOP_S = 2.0
-"""The longest a stopping process waits to send what is still queued."""
+STOP_S = 1.0
+"""The longest a stopping process waits to send the spans still queued, and then the metrics
+(a collector that hangs delays a stop by at most twice this)."""
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _CURRENT: contextvars.ContextVar[_Request | None] = contextvars.ContextVar(

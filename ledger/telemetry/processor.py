@@ -4,7 +4,7 @@
 the network. One daemon thread sends the queue in batches every `delay_s` (or as soon as a batch
 is full); a collector that is slow or down blocks only that thread, the queue fills, and every
 span that finds it full is dropped and counted (`dropped`), as are those still queued when the
-process stops and the final flush runs out of time. The SDK's own BatchSpanProcessor behaves the
+process stops and the final flush runs out of time (and the batch then still in flight). The SDK's own BatchSpanProcessor behaves the
 same but keeps its drop count inside its private state; this one shows it (`ledger serve`'s
 `/metrics`, the worker's last line).
 """
@@ -36,6 +36,7 @@ class BoundedBatchProcessor(SpanProcessor):
         self._wake = threading.Event()
         self._idle = threading.Condition(self._lock)
         self._sending = False
+        self._in_flight = 0  # spans of the batch being exported now
         self._stopping = False
         self.dropped = 0
         self._thread = threading.Thread(target=self._run, name="ledger-otel-export", daemon=True)
@@ -62,6 +63,7 @@ class BoundedBatchProcessor(SpanProcessor):
             count = min(self._batch, len(self._queue))
             taken = [self._queue.popleft() for _ in range(count)]
             self._sending = bool(taken)
+            self._in_flight = len(taken)
             if not taken:
                 self._idle.notify_all()
             return taken
@@ -95,4 +97,6 @@ class BoundedBatchProcessor(SpanProcessor):
         with self._lock:
             self.dropped += len(self._queue)
             self._queue.clear()
+            if self._thread.is_alive():  # still waiting on the collector: that batch is lost
+                self.dropped += self._in_flight
         self._exporter.shutdown()
