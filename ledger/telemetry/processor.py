@@ -4,9 +4,9 @@
 the network. One daemon thread sends the queue in batches every `delay_s` (or as soon as a batch
 is full); a collector that is slow or down blocks only that thread, the queue fills, and every
 span that finds it full is dropped and counted (`dropped`), as are those still queued when the
-process stops and the final flush runs out of time (and the batch then still in flight). The SDK's own BatchSpanProcessor behaves the
-same but keeps its drop count inside its private state; this one shows it (`ledger serve`'s
-`/metrics`, the worker's last line).
+process stops and the final flush runs out of time, and the batch then still in flight. The SDK's
+own BatchSpanProcessor behaves the same but keeps its drop count inside its private state; this
+one shows it (`ledger serve`'s `/metrics`, the worker's last line).
 """
 
 from __future__ import annotations
