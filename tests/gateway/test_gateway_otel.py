@@ -164,15 +164,21 @@ def test_r_otel_1_latest_names_and_a_streamed_answer(home: Path) -> None:
 
 
 def test_r_otel_1_default_names_are_those_of_v1_36_to_v1_41(home: Path) -> None:
+    """The default names; and a refused request's span carries the refusal's reason code."""
     with Receiver() as receiver, StandIn() as standin:
         (home / "catalog.json").write_text(json.dumps(gateway_catalog(standin)))
+        (home / "recovery.json").write_text(json.dumps({"callsPerHour": 1}))
         with running(home, "--listen", "127.0.0.1:0", env=otel_env(receiver)) as served, \
                 served.client(tcp=True) as client:  # fmt: skip
-            answer = client.post("/openai/v1/chat/completions", json={
-                "model": "acme/a1", "stream": True,
-                "messages": [{"role": "user", "content": "x"}]})
-            assert answer.status_code == 200
-            receiver.wait_for(lambda r: len(r.spans) >= 2)
+            body = {"model": "acme/a1", "stream": True,
+                    "messages": [{"role": "user", "content": "x"}]}  # fmt: skip
+            assert client.post("/openai/v1/chat/completions", json=body).status_code == 200
+            assert client.post("/openai/v1/chat/completions", json=body).status_code == 429
+            receiver.wait_for(lambda r: len(r.spans) >= 3)
+    requests = [s for s in receiver.spans if s.kind == SERVER]
+    refused = [s for s in requests if "ledger.refusal.reason" in s.attributes]
+    assert [s.attributes["ledger.refusal.reason"] for s in refused] == ["shared_hourly_budget"]
+    assert refused[0].attributes["http.response.status_code"] == 429
     (attempt,) = [s for s in receiver.spans if s.kind == CLIENT]
     assert attempt.attributes["gen_ai.system"] == attempt.attributes["gen_ai.provider.name"]
     assert "gen_ai.response.time_to_first_chunk" not in attempt.attributes
