@@ -70,8 +70,11 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
 def start(env: Mapping[str, str]) -> Tracing:
     """The process's tracing, configured by the standard OTEL_* variables."""
     resource = Resource.create({"service.name": env.get("OTEL_SERVICE_NAME") or "ledger"})
+    base = (env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "").rstrip("/")
+    traces = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or f"{base}/v1/traces"
+    metrics = env.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or (base and f"{base}/v1/metrics")
     processor = BoundedBatchProcessor(
-        OTLPSpanExporter(),
+        OTLPSpanExporter(endpoint=traces),
         max_queue=_int(env, "OTEL_BSP_MAX_QUEUE_SIZE", DEFAULT_QUEUE),
         batch=_int(env, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", DEFAULT_BATCH),
         delay_s=_int(env, "OTEL_BSP_SCHEDULE_DELAY", DEFAULT_DELAY_MS) / 1000,
@@ -80,8 +83,8 @@ def start(env: Mapping[str, str]) -> Tracing:
     tracer_provider = TracerProvider(resource=resource)
     tracer_provider.add_span_processor(processor)
     meter_provider: MeterProvider | None = None
-    if env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"):
-        reader = PeriodicExportingMetricReader(OTLPMetricExporter())
+    if metrics:  # a traces-only endpoint sends no metrics
+        reader = PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=metrics))
         meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
     return Tracing(tracer_provider, processor, meter_provider, n.names_for(env))
 
