@@ -350,7 +350,7 @@ def _count_opened(ctx: loop.Context, attempt: loop.Attempt, opened: Opened) -> N
     event, in the metrics."""
     seconds = opened.first_event_s
     loop.count_attempt(ctx, attempt, None, seconds)
-    first_chunk(attempt, seconds)  # R-OTEL-1
+    first_chunk(attempt, seconds, (event.data for event in opened.held))  # R-OTEL-1
     if ctx.metrics is not None:
         ctx.metrics.first_token.labels(ctx.template).observe(seconds)
         ctx.metrics.request(ctx.template, "answered")

@@ -14,7 +14,7 @@ counts it (`dropped`). The in-process library never calls `configure`: its calle
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 from ledger.attempt import Attempt
@@ -167,11 +167,22 @@ def replied(attempt: Attempt[Any], document: Mapping[str, Any] | None) -> None:
             observer.replied(model)
 
 
-def first_chunk(attempt: Attempt[Any], seconds: float) -> None:
-    """A streamed attempt's time to its first content event."""
+def first_chunk(attempt: Attempt[Any], seconds: float, events: Iterable[Any] = ()) -> None:
+    """A streamed attempt's time to its first content event; the model the stream's first
+    events name (OpenAI's chunks: `model`; Anthropic's `message_start`: `message.model`)."""
     observer = attempt.observer
-    if isinstance(observer, AttemptWatch):
-        observer.first_chunk(seconds)
+    if not isinstance(observer, AttemptWatch):
+        return
+    observer.first_chunk(seconds)
+    for data in events:
+        if isinstance(data, Mapping):
+            inner = data.get("message")
+            found = data.get("model")
+            if found is None and isinstance(inner, Mapping):
+                found = inner.get("model")
+            if isinstance(found, str):
+                observer.replied(found)
+                return
 
 
 def refused(reason: str) -> None:

@@ -154,6 +154,7 @@ def test_r_otel_1_latest_names_and_a_streamed_answer(home: Path) -> None:
     (attempt,) = _attempts(receiver.spans, request)
     assert attempt.end_ns <= request.end_ns  # the request's span waited for the stream's settle
     assert attempt.attributes["gen_ai.response.time_to_first_chunk"] > 0
+    assert attempt.attributes["gen_ai.response.model"] == "a1"  # as the stream's chunks name it
     assert "gen_ai.system" not in attempt.attributes
     assert attempt.attributes["gen_ai.provider.name"] == "acme"
     assert "gen_ai.client.operation.time_to_first_chunk" in receiver.metrics
