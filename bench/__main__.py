@@ -21,6 +21,7 @@ from bench import (
     gateway,
     growth,
     handoff,
+    otel,
     report,
     routing,
     scopes,
@@ -47,6 +48,7 @@ FIGURES: dict[str, Callable[[Path, Settings], list[Row]]] = {
     "simulate-memory": simulate_memory.run,
     "routing": routing.run,
     "scopes": scopes.run,
+    "otel": otel.run,  # issue 48: tracing with a hanging collector / tracing off
 }
 
 

@@ -27,8 +27,8 @@ read) and the `send` callable it hands `settle`.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
 
 from ledger.classify import Classification
 from ledger.kinds import AttemptRole, FailureKind
@@ -36,6 +36,7 @@ from ledger.records import Cancelled, Failed, Outcome, Reservation, SettleResult
 
 __all__ = [
     "Attempt",
+    "AttemptObserver",
     "AttemptPlan",
     "AttemptReport",
     "RoutesAfter",
@@ -185,6 +186,12 @@ P = TypeVar("P")
 T = TypeVar("T")
 
 
+class AttemptObserver(Protocol):
+    """Told of an attempt's one settle (the tracing seam's span, R-OTEL-1)."""
+
+    def settled(self, attempt: Attempt[Any]) -> None: ...
+
+
 class SettledTwice(RuntimeError):
     """A second settle of one attempt's reservation: a driver bug, never an outcome."""
 
@@ -214,6 +221,8 @@ class Attempt(Generic[P]):
     prepared: P
     outcome: Outcome | None = None
     settled: SettleResult | None = None
+    observer: AttemptObserver | None = field(default=None, repr=False)
+    """Told when the attempt is settled (`ledger.telemetry.watch`; None: not traced)."""
 
     @property
     def role(self) -> AttemptRole:
@@ -246,6 +255,8 @@ class Attempt(Generic[P]):
     def record(self, settled: SettleResult) -> SettleResult:
         """What the settle recorded and the actions the policy table applied."""
         self.settled = settled
+        if self.observer is not None:
+            self.observer.settled(self)
         return settled
 
     def report(self) -> AttemptReport:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
+from ledger import telemetry
 from ledger.cli.main import AppContext, pass_app
 from ledger.errors import UsageError
 
@@ -36,12 +39,13 @@ def serve(app: AppContext, listen: str | None, allow_remote: bool, grace: float)
     # bound before anything is created too: a port in use leaves the state directory as it was
     tcp = server.tcp_listener(address) if address is not None else None
     try:
-        server.serve(
-            app.ledger(lazy=False),
-            tcp=tcp,
-            grace_s=grace,
-            announce=lambda line: click.echo(line, err=True),
-        )
+        with telemetry.session(os.environ, lambda line: click.echo(line, err=True)):  # R-OTEL-1
+            server.serve(
+                app.ledger(lazy=False),
+                tcp=tcp,
+                grace_s=grace,
+                announce=lambda line: click.echo(line, err=True),
+            )
     finally:
         if tcp is not None:
             tcp.close()

@@ -3,10 +3,12 @@ ledger.worker.drain.drain."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
 
+from ledger import telemetry
 from ledger.catalog import NO_CATALOG, load_catalog
 from ledger.cli.main import AppContext, emit_json, fail, pass_app, run
 from ledger.client import LedgerClient
@@ -113,7 +115,8 @@ def run_cmd(
         click.echo(f"warning: {warning}", err=True)  # issue 15 item 8: inert entries at start
     stopper = Stopper()
     progress = Progress(sys.stderr.isatty() and not as_json)
-    with stopper.installed():
+    warn = lambda line: click.echo(line, err=True)  # noqa: E731
+    with stopper.installed(), telemetry.session(os.environ, warn):  # R-OTEL-1
         summary = run(
             as_json,
             lambda: drain(

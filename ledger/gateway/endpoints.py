@@ -34,6 +34,7 @@ from ledger.gateway.sse import Malformed
 from ledger.gateway.stream import RelayedResponse, serve_stream, unless_disconnected
 from ledger.gateway.upstream import MALFORMED, Reply, call, transport
 from ledger.gateway.wire import UNFIT, answer_model
+from ledger.telemetry import gateway_request, refused
 
 router = APIRouter(include_in_schema=False)
 
@@ -89,6 +90,7 @@ def _count_refusal(request: Request, ctx: loop.Context, error: GatewayError) -> 
     key = request.scope.get("state", {}).get(KEY_STATE)
     name = getattr(key, "name", None)
     tally_of(request).count(ctx.ledger.clock_fn(), error.code, error.scope, name)
+    refused(error.code)  # R-OTEL-1: the refusal's reason on the request's span
     if ctx.metrics is not None:
         ctx.metrics.refusal(error.code, error.scope, name)
 
@@ -132,7 +134,9 @@ def mount(fmt: WireFormat) -> None:
 async def _serve(request: Request, fmt: WireFormat) -> Response:
     template = fmt.path
     ctx = context_of(request, template)
-    answer = await _answer(request, fmt, ctx)
+    with gateway_request(request.headers, template) as traced:  # R-OTEL-1
+        answer = await _answer(request, fmt, ctx)
+        traced.answered(answer.status_code, streaming=isinstance(answer, RelayedResponse))
     if ctx.metrics is not None and not isinstance(answer, RelayedResponse):
         ctx.metrics.request(template, _outcome(answer.status_code))  # a stream counts its own
     return answer

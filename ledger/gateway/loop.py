@@ -34,6 +34,7 @@ from ledger.kinds import AttemptRole, AttemptStatus, FailureKind
 from ledger.policy_table import InteractivePace
 from ledger.records import Outcome, SettleResult
 from ledger.store.group_commit import GroupCommit
+from ledger.telemetry import max_tokens, replied, watch
 
 REUSED = "this Idempotency-Key belongs to a request that was already answered"
 IN_FLIGHT = "a request with this Idempotency-Key is still being answered"
@@ -139,6 +140,7 @@ async def run(
         model = ledger.model(reservation.model)
         prepared = prepare(ledger, model, request.fmt, body, reservation.effort)
         attempt = Attempt(number, route, reservation, first, prepared)
+        watch(attempt, model.provider, model.id, max_tokens(prepared.body))  # R-OTEL-1
         started = time.monotonic()
         try:
             reply = await exchange(ctx, attempt)
@@ -191,6 +193,7 @@ async def _success(ctx: Context, attempt: Attempt, reply: Reply) -> Answered:
     assert reply.document is not None
     # an answer without usage is settled at its estimate, marked as a stream's is
     outcome = success(facts, cost_usd=facts.cost_usd, estimated=not reported(facts, facts.cost_usd))
+    replied(attempt, reply.document)  # R-OTEL-1: gen_ai.response.model
     settled = await settle_async(attempt, outcome, sender(ctx, None))
     if settled.must_not_commit:
         raise GatewayError(504, "late", LATE)

@@ -56,6 +56,7 @@ from ledger.gateway.upstream import (
 from ledger.kinds import FailureKind
 from ledger.providers.bounded import TRANSPORT_ERRORS
 from ledger.records import Cancelled, Reservation
+from ledger.telemetry import first_chunk
 
 STALLED = Classification(FailureKind.TRANSPORT, "stream_stalled")
 CUT = Classification(FailureKind.TRANSPORT, "stream_cut")
@@ -349,6 +350,7 @@ def _count_opened(ctx: loop.Context, attempt: loop.Attempt, opened: Opened) -> N
     event, in the metrics."""
     seconds = opened.first_event_s
     loop.count_attempt(ctx, attempt, None, seconds)
+    first_chunk(attempt, seconds, (event.data for event in opened.held))  # R-OTEL-1
     if ctx.metrics is not None:
         ctx.metrics.first_token.labels(ctx.template).observe(seconds)
         ctx.metrics.request(ctx.template, "answered")

@@ -21,6 +21,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from ledger import telemetry
 from ledger.errors import StoreError
 from ledger.service.answers import HealthzOut, ReadyOut
 from ledger.service.calls import LedgerDep
@@ -75,6 +76,11 @@ class RequestMetrics:
             "Reserves and settles in the write transaction in progress (0: none).",
             registry=self.registry,
         )
+        Gauge(  # R-OTEL-1: export never waits; a span that finds the queue full is counted
+            "ledger_otel_spans_dropped",
+            "Trace spans dropped because the export queue was full (0: none, or no tracing).",
+            registry=self.registry,
+        ).set_function(telemetry.dropped)
 
     def watch_connections(self, count: Callable[[str], int], pools: Iterable[str]) -> None:
         """Export each connection pool's live count (`ledger_http_connections{pool}`, R-SRV-9)."""

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from ledger.errors import DatabaseUnreachableError, ServiceUnreachableError, StoreError
 from ledger.store import queue as store_queue
+from ledger.telemetry import queue_item
 from ledger.worker.handler import Handler, default_worker_id
 from ledger.worker.item import run_item
 from ledger.worker.port import WorkerLedger
@@ -171,7 +172,9 @@ def _drain_pass(
             break
         seen.add(claim.source_id)
         try:
-            item = run_item(ledger, claim, handler, stopper)
+            with queue_item(claim.source_id) as traced:  # R-OTEL-1: one span per item
+                item = run_item(ledger, claim, handler, stopper)
+                traced.item_done(item.outcome.value, item.refusal, len(item.attempts))
         except UNREACHABLE as error:
             # out of reach mid-item: the lease is given back once the ledger answers again
             reach.lost(error)

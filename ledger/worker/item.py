@@ -52,6 +52,7 @@ from ledger.providers.registry import adapter_for
 from ledger.records import SettleResult
 from ledger.store import queue as store_queue
 from ledger.targets import Effort
+from ledger.telemetry import watch
 from ledger.worker.handler import Handler, Job, input_bytes
 from ledger.worker.heartbeat import LeaseHeartbeat
 from ledger.worker.port import WorkerLedger
@@ -152,6 +153,9 @@ def _attempt(
     clock = started(reservation.created_ms)
     route = reservation.model  # through a pool (R-RT-4): the concrete candidate it chose
     attempt: WorkerAttempt = Attempt(number, route, reservation, route, None)
+    model = ledger.model(route)
+    max_tokens = model.reply_reservation(ledger.policy.reply_tokens)
+    watch(attempt, model.provider, model.id, max_tokens)  # R-OTEL-1: ends at the one settle
     # the lease covers the whole call, whatever leaseMs is (issue 12 item 3)
     if not ledger.renew(
         claim.source_id, claim.worker_id, cover_until_ms=reservation.deadline_ms, unpaused=True
@@ -159,7 +163,6 @@ def _attempt(
         settle(attempt, cancelled(), ledger.settle)
         held = _still_held(ledger, claim)
         return _Step(attempt, lost_lease=not held, paused=held)
-    model = ledger.model(route)
     job = Job(
         source_id=claim.source_id,
         payload_ref=claim.payload_ref,
@@ -169,7 +172,7 @@ def _attempt(
         reservation_id=reservation.id,
         role=reservation.role,
         correction_reason=plan.correction_reason,
-        max_tokens=model.reply_reservation(ledger.policy.reply_tokens),
+        max_tokens=max_tokens,
         caller=_caller(ledger, model, clock),
         clock=clock,
         effort=None if reservation.effort is None else Effort(reservation.effort),
