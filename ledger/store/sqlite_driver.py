@@ -3,10 +3,10 @@
 `pysqlite3` (a wheel with a recent SQLite built in, free of the WAL-reset bug) when it is
 importable, else the standard library's `sqlite3` (linked to the system's library, which may be
 affected). The store's engine, the migrations, backups and the bench's floor all open files with
-`driver`, so one process never mixes two libraries on one file (see `connect`). `LEDGER_SQLITE=stdlib` picks the
-standard library even where the wheel is installed (tests of the fallback, and an operator who
-must match another tool's library); it can only make the ledger more careful, never less: the
-journal mode still follows the linked library's version.
+`driver`, so one process never mixes two libraries on one file (see `connect`).
+`LEDGER_SQLITE=stdlib` picks the standard library even where the wheel is installed (tests of
+the fallback, and an operator who must match another tool's library); it can only make the
+ledger more careful, never less: the journal mode still follows the linked library's version.
 """
 
 from __future__ import annotations
