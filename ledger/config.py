@@ -141,8 +141,28 @@ ScopeName = Annotated[str, Field(pattern=SCOPE_NAME)]
 MAX_SCOPES = 1000
 
 
-class ScopeLimits(BaseModel):
-    """One scope's budgets (R-SC-1): any of them, each checked like its global counterpart."""
+TokenCount = Annotated[int, Field(strict=True, gt=0, le=10**12)]
+"""A token limit: a whole positive number (1.5, 0, -1 and 10**13 are configuration errors)."""
+
+
+class TokenLimits(BaseModel):
+    """Token-rate budgets of one target or scope (R-TOK-1): any of the four windows."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    tokens_per_minute: TokenCount | None = Field(None, alias="tokensPerMinute")
+    input_tokens_per_minute: TokenCount | None = Field(None, alias="inputTokensPerMinute")
+    output_tokens_per_minute: TokenCount | None = Field(None, alias="outputTokensPerMinute")
+    tokens_per_day: TokenCount | None = Field(None, alias="tokensPerDay")
+
+
+TokenTarget = Annotated[str, Field(pattern=r"^[^\s]{1,300}$"), Printable]
+"""A provider name, a model key (with `/`) or a glob over model keys (with `*` or `?`)."""
+
+
+class ScopeLimits(TokenLimits):
+    """One scope's budgets (R-SC-1): any of them, each checked like its global counterpart,
+    and the token windows of R-TOK-1."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -203,6 +223,20 @@ class Policy(BaseModel):
         default_factory=dict
     )
     gateway: GatewayPolicy = Field(default_factory=GatewayPolicy)
+    # token-rate budgets (SPEC section 22)
+    token_budgets: dict[TokenTarget, TokenLimits] = Field(
+        default_factory=dict, alias="tokenBudgets", max_length=10_000
+    )
+    learn_limits: bool = Field(True, alias="learnLimits")
+
+    @field_validator("token_budgets")
+    @classmethod
+    def _no_pool_targets(cls, value: dict[str, TokenLimits]) -> dict[str, TokenLimits]:
+        for name in value:
+            if name.startswith("pool/"):
+                raise ValueError("rule: a token budget's target is a provider, a model key or "
+                                 "a glob over model keys, never a pool")
+        return value
 
     @field_validator("fallback_models")
     @classmethod
