@@ -227,7 +227,6 @@ class Policy(BaseModel):
     token_budgets: dict[TokenTarget, TokenLimits] = Field(
         default_factory=dict, alias="tokenBudgets", max_length=10_000
     )
-    learn_limits: bool = Field(True, alias="learnLimits")
 
     @field_validator("token_budgets")
     @classmethod
@@ -258,12 +257,23 @@ class Policy(BaseModel):
         return self._derived
 
     def fingerprint(self) -> str:
-        """A short stable hash of the effective policy (R-HOME-3: shows stale processes)."""
-        return fingerprint_of(self.to_json())
+        """A short stable hash of the effective policy (R-HOME-3: shows stale processes).
+
+        A key added in a later release counts only once set: an upgrade alone changes no
+        policy's fingerprint, so it does not mark every running process stale."""
+        document = self.to_json()
+        for name in _LATER_KEYS:
+            if not document.get(name):
+                document.pop(name, None)
+        return fingerprint_of(document)
 
     def to_json(self) -> dict[str, Any]:
         """The effective policy as camelCase JSON data."""
         return self.model_dump(by_alias=True, mode="json")
+
+
+_LATER_KEYS = ("tokenBudgets",)
+"""Keys added after fingerprints were first shown, fingerprinted only when set (not empty)."""
 
 
 def fingerprint_of(document: dict[str, Any]) -> str:
