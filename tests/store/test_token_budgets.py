@@ -75,6 +75,7 @@ def test_r_tok_2_a_provider_window_grants_exactly_its_limit_and_says_when_it_fre
         _reserve(led, n)  # 5 x 200 = the limit: every one that fits is granted
     error = refused(lambda: _reserve(led, 5))
     assert error.reason == RefusalReason.TOKEN_BUDGET
+    assert error.detail == "tokensPerMinute 1000 of provider alpha"  # its target and limit
     assert error.retry_at_ms == T0 + MINUTE  # the first grant leaves the window then
     _reserve(led, 6, "beta/mid")  # another provider's window is its own
     # the window is (now - 60 s, now]: at 59.999 s the first grant still counts, at 60.000 s not
@@ -124,6 +125,7 @@ def test_r_tok_1_a_glob_is_one_window_over_every_model_it_matches(
     _reserve(led, 1, "alpha/big")  # 100 + 100 input tokens of the one shared window
     error = refused(lambda: _reserve(led, 2, "alpha/small"))
     assert error.reason == RefusalReason.TOKEN_BUDGET
+    assert error.detail == "inputTokensPerMinute 250 of glob alpha/*"
     _reserve(led, 3, "beta/mid")  # not matched
 
 
