@@ -73,8 +73,9 @@ def check(
     boundary = boundary_reason(policy, model.key, primary or model.key, src.models)
     if boundary is not None:  # the privacy boundary, exactly as selection applies it
         return Refusal(RefusalReason(boundary.value))
-    if override:  # R-RES-9: skips R-RES-4..8, deadline is then timeoutMs
-        return _stage(state, Stage.SCOPE) or Grant(now + policy.timeout_ms, estimate)
+    if override:  # R-RES-9: skips R-RES-4..8 (a provider's token limit is never skipped)
+        refused = _stage(state, Stage.SCOPE) or _stage(state, Stage.TOKENS)
+        return refused or Grant(now + policy.timeout_ms, estimate)
     # R-RES-4
     if not immediate and src.retry_at_ms is not None and src.retry_at_ms > now:
         return Refusal(RefusalReason.SOURCE_BACKOFF, src.retry_at_ms)
@@ -91,6 +92,10 @@ def check(
         return refused
     # R-SC-1: every scope's budgets, after every check above
     refused = _stage(state, Stage.SCOPE)
+    if refused is not None:
+        return refused
+    # R-TOK-2: every token window of the model's provider, the model and the globs it matches
+    refused = _stage(state, Stage.TOKENS)
     if refused is not None:
         return refused
     # R-RES-8: the deadline is per attempt, clamped to what the source has left

@@ -141,8 +141,28 @@ ScopeName = Annotated[str, Field(pattern=SCOPE_NAME)]
 MAX_SCOPES = 1000
 
 
-class ScopeLimits(BaseModel):
-    """One scope's budgets (R-SC-1): any of them, each checked like its global counterpart."""
+TokenCount = Annotated[int, Field(strict=True, gt=0, le=10**12)]
+"""A token limit: a whole positive number (1.5, 0, -1 and 10**13 are configuration errors)."""
+
+
+class TokenLimits(BaseModel):
+    """Token-rate budgets of one target or scope (R-TOK-1): any of the four windows."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    tokens_per_minute: TokenCount | None = Field(None, alias="tokensPerMinute")
+    input_tokens_per_minute: TokenCount | None = Field(None, alias="inputTokensPerMinute")
+    output_tokens_per_minute: TokenCount | None = Field(None, alias="outputTokensPerMinute")
+    tokens_per_day: TokenCount | None = Field(None, alias="tokensPerDay")
+
+
+TokenTarget = Annotated[str, Field(pattern=r"^[^\s]{1,300}$"), Printable]
+"""A provider name, a model key (with `/`) or a glob over model keys (with `*` or `?`)."""
+
+
+class ScopeLimits(TokenLimits):
+    """One scope's budgets (R-SC-1): any of them, each checked like its global counterpart,
+    and the token windows of R-TOK-1."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -203,6 +223,19 @@ class Policy(BaseModel):
         default_factory=dict
     )
     gateway: GatewayPolicy = Field(default_factory=GatewayPolicy)
+    # token-rate budgets (SPEC section 22)
+    token_budgets: dict[TokenTarget, TokenLimits] = Field(
+        default_factory=dict, alias="tokenBudgets", max_length=10_000
+    )
+
+    @field_validator("token_budgets")
+    @classmethod
+    def _no_pool_targets(cls, value: dict[str, TokenLimits]) -> dict[str, TokenLimits]:
+        for name in value:
+            if name.startswith("pool/"):
+                raise ValueError("rule: a token budget's target is a provider, a model key or "
+                                 "a glob over model keys, never a pool")
+        return value
 
     @field_validator("fallback_models")
     @classmethod
@@ -224,12 +257,23 @@ class Policy(BaseModel):
         return self._derived
 
     def fingerprint(self) -> str:
-        """A short stable hash of the effective policy (R-HOME-3: shows stale processes)."""
-        return fingerprint_of(self.to_json())
+        """A short stable hash of the effective policy (R-HOME-3: shows stale processes).
+
+        A key added in a later release counts only once set: an upgrade alone changes no
+        policy's fingerprint, so it does not mark every running process stale."""
+        document = self.to_json()
+        for name in _LATER_KEYS:
+            if not document.get(name):
+                document.pop(name, None)
+        return fingerprint_of(document)
 
     def to_json(self) -> dict[str, Any]:
         """The effective policy as camelCase JSON data."""
         return self.model_dump(by_alias=True, mode="json")
+
+
+_LATER_KEYS = ("tokenBudgets",)
+"""Keys added after fingerprints were first shown, fingerprinted only when set (not empty)."""
 
 
 def fingerprint_of(document: dict[str, Any]) -> str:

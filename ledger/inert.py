@@ -14,8 +14,8 @@ from enum import StrEnum
 from ledger.catalog import NO_CATALOG, Catalog, split_model_key
 from ledger.config import Policy
 from ledger.errors import ConfigError
+from ledger.globs import glob_to_regex
 from ledger.routing.chains import pool_members, primary_key
-from ledger.routing.globs import glob_to_regex
 from ledger.targets import Effort, entries, is_pool_key, pool_key, target_of
 
 

@@ -29,6 +29,8 @@ class RefusalReason(StrEnum):
     SCOPE_HOURLY_BUDGET = "scope_hourly_budget"
     SCOPE_DAILY_COST = "scope_daily_cost"
     SCOPE_IN_FLIGHT = "scope_in_flight"
+    # SPEC section 22: a token window of a provider, model, glob or scope (R-TOK-2)
+    TOKEN_BUDGET = "token_budget"  # noqa: S105  (a reason code, not a secret)
 
 
 class ExclusionReason(StrEnum):

@@ -73,6 +73,14 @@ class Reservation:
     replayed: bool = False  # True when an earlier reservation with the same request id came back
     pool: str | None = None  # the pool the concrete `model` was chosen from (R-RT-4)
     effort: str | None = None  # this route's reasoning effort (R-RT-2); None: provider default
+    # R-TOK-2: the token estimate its token windows count until it settles with usage
+    estimate_input_tokens: int = 0
+    estimate_output_tokens: int = 0
+
+    @property
+    def estimate_tokens(self) -> int:
+        """Input and reply estimate together (what `tokensPerMinute` counts)."""
+        return self.estimate_input_tokens + self.estimate_output_tokens
 
     def to_json(self) -> dict[str, Any]:
         """JSON shape printed by `ledger reserve --json`."""
@@ -89,6 +97,9 @@ class Reservation:
             "replayed": self.replayed,
             "pool": self.pool,
             "effort": self.effort,
+            "estimate_tokens": self.estimate_tokens,
+            "estimate_input_tokens": self.estimate_input_tokens,
+            "estimate_output_tokens": self.estimate_output_tokens,
         }
 
 

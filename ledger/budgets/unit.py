@@ -20,7 +20,8 @@ from enum import IntEnum, StrEnum
 
 from ledger.budgets.checks import Refusal
 from ledger.clock import DAY_MS, HOUR_MS, MINUTE_MS
-from ledger.config import Policy, ScopeLimits
+from ledger.config import Policy, ScopeLimits, TokenLimits
+from ledger.globs import matches as glob_matches_key
 from ledger.kinds import RefusalReason
 
 
@@ -52,6 +53,8 @@ class Measure(StrEnum):
     CALLS = "calls"  # one per reservation
     COST = "estimated_cost_micro"  # actual where settled, else the estimate (R-RES-2)
     TOKENS = "tokens"  # usage where settled, else the estimate (SPEC section 22)
+    INPUT_TOKENS = "input_tokens"  # the input part of TOKENS
+    OUTPUT_TOKENS = "output_tokens"  # the output part of TOKENS
     TIME = "time_ms"  # settled durations plus the whole allowance of open ones (R-RES-8)
     MODELS = "models"  # distinct models (R-RES-7): a model already counted takes nothing
 
@@ -64,6 +67,7 @@ class Dimension(StrEnum):
     PROVIDER = "provider"
     MODEL = "model"
     SCOPE = "scope"
+    GLOB = "glob"  # one shared window over every model key a glob matches (R-TOK-1)
 
 
 class Stage(IntEnum):
@@ -72,6 +76,7 @@ class Stage(IntEnum):
     SHARED = 1  # with R-RES-1..2, before the source's own checks: nothing, override included, skips
     SOURCE = 2  # with R-RES-6..8, after backoff and cooldowns: an override (R-RES-9) skips
     SCOPE = 3  # with R-SC-1, after every check of section 7
+    TOKENS = 4  # R-TOK-2: a provider's, model's or glob's token windows; an override skips none
 
 
 @dataclass(frozen=True)
@@ -141,6 +146,21 @@ def target(applies_to: AppliesTo, request: Request) -> str:
     return ""
 
 
+def matches(applies_to: AppliesTo, request: Request) -> bool:
+    """Whether a budget with a fixed target applies to this request's model (a scope's: by the
+    request's scopes, `applicable`)."""
+    dim, name = applies_to.dimension, applies_to.name
+    if name is None or dim is Dimension.SCOPE:
+        return True
+    if dim is Dimension.PROVIDER:
+        return request.provider == name
+    if dim is Dimension.MODEL:
+        return request.model == name
+    if dim is Dimension.GLOB:
+        return glob_matches_key(request.model, name)
+    return True
+
+
 def key(budget: Budget, request: Request) -> UsageKey:
     """The usage a budget needs for this request."""
     dim = budget.applies_to.dimension
@@ -148,6 +168,8 @@ def key(budget: Budget, request: Request) -> UsageKey:
 
 
 def applicable(budgets: Iterable[Budget], scopes: Sequence[str]) -> dict[Stage, tuple[Budget, ...]]:
+    # (token budgets of a fixed provider, model or glob are further filtered per request by
+    # `matches`: `check` skips one that does not match the request's model)
     """The budgets that apply to a request under `scopes`, by stage, each in the order it is
     checked: the scopes' in the order of `scopes` (each scope's own in its order), every other
     in the given order (the policy's before any added one)."""
@@ -167,6 +189,8 @@ def check(budgets: Iterable[Budget], usage: Mapping[UsageKey, Use], request: Req
     A measure the request cannot state fails closed (an unknown price: `unknown_price`).
     """
     for budget in budgets:
+        if budget.stage is Stage.TOKENS and not matches(budget.applies_to, request):
+            continue
         amount = request.amounts.get(budget.measure)
         scope = budget.applies_to.name if budget.applies_to.dimension is Dimension.SCOPE else None
         if amount is None:
@@ -217,7 +241,32 @@ def scope_budgets(name: str, limits: ScopeLimits) -> tuple[Budget, ...]:
     if limits.in_flight is not None:
         out.append(Budget(Window.IN_FLIGHT, Measure.CALLS, to, limits.in_flight,
                           RefusalReason.SCOPE_IN_FLIGHT, Stage.SCOPE))
-    return tuple(out)
+    return (*out, *token_budgets(to, limits, Stage.SCOPE))
+
+
+_TOKEN_WINDOWS = (
+    ("tokens_per_minute", Window.ROLLING_MINUTE, Measure.TOKENS),
+    ("input_tokens_per_minute", Window.ROLLING_MINUTE, Measure.INPUT_TOKENS),
+    ("output_tokens_per_minute", Window.ROLLING_MINUTE, Measure.OUTPUT_TOKENS),
+    ("tokens_per_day", Window.ROLLING_DAY, Measure.TOKENS),
+)
+
+
+def token_target(name: str) -> AppliesTo:
+    """R-TOK-1: a glob (`*`, `?`), a model key (`/`) or a provider name."""
+    if "*" in name or "?" in name:
+        return AppliesTo(Dimension.GLOB, name)
+    return AppliesTo(Dimension.MODEL if "/" in name else Dimension.PROVIDER, name)
+
+
+def token_budgets(to: AppliesTo, limits: TokenLimits, stage: Stage) -> tuple[Budget, ...]:
+    """The token windows `limits` sets on one target or scope (R-TOK-1), refused
+    `token_budget`."""
+    return tuple(
+        Budget(window, measure, to, limit, RefusalReason.TOKEN_BUDGET, stage)
+        for attr, window, measure in _TOKEN_WINDOWS
+        if (limit := getattr(limits, attr)) is not None
+    )
 
 
 def budgets_of(policy: Policy) -> tuple[Budget, ...]:
@@ -240,4 +289,6 @@ def budgets_of(policy: Policy) -> tuple[Budget, ...]:
     ]
     for name in sorted(policy.scopes):
         out += scope_budgets(name, policy.scopes[name])
+    for name in sorted(policy.token_budgets):
+        out += token_budgets(token_target(name), policy.token_budgets[name], Stage.TOKENS)
     return tuple(out)

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ledger.routing.globs import matches
+from ledger.globs import matches
 from ledger.targets import Target, is_pool_key, split_effort, target_of
 from ledger.validation import Slot
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ledger.config import Policy, RouteRules
+from ledger.globs import matches
 from ledger.kinds import ExclusionReason
 from ledger.routing.chains import allowlist, expand
-from ledger.routing.globs import matches
 
 
 def route_allowed(key: str, rules: RouteRules) -> bool:

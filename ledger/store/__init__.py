@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import bindparam, select, update
 
 from ledger.budgets import checks as budgets
-from ledger.budgets.unit import Budget
+from ledger.budgets.unit import Budget, Measure, Window
 from ledger.catalog import Catalog
 from ledger.config import Policy
 from ledger.errors import LedgerError, NotFoundError, Refused, UsageError
@@ -192,13 +192,31 @@ class Store:
             return CooldownChange(txn.now, scope, target, blocking, removed=removed)
 
 
+_TOKEN_KEYS = {
+    (Window.ROLLING_MINUTE, Measure.TOKENS): "tokensPerMinute",
+    (Window.ROLLING_MINUTE, Measure.INPUT_TOKENS): "inputTokensPerMinute",
+    (Window.ROLLING_MINUTE, Measure.OUTPUT_TOKENS): "outputTokensPerMinute",
+    (Window.ROLLING_DAY, Measure.TOKENS): "tokensPerDay",
+}
+
+
+def token_detail(budget: Budget | None) -> str:
+    """A token window's refusal names its target and limit (R-TOK-2), e.g. `tokensPerMinute
+    1000 of provider alpha`; "" for every other budget."""
+    name = None if budget is None else _TOKEN_KEYS.get((budget.window, budget.measure))
+    if budget is None or name is None:
+        return ""
+    to = budget.applies_to
+    return f"{name} {budget.limit} of {to.dimension.value} {to.name}"
+
+
 def _granted(verdict: Reservation | budgets.Refusal, now: int) -> Reservation:
     """A reservation, or its refusal raised with the reason code (after the commit)."""
     if isinstance(verdict, budgets.Refusal):
         scope = verdict.scope
         raise Refused(
             str(verdict.reason),
-            "" if scope is None else f"scope {scope}",
+            token_detail(verdict.budget) or ("" if scope is None else f"scope {scope}"),
             retry_at_ms=verdict.retry_at_ms,
             now_ms=now,
             scope=scope,

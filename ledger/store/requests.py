@@ -94,4 +94,6 @@ def to_reservation(row: Row[Any], replayed: bool = False) -> Reservation:
         replayed=replayed,
         pool=r["pool"],
         effort=r["effort"],
+        estimate_input_tokens=int(r["estimate_input_tokens"]),
+        estimate_output_tokens=int(r["estimate_output_tokens"]),
     )

@@ -27,6 +27,7 @@ from ledger.store.costs import add_hour_cost
 from ledger.store.pool_choice import reserve_pool
 from ledger.store.requests import BY_REQUEST_ID, ReserveRequest, to_reservation
 from ledger.store.schema import reservations, source_models, source_scopes, sources
+from ledger.tokens import tokens_for_bytes
 
 # row: a source new to the ledger)
 _SOURCE_AND_SCOPES = (
@@ -178,6 +179,9 @@ def reserve_model(
             conn, policy, request.source_id, request.scopes, stored=not new_source
         )
     estimate = budgets.estimate_micro(model, request.input_bytes, policy.reply_tokens)
+    # R-TOK-2: the input's bound (R-SEL-8 from its size) and the reply allowance granted
+    input_tokens = tokens_for_bytes(request.input_bytes)
+    output_tokens = model.reply_reservation(policy.reply_tokens)
     asked = unit.Request(
         now,
         request.source_id,
@@ -189,13 +193,17 @@ def reserve_model(
             Measure.COST: estimate,
             Measure.TIME: 1,  # at least a millisecond left (R-RES-8)
             Measure.MODELS: 0 if model.key in source.models else 1,
+            Measure.TOKENS: input_tokens + output_tokens,
+            Measure.INPUT_TOKENS: input_tokens,
+            Measure.OUTPUT_TOKENS: output_tokens,
         },
     )
     applying = _applying(policy, names, extra)
     # every budget's use is read in the same round trip as the shared state (R-DB-2)
     keys = list(dict.fromkeys(unit.key(b, asked) for b in applying.read))
+    also = usage.plan(now, keys, conn.dialect.name)
     shared, values = reads.shared_state(
-        conn, now, policy.calls_per_hour, model.provider, model.key, usage.plan(now, keys)
+        conn, now, policy.calls_per_hour, model.provider, model.key, also
     )
     uses = usage.uses(keys, values)
     uses[_HOUR_KEY] = usage.hour_use(shared.hourly, shared.hourly_next_free_ms,
@@ -253,6 +261,8 @@ def reserve_model(
             "pool": request.via_pool,
             "effort": request.effort,
             "sticky_scope": request.sticky_scope,
+            "estimate_input_tokens": input_tokens,
+            "estimate_output_tokens": output_tokens,
         },
     ).inserted_primary_key
     assert new_id is not None
@@ -279,6 +289,8 @@ def reserve_model(
         request_id=request.request_id,
         pool=request.via_pool,
         effort=request.effort,
+        estimate_input_tokens=input_tokens,
+        estimate_output_tokens=output_tokens,
     )
 
 

@@ -13,14 +13,17 @@ cooldowns, `reads.shared_state`) and a source's lifetime counters (`reads.source
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Connection, Select, and_, bindparam, func, select
+from sqlalchemy import Connection, Select, and_, bindparam, case, func, literal, select
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.expression import ColumnElement
+from sqlalchemy.types import Boolean
 
 from ledger.budgets.unit import Budget, Dimension, Measure, UsageKey, Use, Window
-from ledger.clock import HOUR_MS
+from ledger.clock import DAY_MS, HOUR_MS
 from ledger.kinds import AttemptStatus
 from ledger.store.reads import hour_start
 from ledger.store.schema import cost_hours, reservation_scopes, reservations, scope_cost_hours
@@ -28,6 +31,29 @@ from ledger.store.schema import cost_hours, reservation_scopes, reservations, sc
 _R = reservations.c
 _RS = reservation_scopes.c
 _SCH = scope_cost_hours.c
+
+class _GlobMatch(ColumnElement[bool]):
+    """`model_key GLOB :p` on SQLite, `model_key LIKE :p ESCAPE '\\'` on PostgreSQL: the
+    parameter is the glob already turned into that dialect's pattern (`glob_pattern`)."""
+
+    inherit_cache = True
+    type = Boolean()
+
+    def __init__(self, pattern: Any) -> None:
+        self.pattern = pattern
+
+
+@compiles(_GlobMatch, "sqlite")
+def _glob_sqlite(element: _GlobMatch, compiler: Any, **kw: Any) -> str:
+    column = compiler.process(_R.model_key, **kw)
+    return f"({column} GLOB {compiler.process(element.pattern, **kw)})"
+
+
+@compiles(_GlobMatch)
+def _glob_like(element: _GlobMatch, compiler: Any, **kw: Any) -> str:
+    column = compiler.process(_R.model_key, **kw)
+    return f"({column} LIKE {compiler.process(element.pattern, **kw)} ESCAPE '\\')"
+
 
 SHAPE = tuple[Window, Measure, Dimension]
 """A usage key without its target: what decides the query."""
@@ -42,12 +68,77 @@ def _cost() -> Any:
     return func.sum(_R.cost_micro)
 
 
-_BY_ROW = {Measure.CALLS: _count, Measure.COST: _cost}
+def _input_part() -> Any:
+    """A row's input tokens: its usage once settled with usage (prompt-cache reads and writes
+    included: a provider's token limit counts them), else its estimate (R-TOK-3)."""
+    cached = func.coalesce(_R.cache_read_tokens, 0) + func.coalesce(_R.cache_write_tokens, 0)
+    return case(
+        (_R.input_tokens.is_(None), _R.estimate_input_tokens), else_=_R.input_tokens + cached
+    )
+
+
+def _output_part() -> Any:
+    return func.coalesce(_R.output_tokens, _R.estimate_output_tokens)
+
+
+def _both_parts() -> Any:
+    return _input_part() + _output_part()
+
+
+def _input_estimate() -> Any:
+    return _R.estimate_input_tokens
+
+
+def _output_estimate() -> Any:
+    return _R.estimate_output_tokens
+
+
+def _both_estimates() -> Any:
+    return _R.estimate_input_tokens + _R.estimate_output_tokens
+
+
+_TOKEN_PARTS: dict[Measure, Callable[[], Any]] = {
+    Measure.TOKENS: _both_parts,
+    Measure.INPUT_TOKENS: _input_part,
+    Measure.OUTPUT_TOKENS: _output_part,
+}
+_ESTIMATES: dict[Measure, Callable[[], Any]] = {
+    Measure.TOKENS: _both_estimates,
+    Measure.INPUT_TOKENS: _input_estimate,
+    Measure.OUTPUT_TOKENS: _output_estimate,
+}
+
+
+def _summed(part: Callable[[], Any]) -> Callable[[], Any]:
+    return lambda: func.sum(part())
+
+
+_BY_ROW: dict[Measure, Callable[[], Any]] = {
+    Measure.CALLS: _count,
+    Measure.COST: _cost,
+    **{m: _summed(part) for m, part in _TOKEN_PARTS.items()},
+}
 """What a row adds to a measure."""
+
+
+def glob_pattern(dialect: str, glob: str) -> str:
+    """A model-key glob (`*` any run, `?` one character, all else literal) as the backend's
+    pattern: SQLite's GLOB (a `[` made literal) or PostgreSQL's LIKE (escaped with `\\`)."""
+    if dialect == "sqlite":
+        return glob.replace("[", "[[]")
+    escaped = glob.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped.replace("*", "%").replace("?", "_")
+
+
+def _glob_match(pattern: Any) -> Any:
+    """`model_key` against a pattern bound per dialect (`glob_pattern`)."""
+    return _GlobMatch(pattern if isinstance(pattern, ColumnElement) else literal(pattern))
 
 
 def _dim_filter(dim: Dimension, target: Any) -> Any:
     """The reservations a dimension's target holds (a scope's: joined through its rows)."""
+    if dim is Dimension.GLOB:
+        return _glob_match(target)
     column = {
         Dimension.SOURCE: _R.source_id,
         Dimension.PROVIDER: _R.provider,
@@ -117,9 +208,28 @@ def _column(shape: SHAPE, i: int) -> Any:
     if window.length_ms is not None and measure in _BY_ROW:
         since = _created(dim) > bindparam(f"u{i}_since")
         counted = func.coalesce(_BY_ROW[measure](), 0)
-        return _rows(dim, counted).where(_where(dim, target, since)).scalar_subquery()
-    # e.g. tokens: a later issue stores a reservation's token estimate (SPEC section 22)
+        granted = _rows(dim, counted).where(_where(dim, target, since)).scalar_subquery()
+        if measure not in _TOKEN_PARTS:
+            return granted
+        return granted + _overrun(dim, measure, target, bindparam(f"u{i}_since"))
     raise ValueError(f"no stored usage for {measure} over {window} per {dim}")
+
+
+def _excess(measure: Measure) -> Any:
+    """Usage above the estimate (0 when within it or unsettled)."""
+    over = _TOKEN_PARTS[measure]() - _ESTIMATES[measure]()
+    return case((over > 0, over), else_=0)
+
+
+def _overrun(dim: Dimension, measure: Measure, target: Any, since: Any) -> Any:
+    """R-TOK-3: the excess of usage over the estimate also counts at the settle time, so an
+    overrun settled after its grant left the window still delays the next grants. Rows granted
+    up to a day before the window are looked at (a reservation settles within its deadline,
+    expiry or not, long before that; the index on created_ms bounds the scan)."""
+    created = _created(dim)
+    settled = and_(_R.settled_ms > since, created > since - DAY_MS, created <= since)
+    total = func.coalesce(func.sum(_excess(measure)), 0)
+    return _rows(dim, total).where(_where(dim, target, settled)).scalar_subquery()
 
 
 @cache
@@ -137,14 +247,16 @@ def read_here(budget: Budget) -> bool:
     return (window, measure, dim) != (Window.ROLLING_HOUR, Measure.CALLS, Dimension.GLOBAL)
 
 
-def plan(now: int, keys: Sequence[UsageKey]) -> tuple[Select[Any], dict[str, Any]] | None:
+def plan(
+    now: int, keys: Sequence[UsageKey], dialect: str = "sqlite"
+) -> tuple[Select[Any], dict[str, Any]] | None:
     """The one read of every usage in `keys` at `now`: a cached select of scalar columns (in the
     order of `keys`) and its parameters; None for none."""
     if not keys:
         return None
     params: dict[str, Any] = {"u_now": now}
-    for i, (window, _, _, target) in enumerate(keys):
-        params[f"u{i}_target"] = target
+    for i, (window, _, dim, target) in enumerate(keys):
+        params[f"u{i}_target"] = glob_pattern(dialect, target) if dim is Dimension.GLOB else target
         if window.length_ms is not None:
             since = now - window.length_ms
             params[f"u{i}_since"] = since
@@ -164,6 +276,8 @@ def leaving(
     time its excess has left by (the oldest counted row past the limit leaves), a cost's every
     costed row (their sum is then the use), in flight the earliest deadline of the open ones."""
     window, measure, dim, target = usage_key
+    if dim is Dimension.GLOB:
+        target = glob_pattern(conn.dialect.name, target)
     excess = use.used + amount - budget.limit
     if window is Window.IN_FLIGHT:
         first = _rows(dim, func.min(_R.deadline_ms)).where(
@@ -176,6 +290,8 @@ def leaving(
         return Use(use.used, ())
     created = _created(dim)
     since = created > now - length
+    if measure in _TOKEN_PARTS:
+        return _tokens_leaving(conn, now, length, measure, dim, target, use)
     if measure is Measure.COST:
         ids = _RS.reservation_id if dim is Dimension.SCOPE else _R.id
         rows = conn.execute(
@@ -193,6 +309,33 @@ def leaving(
         .offset(excess - 1)
     ).scalar()
     return Use(use.used, () if oldest is None else ((int(oldest) + length, excess),))
+
+
+def _tokens_leaving(
+    conn: Connection, now: int, length: int, measure: Measure, dim: Dimension, target: Any,
+    use: Use,
+) -> Use:
+    """Every part of a token window with when it leaves (R-TOK-3): a grant counts its usage
+    (else its estimate) while its grant time is in the window; the usage above the estimate
+    then stays until its settle time has left too. Never both at once: the provider counted
+    those tokens once."""
+    created = _created(dim)
+    since = now - length
+    in_window = created > since
+    overrun = and_(_R.settled_ms > since, created > since - DAY_MS, created <= since)
+    rows = conn.execute(
+        _rows(dim, created, _R.settled_ms, _TOKEN_PARTS[measure](), _excess(measure)).where(
+            _where(dim, target, in_window | overrun)
+        )
+    )
+    parts: list[tuple[int, int]] = []
+    for at, settled, counted, excess in rows:
+        over = int(excess or 0)
+        if int(at) > since:
+            parts.append((int(at) + length, int(counted or 0) - over))
+        if over and settled is not None:
+            parts.append((max(int(settled), int(at)) + length, over))
+    return Use(use.used, tuple(sorted(p for p in parts if p[1] > 0)))
 
 
 def hour_use(count: int, next_free_ms: int | None, limit: int) -> Use:

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ledger.config import RouteRules
-from ledger.routing.globs import glob_to_regex, matches
+from ledger.globs import glob_to_regex, matches
 from ledger.routing.rules import route_allowed
 
 
