@@ -1,0 +1,109 @@
+"""The Responses endpoint with the official Python SDK through a real `ledger serve` (R-FMT-2,
+R-FMT-5): plain and streamed, on a native Responses route and translated to OpenAI chat and
+Anthropic routes; usage (cached tokens too) settles the reservation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import openai
+import pytest
+
+from ledger.api import Ledger
+from ledger.standin.server import Scripted, StandIn
+from tests.support.responses_setup import responses_gateway
+
+ROUTES = [("rapid/r1", "/v1/responses"), ("acme/a1", "/v1/chat/completions"),
+          ("bolt/b1", "/v1/messages")]  # fmt: skip
+
+
+def _settled(home: Path) -> list[tuple[object, ...]]:
+    with Ledger.open(home).db.engine.connect() as conn:
+        return [tuple(r) for r in conn.exec_driver_sql(
+            "SELECT model_key, status, input_tokens, output_tokens, cache_read_tokens"
+            " FROM reservations ORDER BY id").all()]  # fmt: skip
+
+
+@pytest.mark.parametrize(("model", "path"), ROUTES)
+def test_responses_create_plain_r_fmt_2(tmp_path: Path, model: str, path: str) -> None:
+    reply = Scripted(text="hello there", input_tokens=30, output_tokens=7, cache_read_tokens=12)
+    with StandIn(default=reply) as standin, responses_gateway(tmp_path, standin) as gw:
+        client = gw.openai()
+        raw = client.responses.with_raw_response.create(
+            model=model, instructions="be brief", input="say hello", store=False,
+            max_output_tokens=100,
+        )  # fmt: skip
+        answer = raw.parse()
+        assert standin.requests[-1].path == path
+        assert raw.headers["x-ledger-model"] == model
+    assert answer.output_text == "hello there"
+    assert answer.model == model
+    assert answer.usage is not None
+    assert answer.usage.input_tokens == 42
+    assert answer.usage.input_tokens_details.cached_tokens == 12
+    assert answer.usage.output_tokens == 7
+    assert _settled(tmp_path) == [(model, "succeeded", 30, 7, 12)]
+
+
+@pytest.mark.parametrize(("model", "path"), ROUTES)
+def test_responses_create_streamed_r_fmt_2(tmp_path: Path, model: str, path: str) -> None:
+    reply = Scripted(text="streamed words here", input_tokens=20, output_tokens=9,
+                     cache_read_tokens=4)  # fmt: skip
+    with StandIn(default=reply) as standin, responses_gateway(tmp_path, standin) as gw:
+        client = gw.openai()
+        deltas: list[str] = []
+        kinds: list[str] = []
+        with client.responses.stream(model=model, input="go", store=False) as stream:
+            for event in stream:
+                kinds.append(event.type)
+                if event.type == "response.output_text.delta":
+                    deltas.append(event.delta)
+            final = stream.get_final_response()
+        assert standin.requests[-1].path == path
+    assert "".join(deltas) == "streamed words here"
+    assert kinds[0] == "response.created"
+    assert kinds[-1] == "response.completed"
+    assert "response.output_item.done" in kinds
+    assert final.output_text == "streamed words here"
+    assert final.usage is not None
+    assert final.usage.input_tokens == 24
+    assert final.usage.input_tokens_details.cached_tokens == 4
+    assert _settled(tmp_path) == [(model, "succeeded", 20, 9, 4)]
+
+
+def test_responses_tool_call_translated_r_fmt_2(tmp_path: Path) -> None:
+    """A function tool, its call and its result, translated to a chat route and back."""
+    reply = Scripted(text="", tool_call=("lookup", '{"q": "x"}'))
+    with StandIn(default=reply) as standin, responses_gateway(tmp_path, standin) as gw:
+        client = gw.openai()
+        tools = [{"type": "function", "name": "lookup", "description": "find",
+                  "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}]
+        first = client.responses.create(model="acme/a1", input="find x", tools=tools,
+                                        store=False)  # type: ignore[arg-type]
+        call = first.output[-1]
+        assert call.type == "function_call"
+        assert (call.name, call.arguments) == ("lookup", '{"q": "x"}')
+        standin.default = Scripted(text="found it")
+        second = client.responses.create(
+            model="acme/a1", store=False, tools=tools,  # type: ignore[arg-type]
+            input=[{"role": "user", "content": "find x"},
+                   {"type": "function_call", "call_id": call.call_id, "name": "lookup",
+                    "arguments": call.arguments},
+                   {"type": "function_call_output", "call_id": call.call_id, "output": "x=1"}],
+        )  # fmt: skip
+        sent = standin.bodies[-1]
+    assert second.output_text == "found it"
+    assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "tool"]
+    assert sent["messages"][2] == {"role": "tool", "tool_call_id": call.call_id, "content": "x=1"}
+
+
+def test_stored_request_needs_native_route_r_fmt_2(tmp_path: Path) -> None:
+    """`store` omitted (the API's default) keeps a request off translated routes: a 400 naming
+    why when its chain holds no native route, nothing sent upstream."""
+    chains = {"chains": {"acme/a1": ["bolt/b1"]}}
+    with StandIn() as standin, responses_gateway(tmp_path, standin, **chains) as gw:
+        client = gw.openai()
+        with pytest.raises(openai.BadRequestError) as raised:
+            client.responses.create(model="acme/a1", input="hi")
+        assert standin.requests == []
+    assert "`store`" in str(raised.value)
