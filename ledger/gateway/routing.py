@@ -20,7 +20,7 @@ from ledger.gateway.errors import GatewayError, refused, seconds_until
 from ledger.gateway.formats import registry
 from ledger.gateway.formats.base import WireFormat
 from ledger.gateway.formats.translate import serves
-from ledger.kinds import AttemptRole, FailureKind, RefusalReason
+from ledger.kinds import AttemptRole, ExclusionReason, FailureKind, RefusalReason
 from ledger.policy_table import InteractivePace
 from ledger.records import Outcome, Reservation, SettleResult
 from ledger.routing.chains import pool_members
@@ -33,6 +33,10 @@ WIRE_FORMAT = "wire_format"
 UNKNOWN_MODEL = "`model` names no catalog model key, pool or model id (see `ledger status`)"
 POOL_PREFIX = "pool/"
 AMBIGUOUS_MODEL = "`model` is a model id of several providers: name it as provider/model-id"
+WAITING = frozenset(
+    {ExclusionReason.PROVIDER_COOLDOWN, ExclusionReason.MODEL_COOLDOWN, ExclusionReason.PROBING}
+)
+"""Exclusions that end on their own: a pinned request is refused with them (429), not a 400."""
 PINNED = "previous_response_id_pinned"
 """400 code: a request continuing a stored response has no native route of the provider that
 keeps it (R-FMT-2: it never goes to another provider)."""
@@ -149,9 +153,12 @@ async def first_route(ledger: Ledger, request: Request) -> str:
 
 def _refuse_pinned(ledger: Ledger, request: Request, selection: Selection, now: int) -> None:
     """Why a pinned request has no route (R-FMT-2): the pinned provider's native routes cooling
-    (429, the reason, their earliest end) or excluded for another reason (that reason), else
-    none of them is a route of the request (400 naming why). Never another provider."""
-    mine = [e for e in selection.excluded if routable(ledger, e.model, request)]
+    or probing (429, the reason, their earliest end), else none of them is a route of the
+    request (400 naming why). Never another provider."""
+    mine = [
+        e for e in selection.excluded
+        if e.reason in WAITING and routable(ledger, e.model, request)
+    ]  # fmt: skip
     if mine:
         first = mine[0]
         until = [e.until_ms for e in mine if e.until_ms is not None]
