@@ -20,7 +20,8 @@ from ledger.standin.server import Scripted, StandIn
 from tests.support.gateway_setup import Gateway
 from tests.support.responses_setup import responses_gateway
 
-CODEX = Path(__file__).resolve().parents[1] / "clients" / "codex" / "node_modules" / ".bin" / "codex"
+CLIENTS = Path(__file__).resolve().parents[1] / "clients"
+CODEX = CLIENTS / "codex" / "node_modules" / ".bin" / "codex"
 
 
 def _codex() -> Path:

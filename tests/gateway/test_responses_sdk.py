@@ -5,6 +5,7 @@ Anthropic routes; usage (cached tokens too) settles the reservation."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -76,16 +77,16 @@ def test_responses_tool_call_translated_r_fmt_2(tmp_path: Path) -> None:
     reply = Scripted(text="", tool_call=("lookup", '{"q": "x"}'))
     with StandIn(default=reply) as standin, responses_gateway(tmp_path, standin) as gw:
         client = gw.openai()
-        tools = [{"type": "function", "name": "lookup", "description": "find",
+        tools: list[Any] = [{"type": "function", "name": "lookup", "description": "find",
                   "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}]
         first = client.responses.create(model="acme/a1", input="find x", tools=tools,
-                                        store=False)  # type: ignore[arg-type]
+                                        store=False)
         call = first.output[-1]
         assert call.type == "function_call"
         assert (call.name, call.arguments) == ("lookup", '{"q": "x"}')
         standin.default = Scripted(text="found it")
         second = client.responses.create(
-            model="acme/a1", store=False, tools=tools,  # type: ignore[arg-type]
+            model="acme/a1", store=False, tools=tools,
             input=[{"role": "user", "content": "find x"},
                    {"type": "function_call", "call_id": call.call_id, "name": "lookup",
                     "arguments": call.arguments},
