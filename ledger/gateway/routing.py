@@ -19,7 +19,7 @@ from ledger.errors import LedgerError, Refused
 from ledger.gateway.errors import GatewayError, refused, seconds_until
 from ledger.gateway.formats import registry
 from ledger.gateway.formats.base import WireFormat
-from ledger.gateway.formats.translate import serves
+from ledger.gateway.formats.translate import native, serves
 from ledger.kinds import AttemptRole, ExclusionReason, FailureKind, RefusalReason
 from ledger.policy_table import InteractivePace
 from ledger.records import Outcome, Reservation, SettleResult
@@ -91,7 +91,7 @@ def routable(ledger: Ledger, route: str, request: Request) -> bool:
     fmt = route_format(ledger, route)
     if request.pinned is not None:  # R-FMT-2: a native route of the provider keeping it
         model = ledger.catalog.model(route)
-        return fmt is request.fmt and model is not None and model.provider == request.pinned
+        return native(fmt, request.fmt) and model is not None and model.provider == request.pinned
     return serves(fmt, request.fmt, request.translatable)
 
 

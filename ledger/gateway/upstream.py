@@ -25,7 +25,7 @@ from ledger.classify import Classification, classify_exception, classify_http
 from ledger.gateway import network
 from ledger.gateway.formats import registry
 from ledger.gateway.formats.base import Limits, WireFormat
-from ledger.gateway.formats.translate import request_for
+from ledger.gateway.formats.translate import native, request_for
 from ledger.gateway.wire import is_invalid
 from ledger.kinds import FailureKind
 from ledger.providers.base import HttpAdapter, ProviderResponse
@@ -131,10 +131,10 @@ def prepare(
     route = route_facts(ledger, model)
     fmt = route.fmt
     usage_shown = caller.wants_usage(body)
-    native = caller is fmt
-    keep = native and caller.stores(body)
-    dropped = () if native else caller.dropped(body)
-    if effort is None and not native and model.reasoning is not False:
+    same = native(fmt, caller)
+    keep = same and caller.stores(body)
+    dropped = () if same else caller.dropped(body)
+    if effort is None and not same and model.reasoning is not False:
         effort = caller.requested_effort(body)  # the route's own effort wins (R-RT-3)
     body = request_for(caller, fmt, body)
     headers = dict(route.headers)
