@@ -108,3 +108,33 @@ def test_stored_request_needs_native_route_r_fmt_2(tmp_path: Path) -> None:
             client.responses.create(model="acme/a1", input="hi")
         assert standin.requests == []
     assert "`store`" in str(raised.value)
+
+
+def test_translation_drops_only_documented_hints_and_says_so_r_fmt_2(tmp_path: Path) -> None:
+    """What Codex sends beside its turn (a prompt-cache key, `include`, a reasoning summary,
+    hosted tools) is left out on a chat route and named in `x-ledger-dropped`; a native route
+    gets it all, and says nothing."""
+    extra: dict[str, Any] = {
+        "include": ["reasoning.encrypted_content"], "prompt_cache_key": "k1",
+        "reasoning": {"summary": "auto"},
+        "tools": [{"type": "web_search"},
+                  {"type": "function", "name": "f", "parameters": {"type": "object"}}],
+    }  # fmt: skip
+    with StandIn() as standin, responses_gateway(tmp_path, standin) as gw:
+        client = gw.openai()
+        translated = client.responses.with_raw_response.create(
+            model="acme/a1", input="x", store=False, **extra
+        )
+        chat_body = standin.bodies[-1]
+        native = client.responses.with_raw_response.create(
+            model="rapid/r1", input="x", store=False, **extra
+        )
+        native_body = standin.bodies[-1]
+    assert translated.headers["x-ledger-dropped"] == (
+        "include,prompt_cache_key,reasoning.summary,hosted-tools"
+    )
+    assert [t["function"]["name"] for t in chat_body["tools"]] == ["f"]
+    assert not {"include", "prompt_cache_key", "reasoning"} & set(chat_body)
+    assert "x-ledger-dropped" not in native.headers
+    assert native_body["tools"] == extra["tools"]
+    assert native_body["include"] == extra["include"]
