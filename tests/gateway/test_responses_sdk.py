@@ -138,3 +138,27 @@ def test_translation_drops_only_documented_hints_and_says_so_r_fmt_2(tmp_path: P
     assert "x-ledger-dropped" not in native.headers
     assert native_body["tools"] == extra["tools"]
     assert native_body["include"] == extra["include"]
+
+
+def test_chat_and_messages_callers_on_a_responses_route_r_fmt_2(tmp_path: Path) -> None:
+    """The other direction: OpenAI chat and Anthropic callers served by a native Responses
+    route, plain and streamed, translated through the internal form (usage settled)."""
+    reply = Scripted(text="from responses", input_tokens=15, output_tokens=5)
+    with StandIn(default=reply) as standin, responses_gateway(tmp_path, standin) as gw:
+        messages: Any = [{"role": "user", "content": "hi"}]
+        chat = gw.openai().chat.completions.create(model="rapid/r1", messages=messages)
+        chunks = gw.openai().chat.completions.create(model="rapid/r1", messages=messages,
+                                                     stream=True)  # fmt: skip
+        streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        message = gw.anthropic().messages.create(model="rapid/r1", max_tokens=50,
+                                                 messages=messages)  # fmt: skip
+        with gw.anthropic().messages.stream(model="rapid/r1", max_tokens=50,
+                                            messages=messages) as stream:  # fmt: skip
+            anthropic_streamed = "".join(stream.text_stream)
+        paths = {r.path for r in standin.requests}
+    assert paths == {"/v1/responses"}
+    assert chat.choices[0].message.content == streamed == "from responses"
+    assert chat.usage is not None
+    assert chat.usage.prompt_tokens == 15
+    assert message.content[0].text == anthropic_streamed == "from responses"  # type: ignore[union-attr]
+    assert [row[1:4] for row in _settled(tmp_path)] == [("succeeded", 15, 5)] * 4
