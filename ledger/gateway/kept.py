@@ -9,12 +9,14 @@ finds the record).
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 from typing import Any
 
 import anyio
 
 from ledger.api import Ledger
+from ledger.errors import LedgerError
 from ledger.gateway import loop, routing
 from ledger.gateway.formats.base import WireFormat
 from ledger.routing.chains import pool_members
@@ -44,9 +46,13 @@ async def pin(
 
 
 async def keep(ctx: loop.Context, attempt: loop.Attempt, answer_id: object) -> None:
-    """Record who answered a kept answer (its format keeps it on a native route)."""
+    """Record who answered a kept answer (its format keeps it on a native route). Best-effort:
+    a busy or failing database never costs the caller the answer (its reservation is settled
+    apart); a continuation of an id not recorded is pinned to its route's own provider."""
     if not attempt.prepared.keep or not isinstance(answer_id, str) or not answer_id:
         return
     model = ctx.ledger.model(attempt.reservation.model)
     provider, key = model.provider, model.key
-    await ctx.group.submit(Step(lambda conn, now: remember(conn, now, answer_id, provider, key)))
+    step: Step[None] = Step(lambda conn, now: remember(conn, now, answer_id, provider, key))
+    with contextlib.suppress(LedgerError):
+        await ctx.group.submit(step)

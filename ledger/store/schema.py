@@ -345,7 +345,7 @@ stored_responses = Table(
     metadata,
     Column("response_id", String(200), primary_key=True),
     Column("provider", String(100), nullable=False),
-    Column("model", String(300), nullable=False),
+    Column("model", String(400), nullable=False),
     Column("created_ms", BigInteger, nullable=False),
     Index("ix_stored_responses_created", "created_ms"),
 )

@@ -31,7 +31,7 @@ def upgrade() -> None:
         "stored_responses",
         sa.Column("response_id", sa.String(length=200), nullable=False),
         sa.Column("provider", sa.String(length=100), nullable=False),
-        sa.Column("model", sa.String(length=300), nullable=False),
+        sa.Column("model", sa.String(length=400), nullable=False),
         sa.Column("created_ms", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("response_id", name=op.f("pk_stored_responses")),
     )
