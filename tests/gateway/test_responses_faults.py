@@ -15,6 +15,7 @@ import pytest
 
 from ledger.api import Ledger
 from ledger.standin.server import Scripted, StandIn
+from tests.support.gateway_keys import _new_key
 from tests.support.responses_setup import responses_gateway
 
 IDLE_MS = 1000
@@ -117,3 +118,23 @@ def test_responses_budget_refusal_r_fmt_2(tmp_path: Path) -> None:
             list(stream)  # fmt: skip
         assert len(standin.requests) == 1
     assert plain.value.code == streamed.value.code == "shared_hourly_budget"
+
+
+def test_responses_gateway_key_and_its_scope_r_fmt_4(tmp_path: Path) -> None:
+    """A gateway key opens the Responses endpoint (R-FMT-4's endpoint list) and puts its
+    requests under its scopes (R-SC-1, R-SC-3): the scope's second call is refused, unsent."""
+    scoped = {"scopes": {"slots": {"callsPerHour": 1}}}
+    with StandIn() as standin, responses_gateway(tmp_path, standin, **scoped) as gw:
+        key = _new_key(tmp_path, "codex")
+        client = openai.OpenAI(base_url=gw.url + "/openai/v1", api_key=key, max_retries=0)
+        with client:
+            answer = client.responses.create(model="rapid/r1", input="x", store=False)
+            with pytest.raises(openai.RateLimitError) as refused:
+                client.responses.create(model="rapid/r1", input="x", store=False)
+        wrong = openai.OpenAI(base_url=gw.url + "/openai/v1", api_key="not-a-key", max_retries=0)
+        with wrong, pytest.raises(openai.AuthenticationError):
+            wrong.responses.create(model="rapid/r1", input="x", store=False)
+        asked = len(standin.requests)
+    assert answer.output_text
+    assert refused.value.code == "scope_hourly_budget"
+    assert asked == 1
