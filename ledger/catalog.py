@@ -46,7 +46,7 @@ class Provider(BaseModel):
     credential_env: str | None = Field(
         None, alias="credentialEnv", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
     )
-    api: Literal["openai-chat", "anthropic-messages"] = "openai-chat"
+    api: Literal["openai-chat", "anthropic-messages", "openai-responses"] = "openai-chat"
     base_url: Annotated[str, Printable] | None = Field(
         None, alias="baseUrl", pattern=r"^https?://[^\s]{1,500}$"
     )

@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, Response
 from ledger.api import Ledger
 from ledger.arguments import check_request_id, check_source_id
 from ledger.errors import LedgerError, SourceScopeMismatch, UsageError
-from ledger.gateway import loop, routing
+from ledger.gateway import kept, loop, routing
 from ledger.gateway.errors import GatewayError
 from ledger.gateway.formats import registry
 from ledger.gateway.formats.base import WireFormat
@@ -153,6 +153,7 @@ def _outcome(status: int) -> str:
 async def _answer(request: Request, fmt: WireFormat, ctx: loop.Context) -> Response:
     try:
         body, gw_request, background = _parse(request, ctx.ledger, fmt, await request.body())
+        gw_request = await kept.pin(ctx.ledger, fmt, body, gw_request)  # R-FMT-2
         if fmt.streams(body):
             return await serve_stream(ctx, gw_request, body, background, request)
         answered = await unless_disconnected(  # R-GW-7: the caller may leave meanwhile
@@ -173,8 +174,10 @@ async def _answer(request: Request, fmt: WireFormat, ctx: loop.Context) -> Respo
         return error_answer(fmt, GatewayError(503, "unavailable", type(error).__doc__ or "busy"))
     document = answered.document
     assert document is not None
-    return JSONResponse(answer_model(document, answered.attempt.route),
-                        headers=answered.attempt.headers())  # fmt: skip
+    attempt = answered.attempt
+    await kept.keep(ctx, attempt, document.get("id"))  # R-FMT-2, before the caller has it
+    return JSONResponse(answer_model(document, attempt.route),
+                        headers={**attempt.headers(), **attempt.prepared.headers_out()})
 
 
 async def call_exchange(ctx: loop.Context, attempt: loop.Attempt) -> Any:

@@ -19,8 +19,8 @@ from ledger.errors import LedgerError, Refused
 from ledger.gateway.errors import GatewayError, refused, seconds_until
 from ledger.gateway.formats import registry
 from ledger.gateway.formats.base import WireFormat
-from ledger.gateway.formats.translate import serves
-from ledger.kinds import AttemptRole, FailureKind, RefusalReason
+from ledger.gateway.formats.translate import native, serves
+from ledger.kinds import AttemptRole, ExclusionReason, FailureKind, RefusalReason
 from ledger.policy_table import InteractivePace
 from ledger.records import Outcome, Reservation, SettleResult
 from ledger.routing.chains import pool_members
@@ -33,6 +33,17 @@ WIRE_FORMAT = "wire_format"
 UNKNOWN_MODEL = "`model` names no catalog model key, pool or model id (see `ledger status`)"
 POOL_PREFIX = "pool/"
 AMBIGUOUS_MODEL = "`model` is a model id of several providers: name it as provider/model-id"
+WAITING = frozenset(
+    {ExclusionReason.PROVIDER_COOLDOWN, ExclusionReason.MODEL_COOLDOWN, ExclusionReason.PROBING}
+)
+"""Exclusions that end on their own: a pinned request is refused with them (429), not a 400."""
+PINNED = "previous_response_id_pinned"
+"""400 code: a request continuing a stored response has no native route of the provider that
+keeps it (R-FMT-2: it never goes to another provider)."""
+PINNED_TEXT = (
+    "no route can serve this request: `previous_response_id` continues a response kept by"
+    " provider {}, and no native route of that provider is in this request's routes"
+)
 
 
 def resolve_model(ledger: Ledger, text: str) -> str:
@@ -77,7 +88,11 @@ def routable(ledger: Ledger, route: str, request: Request) -> bool:
     if route.startswith(POOL_PREFIX):
         members = pool_members(ledger.policy, route)
         return bool(members) and all(routable(ledger, m.key, request) for m in members)
-    return serves(route_format(ledger, route), request.fmt, request.translatable)
+    fmt = route_format(ledger, route)
+    if request.pinned is not None:  # R-FMT-2: a native route of the provider keeping it
+        model = ledger.catalog.model(route)
+        return native(fmt, request.fmt) and model is not None and model.provider == request.pinned
+    return serves(fmt, request.fmt, request.translatable)
 
 
 @dataclass(frozen=True)
@@ -93,6 +108,7 @@ class Request:
     translatable: bool = False  # inside the common subset: other-format routes may serve it
     untranslated: str | None = None  # else the field outside it (fixed text), for the 400
     gateway_key: str | None = None  # its name: its own request ids and sources (R-SC-3a)
+    pinned: str | None = None  # the provider keeping the response it continues (R-FMT-2)
 
 
 def _routes(ledger: Ledger, request: Request, selection: Selection) -> list[str]:
@@ -124,6 +140,8 @@ async def first_route(ledger: Ledger, request: Request) -> str:
         return routes[0]
     reason = _primary_reason(ledger, request, selection)
     now = ledger.clock_fn()
+    if request.pinned is not None:
+        _refuse_pinned(ledger, request, selection, now)
     if selection.retry_at_ms is not None:
         subject = refusal_subject(ledger, reason, request.model)
         raise refused(reason, subject, selection.retry_at_ms, now)
@@ -131,6 +149,23 @@ async def first_route(ledger: Ledger, request: Request) -> str:
     if reason == WIRE_FORMAT and request.untranslated is not None:
         detail = f" ({request.untranslated} has no translation to the other wire format)"
     raise GatewayError(400, reason, f"no route can serve this request: {reason}{detail}")
+
+
+def _refuse_pinned(ledger: Ledger, request: Request, selection: Selection, now: int) -> None:
+    """Why a pinned request has no route (R-FMT-2): the pinned provider's native routes cooling
+    or probing (429, the reason, their earliest end), else none of them is a route of the
+    request (400 naming why). Never another provider."""
+    mine = [
+        e for e in selection.excluded
+        if e.reason in WAITING and routable(ledger, e.model, request)
+    ]  # fmt: skip
+    if mine:
+        first = mine[0]
+        until = [e.until_ms for e in mine if e.until_ms is not None]
+        at = min(until) if until else selection.retry_at_ms
+        subject = refusal_subject(ledger, str(first.reason), first.model)
+        raise refused(str(first.reason), subject, at, now)
+    raise GatewayError(400, PINNED, PINNED_TEXT.format(request.pinned))
 
 
 def named_route(ledger: Ledger, request: Request) -> Route | None:

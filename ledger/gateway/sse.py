@@ -145,6 +145,7 @@ class Tracker:
     cache_write_tokens: int | None = None
     cache_read_tokens: int | None = None
     error: bool = False
+    answer_id: str | None = None  # the answer's own id, where the format keeps answers (R-FMT-2)
 
     def observe(self, event: Event) -> None:
         """Fold one event in (an event of the wrong shape raises Malformed)."""

@@ -35,7 +35,7 @@ from starlette.types import Receive, Scope, Send
 
 from ledger.attempt import cancelled, failed, settle_async, success
 from ledger.classify import Classification, classify_exception
-from ledger.gateway import loop, routing
+from ledger.gateway import kept, loop, routing
 from ledger.gateway.formats.translate import stream_translator
 from ledger.gateway.sse import (
     MAX_HELD_EVENTS,
@@ -92,6 +92,7 @@ async def serve_stream(
     opened = answered.stream
     assert isinstance(opened, Opened)
     attempt = answered.attempt
+    await kept.keep(ctx, attempt, opened.tracker.answer_id)  # R-FMT-2: known from its start
     pace = loop.pace_for(ctx.ledger, background, attempt.number, True)
     deadline = Deadline(
         anyio.current_time() + _deadline_s(ctx, attempt),
@@ -102,7 +103,8 @@ async def serve_stream(
     response = RelayedResponse(
         relay(ctx, attempt, opened, pace, deadline),
         media_type="text/event-stream",
-        headers={**attempt.headers(), "cache-control": "no-cache"},
+        headers={**attempt.headers(), **attempt.prepared.headers_out(),
+                 "cache-control": "no-cache"},
     )
     response.deadline = deadline
     return response

@@ -25,7 +25,7 @@ from ledger.classify import Classification, classify_exception, classify_http
 from ledger.gateway import network
 from ledger.gateway.formats import registry
 from ledger.gateway.formats.base import Limits, WireFormat
-from ledger.gateway.formats.translate import request_for
+from ledger.gateway.formats.translate import native, request_for
 from ledger.gateway.wire import is_invalid
 from ledger.kinds import FailureKind
 from ledger.providers.base import HttpAdapter, ProviderResponse
@@ -69,6 +69,12 @@ class Prepared:
     caller: WireFormat  # the caller's (the answer is translated when they differ, R-GW-3)
     fits: bool = True  # the route's reply allowance can serve it (fmt.fits_allowance)
     usage_shown: bool = True  # a streaming caller asked to see usage (caller.wants_usage)
+    keep: bool = False  # a native route keeps the answer: record its id (R-FMT-2)
+    dropped: tuple[str, ...] = ()  # the documented hints the translation left out
+
+    def headers_out(self) -> dict[str, str]:
+        """`x-ledger-dropped` when a translation left documented hints out."""
+        return {"x-ledger-dropped": ",".join(self.dropped)} if self.dropped else {}
 
 
 @dataclass(frozen=True)
@@ -125,6 +131,11 @@ def prepare(
     route = route_facts(ledger, model)
     fmt = route.fmt
     usage_shown = caller.wants_usage(body)
+    same = native(fmt, caller)
+    keep = same and caller.stores(body)
+    dropped = () if same else caller.dropped(body)
+    if effort is None and not same and model.reasoning is not False:
+        effort = caller.requested_effort(body)  # the route's own effort wins (R-RT-3)
     body = request_for(caller, fmt, body)
     headers = dict(route.headers)
     credential = route.adapter.credential()  # read now, for this request only
@@ -135,7 +146,7 @@ def prepare(
     if effort is not None:  # R-RT-3: the route's own effort, never the primary's
         out.update(fmt.effort_fields(Effort(effort), out))
     fit = fmt.fits_allowance(body, route.allowance)
-    return Prepared(route.url, headers, out, fmt, caller, fit, usage_shown)
+    return Prepared(route.url, headers, out, fmt, caller, fit, usage_shown, keep, dropped)
 
 
 @dataclass

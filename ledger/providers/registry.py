@@ -14,10 +14,14 @@ from ledger.catalog import NoBaseUrlError, Provider
 from ledger.providers.anthropic_messages import AnthropicMessagesAdapter
 from ledger.providers.base import ProviderAdapter
 from ledger.providers.openai_chat import OpenAIChatAdapter
+from ledger.providers.openai_responses import OpenAIResponsesAdapter
 
-ADAPTERS: Mapping[str, type[OpenAIChatAdapter | AnthropicMessagesAdapter]] = {
+ADAPTERS: Mapping[
+    str, type[OpenAIChatAdapter | AnthropicMessagesAdapter | OpenAIResponsesAdapter]
+] = {
     "openai-chat": OpenAIChatAdapter,
     "anthropic-messages": AnthropicMessagesAdapter,
+    "openai-responses": OpenAIResponsesAdapter,
 }
 """The adapter class of each catalog `api` (any other speaks `openai-chat`)."""
 

@@ -25,7 +25,9 @@ if TYPE_CHECKING:
     from ledger.config import Policy, PoolSpec
     from ledger.routing.exclusion import Exclusion
 
-DEFAULT_CACHE_TTL_S: Mapping[str, int] = {"openai-chat": 300, "anthropic-messages": 300}
+DEFAULT_CACHE_TTL_S: Mapping[str, int] = {
+    "openai-chat": 300, "anthropic-messages": 300, "openai-responses": 300
+}
 """Prompt-cache lifetime per API when the catalog model has no `promptCacheTtlS` (R-RT-6): both
 APIs keep a cached prefix about five minutes after its last use."""
 FALLBACK_CACHE_TTL_S = 300

@@ -78,7 +78,10 @@ def request_problem(
     for message in messages:
         if not isinstance(message, dict) or message.get("role") not in roles:
             return 400, None
-        if not isinstance(message.get("content"), str | list):
+        content = message.get("content")
+        # OpenAI: an assistant turn that calls tools may have null content
+        called = not anthropic and message.get("tool_calls") and message["role"] == "assistant"
+        if not isinstance(content, str | list) and not (content is None and called):
             return 400, None
     limits = ("max_tokens",) if anthropic else ("max_tokens", "max_completion_tokens")
     present = [body[name] for name in limits if name in body]

@@ -26,6 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, NamedTuple
 
+from ledger.standin import responses
 from ledger.standin.formats import (
     StreamEvent,
     anthropic_stream,
@@ -108,7 +109,8 @@ class Scripted:
     """Before the first content event, one well-formed event (no content) whose `data` spans
     this many 1 MiB `data:` lines, with no blank line between them (R-GW-5a)."""
     tool_call: tuple[str, str] | None = None
-    """Answer with a call of this tool: (name, JSON arguments) (non-streaming replies)."""
+    """Answer with a call of this tool: (name, JSON arguments) (non-streaming replies; the
+    Responses path streams it too)."""
 
 
 def _cache(reply: Scripted) -> tuple[int, int]:
@@ -336,6 +338,7 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = 10  # a stuck client cannot hold a handler thread forever
 
     _keep = False  # this reply keeps its connection open (HTTP/1.1, fault-free replies only)
+    _responses = False  # the path is the Responses API's (ledger.standin.responses)
 
     def setup(self) -> None:
         """Count the connection; speak HTTP/1.1 when the stand-in keeps connections alive."""
@@ -367,7 +370,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(self) -> None:
         standin = self.server.standin
         path = self.path.split("?", 1)[0]
-        if path not in (_OPENAI_PATH, _ANTHROPIC_PATH):
+        self._responses = path == responses.PATH
+        if path not in (_OPENAI_PATH, _ANTHROPIC_PATH, responses.PATH):
             self._send(404, {"error": {"type": "not_found_error", "code": "not_found"}})
             return
         anthropic = path == _ANTHROPIC_PATH
@@ -379,7 +383,8 @@ class _Handler(BaseHTTPRequestHandler):
             for name, value in self.headers.items()
         }
         standin.record(ReceivedRequest(path, model, headers), body)
-        refusal = request_problem(anthropic, headers, body)
+        refusal = (responses.request_problem(body) if self._responses
+                   else request_problem(anthropic, headers, body))  # fmt: skip
         if refusal is not None or model is None:
             status, code = refusal or (400, None)
             self._send(status, error_json(anthropic, status, code, message="rejected request"))
@@ -433,6 +438,12 @@ class _Handler(BaseHTTPRequestHandler):
                 detail_code=reply.error_detail_code,
             )
             self._send(reply.status, document, extra)
+        elif self._responses:
+            document = responses.success(model, responses.new_id(), reply.text, reply.stop_reason,
+                                         reply.input_tokens, reply.output_tokens,
+                                         cache=_cache(reply),
+                                         tool_call=reply.tool_call)  # fmt: skip
+            self._send(reply.status, document, extra, cut=reply.cut_body)
         elif anthropic:
             document = anthropic_success(model, reply.text, reply.stop_reason, reply.input_tokens,
                                          reply.output_tokens, cache=_cache(reply),
@@ -472,8 +483,15 @@ class _Handler(BaseHTTPRequestHandler):
     def _stream(self, reply: Scripted, anthropic: bool, model: str) -> None:
         """Server-sent events in the path's format, with the reply's stream faults."""
         build = anthropic_stream if anthropic else openai_stream
-        events = build(model, reply.text, reply.stop_reason, reply.input_tokens,
-                       reply.output_tokens, reply.stream_pieces, cache=_cache(reply))  # fmt: skip
+        if self._responses:
+            events = responses.stream(model, responses.new_id(), reply.text, reply.stop_reason,
+                                      reply.input_tokens, reply.output_tokens,
+                                      reply.stream_pieces, cache=_cache(reply),
+                                      tool_call=reply.tool_call)  # fmt: skip
+        else:
+            events = build(model, reply.text, reply.stop_reason, reply.input_tokens,
+                           reply.output_tokens, reply.stream_pieces,
+                           cache=_cache(reply))  # fmt: skip
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")

@@ -338,3 +338,17 @@ refusal_minutes = Table(
     Column("count", BigInteger, nullable=False),
     CheckConstraint("minute_ms % 60000 = 0", name="minute_aligned"),
 )
+
+# --- stored responses (revision 0011) ----------------------------------------------------------
+# R-FMT-2: the provider and model that answered a Responses request whose answer the provider
+# keeps (`store` true or omitted), so a `previous_response_id` request is pinned to it. Metadata
+# only, never a body; rows older than 30 days are deleted as new ones arrive.
+stored_responses = Table(
+    "stored_responses",
+    metadata,
+    Column("response_id", String(200), primary_key=True),
+    Column("provider", String(100), nullable=False),
+    Column("model", String(400), nullable=False),
+    Column("created_ms", BigInteger, nullable=False),
+    Index("ix_stored_responses_created", "created_ms"),
+)

@@ -119,6 +119,26 @@ class WireFormat(ABC):
         estimate (else nothing is sent)."""
         return allowance >= 1
 
+    def stores(self, body: Mapping[str, Any]) -> bool:
+        """A native route keeps the answer for later requests (R-FMT-2): the ledger records
+        which provider answered it (its id, `Tracker.answer_id` or the document's `id`)."""
+        return False
+
+    def previous(self, body: Mapping[str, Any]) -> str | None:
+        """The id of a kept answer this request continues: it is pinned to the provider that
+        answered that one (R-FMT-2), never sent to another."""
+        return None
+
+    def requested_effort(self, body: Mapping[str, Any]) -> str | None:
+        """The caller's reasoning effort as a route effort level (R-RT-2), applied on another
+        format's route when the route sets none (its own effort wins)."""
+        return None
+
+    def dropped(self, body: Mapping[str, Any]) -> tuple[str, ...]:
+        """The documented hints a translation of this body to another format leaves out,
+        reported in `x-ledger-dropped`."""
+        return ()
+
     def models_document(self, models: list[tuple[str, str]]) -> dict[str, Any]:
         """(model key, owner) pairs as the answer of `models_path`."""
         raise NotImplementedError(f"{self.name}: it lists no models")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ledger.gateway.formats import anthropic_messages, openai_chat
+from ledger.gateway.formats import anthropic_messages, openai_chat, openai_responses
 from ledger.gateway.formats.base import WireFormat
 
 _BY_NAME: dict[str, WireFormat] = {}
@@ -45,12 +45,12 @@ def by_name(name: str) -> WireFormat | None:
 
 
 def by_path(path: str) -> WireFormat | None:
-    """The format a gateway path belongs to (by its prefix), None for every other path."""
-    for prefix, fmt in _BY_PREFIX.items():
-        if path.startswith(prefix):
-            return fmt
-    return None
+    """The format a gateway path belongs to (by its longest prefix), None for every other
+    path."""
+    found = [p for p in _BY_PREFIX if path.startswith(p)]
+    return _BY_PREFIX[max(found, key=len)] if found else None
 
 
 register(openai_chat.FORMAT)
 register(anthropic_messages.FORMAT)
+register(openai_responses.FORMAT)

@@ -24,6 +24,12 @@ def serves(route: WireFormat | None, caller: WireFormat, translatable: bool) -> 
     return route is caller or (route is not None and translatable)
 
 
+def native(route: WireFormat | None, caller: WireFormat) -> bool:
+    """A route of the caller's own format: the body passes through untranslated (and only such a
+    route can serve what the format keeps, R-FMT-2)."""
+    return route is caller
+
+
 def request_for(caller: WireFormat, route: WireFormat, body: dict[str, Any]) -> dict[str, Any]:
     """The caller's body in the route's format (unchanged when they are the same)."""
     if caller is route:
