@@ -129,7 +129,7 @@ reservations = Table(
     Column("pool", String(100), nullable=True),
     Column("effort", String(16), nullable=True),
     Column("sticky_scope", String(200), nullable=True),
-    # R-TOK-2 (revision 0011): the token estimate a token window counts until usage settles
+    # R-TOK-2 (revision 0012): the token estimate a token window counts until usage settles
     Column("estimate_input_tokens", BigInteger, nullable=False, server_default=text("0")),
     Column("estimate_output_tokens", BigInteger, nullable=False, server_default=text("0")),
     CheckConstraint(
