@@ -33,7 +33,8 @@ from ledger.gateway.refusal_tally import RefusalTally
 from ledger.gateway.sse import Malformed
 from ledger.gateway.stream import RelayedResponse, serve_stream, unless_disconnected
 from ledger.gateway.upstream import MALFORMED, Reply, call, transport
-from ledger.gateway.wire import UNFIT, answer_model
+from ledger.gateway.wire import UNFIT, answer_headers, answer_model, beta_flags
+from ledger.routing.select import request_kind
 
 router = APIRouter(include_in_schema=False)
 
@@ -106,9 +107,12 @@ def _models(fmt: WireFormat) -> Callable[[Request], Awaitable[Response]]:
     async def models(request: Request) -> Response:
         """The catalog's models and pools (ids are model keys) in the format's list."""
         ledger: Ledger = request.app.state.ledger
-        listed = [(m.key, m.provider) for m in ledger.catalog.models]
+        listed = [(m.key, m.provider, m.serves) for m in ledger.catalog.models]
         # a pool key is a model a request may name too (R-RT-4)
-        listed += [(f"pool/{name}", "ledger") for name in sorted(ledger.policy.pools)]
+        listed += [
+            (f"pool/{name}", "ledger", request_kind(ledger.catalog, ledger.policy, f"pool/{name}"))
+            for name in sorted(ledger.policy.pools)
+        ]
         return JSONResponse(fmt.models_document(listed))
 
     return models
@@ -170,7 +174,7 @@ async def _answer(request: Request, fmt: WireFormat, ctx: loop.Context) -> Respo
     document = answered.document
     assert document is not None
     return JSONResponse(answer_model(document, answered.attempt.route),
-                        headers=answered.attempt.headers())  # fmt: skip
+                        headers=answer_headers(answered.attempt))  # fmt: skip
 
 
 async def call_exchange(ctx: loop.Context, attempt: loop.Attempt) -> Any:
@@ -211,6 +215,7 @@ def _parse(
     if problem is not None:
         raise GatewayError(400, "invalid_request", problem)
     model = routing.resolve_model(ledger, body["model"])
+    routing.check_kind(ledger, model, fmt)  # R-FMT-3: never chat on an embedding model
     if not _fits(ledger, fmt, model, body):  # nothing reserved for what cannot be sent
         raise GatewayError(400, "invalid_request", UNFIT)
     headers = request.headers
@@ -238,9 +243,11 @@ def _parse(
         raise GatewayError(400, "bad_pace", BAD_PACE)
     scopes = tuple(getattr(gateway_key, "scopes", ()))  # seam: SPEC 20 scopes go to reserve
     outside = fmt.outside(body)
+    betas = beta_flags(headers.get(fmt.beta_header) if fmt.beta_header else None)
     gw_request = routing.Request(
-        source, model, fmt, len(raw), request_id, scopes, outside is None, outside, key_name
-    )
+        source, model, fmt, len(raw), request_id, scopes, outside is None, outside, key_name,
+        betas,
+    )  # fmt: skip
     return body, gw_request, pace == "background"
 
 
