@@ -137,7 +137,7 @@ async def run(
             if number == 1:
                 first = route
         model = ledger.model(reservation.model)
-        prepared = prepare(ledger, model, request.fmt, body, reservation.effort)
+        prepared = prepare(ledger, model, request.fmt, body, reservation.effort, request.betas)
         attempt = Attempt(number, route, reservation, first, prepared)
         started = time.monotonic()
         try:
