@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, Response
 from ledger.api import Ledger
 from ledger.arguments import check_request_id, check_source_id
 from ledger.errors import LedgerError, SourceScopeMismatch, UsageError
-from ledger.gateway import loop, routing
+from ledger.gateway import count_tokens, loop, routing
 from ledger.gateway.errors import GatewayError
 from ledger.gateway.formats import registry
 from ledger.gateway.formats.base import WireFormat
@@ -252,3 +252,5 @@ def _parse(
 
 
 registry.subscribe(mount)
+# R-FMT-4: Claude Code's token count, unreserved, on a route that can count (count_tokens.py)
+router.add_api_route(count_tokens.PATH, count_tokens.serve, methods=["POST"])

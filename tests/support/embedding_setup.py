@@ -19,8 +19,8 @@ E1_PRICE = 2  # USD per million input tokens: an estimate of 2 micro-USD per inp
 
 
 def embedding_catalog(standin: StandIn) -> dict[str, Any]:
-    """acme: chat a1 and embedding e1; cirrus: embedding e2; bolt: Anthropic chat b1 (betas
-    allowed: ALLOWED_BETA only); delta: Anthropic chat d1 (no betas)."""
+    """acme: chat a1, reasoning chat r1 and embedding e1; cirrus: embedding e2; bolt: Anthropic
+    chat b1 (betas allowed: ALLOWED_BETA only); delta: Anthropic chat d1 (no betas)."""
     openai_url, anthropic_url = standin.base_url_openai, standin.base_url_anthropic
     return {
         "providers": {
@@ -34,6 +34,8 @@ def embedding_catalog(standin: StandIn) -> dict[str, Any]:
         "models": [
             {"provider": "acme", "id": "a1", "contextWindow": 100000, "maxOutputTokens": 4096,
              "pricing": [{"inputUsdPerMTok": 1, "outputUsdPerMTok": 2}]},
+            {"provider": "acme", "id": "r1", "contextWindow": 100000, "maxOutputTokens": 4096,
+             "reasoning": True, "pricing": [{"inputUsdPerMTok": 5, "outputUsdPerMTok": 10}]},
             {"provider": "acme", "id": "e1", "kind": "embedding", "contextWindow": 8192,
              "pricing": [{"inputUsdPerMTok": E1_PRICE}]},
             {"provider": "cirrus", "id": "e2", "kind": "embedding", "contextWindow": 8192,

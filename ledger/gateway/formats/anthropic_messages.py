@@ -271,6 +271,9 @@ class AnthropicMessages(WireFormat):
         url = f"{adapter.base_url()}/v1/messages"
         return RouteParts(url, {"anthropic-version": version}, "max_tokens")
 
+    def count_url(self, route_url: str) -> str | None:
+        return f"{route_url}/count_tokens"  # /v1/messages/count_tokens
+
     def credential_header(self, credential: str) -> tuple[str, str]:
         return "x-api-key", credential
 

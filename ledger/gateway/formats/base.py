@@ -168,6 +168,11 @@ class WireFormat(ABC):
         """A route's URL, format headers and max-tokens field (catalog and policy alone)."""
         raise NotImplementedError(f"{self.name}: no provider speaks it")
 
+    def count_url(self, route_url: str) -> str | None:
+        """Where a route of this format counts a request's input tokens (R-FMT-4), None when
+        it cannot (count_tokens is then 501, never a made-up number)."""
+        return None
+
     def credential_header(self, credential: str) -> tuple[str, str]:
         """The header carrying the provider's credential."""
         raise NotImplementedError(f"{self.name}: no provider speaks it")
