@@ -37,7 +37,7 @@ def embedding_catalog(standin: StandIn) -> dict[str, Any]:
             {"provider": "acme", "id": "r1", "contextWindow": 100000, "maxOutputTokens": 4096,
              "reasoning": True, "pricing": [{"inputUsdPerMTok": 5, "outputUsdPerMTok": 10}]},
             {"provider": "acme", "id": "e1", "kind": "embedding", "contextWindow": 8192,
-             "pricing": [{"inputUsdPerMTok": E1_PRICE}]},
+             "pricing": [{"inputUsdPerMTok": E1_PRICE, "outputUsdPerMTok": 4}]},  # no reply
             {"provider": "cirrus", "id": "e2", "kind": "embedding", "contextWindow": 8192,
              "pricing": [{"inputUsdPerMTok": 3, "outputUsdPerMTok": 0}]},
             {"provider": "bolt", "id": "b1", "contextWindow": 200000, "maxOutputTokens": 8192,
