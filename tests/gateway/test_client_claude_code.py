@@ -31,9 +31,8 @@ def claude_binary() -> Path:
     """The CLI's native binary from the npm install (the platform package's own copy when the
     wrapper's postinstall did not put it in place), or a skip/failure naming what is missing."""
     modules = CLIENT_DIR / "node_modules" / "@anthropic-ai"
-    found = sorted(modules.glob("claude-code-*/claude")) + [
-        CLIENT_DIR / "node_modules" / ".bin" / "claude"
-    ]
+    wrapper = CLIENT_DIR / "node_modules" / ".bin" / "claude"
+    found = [*sorted(modules.glob("claude-code-*/claude")), wrapper]
     for path in found:
         if path.is_file() and os.access(path, os.X_OK) and path.stat().st_size > 1_000_000:
             return path

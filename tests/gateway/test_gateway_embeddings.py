@@ -13,7 +13,12 @@ import openai
 import pytest
 
 from ledger.standin.server import Scripted, StandIn
-from tests.support.embedding_setup import E1_PRICE, embedding_gateway, reservation_rows
+from tests.support.embedding_setup import (
+    E1_PRICE,
+    embedding_catalog,
+    embedding_gateway,
+    reservation_rows,
+)
 from tests.support.gateway_keys import _ledger
 
 
@@ -48,7 +53,7 @@ def test_r_fmt_3_sdk_embeddings_create_reserves_the_input_bound_and_settles_exac
 
 def test_r_fmt_3_a_chain_of_embedding_models_falls_back_and_never_to_chat(home: Path) -> None:
     failing = [Scripted(status=500), Scripted(status=500)]
-    policy = {"chains": {"acme/e1": ["cirrus/e2", "acme/a1"]}, "crossProviderFallback": True}
+    policy = {"chains": {"acme/e1": ["cirrus/e2"]}, "crossProviderFallback": True}
     with StandIn({"e1": failing}) as standin, embedding_gateway(home, standin, **policy) as gw:
         answer = gw.openai().embeddings.with_raw_response.create(model="acme/e1", input="x")
         asked = gw.models_asked()
@@ -134,3 +139,21 @@ def test_r_fmt_3_models_list_names_each_models_kind(home: Path) -> None:
     assert listed["acme/a1"] == listed["bolt/b1"] == "chat"
     assert listed["pool/vectors"] == "embedding"
     assert vectors.model in ("acme/e1", "cirrus/e2")  # a pool of embedding models serves them
+
+
+@pytest.mark.parametrize(
+    ("policy", "path"),
+    [({"chains": {"acme/e1": ["cirrus/e2", "acme/a1"]}}, "chains.<key 1>"),
+     ({"pools": {"mixed": {"candidates": ["acme/e1", "bolt/b1"]}}}, "pools.<key 1>"),
+     ({"defaultModel": "acme/a1", "defaultChain": ["cirrus/e2"]}, "defaultChain")],
+)  # fmt: skip
+def test_r_fmt_3_a_chain_or_pool_mixing_kinds_is_a_config_error(
+    home: Path, policy: dict[str, object], path: str
+) -> None:
+    with StandIn() as standin:
+        (home / "catalog.json").write_text(json.dumps(embedding_catalog(standin)))
+    (home / "recovery.json").write_text(json.dumps(policy))
+    checked = _ledger(home, "config", "validate")
+    assert checked.returncode == 2
+    assert f"{path}: chat and embedding models never serve each other's requests" in checked.stderr
+    assert "acme" not in checked.stderr  # positions only, never a key (R-CFG-3)
