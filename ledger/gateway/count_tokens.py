@@ -152,7 +152,9 @@ async def _forward(
                 data = await _bounded(response) if response.status_code < 300 else b""
             finally:
                 await response.aclose()
-    except (TimeoutError, *TRANSPORT_ERRORS, UnicodeError):
+    except (TimeoutError, UnicodeError):
+        raise GatewayError(502, "upstream_unavailable", UPSTREAM_FAILED) from None
+    except TRANSPORT_ERRORS:
         raise GatewayError(502, "upstream_unavailable", UPSTREAM_FAILED) from None
     if response.status_code == 429:
         raise GatewayError(429, "rate_limit", UPSTREAM_FAILED)

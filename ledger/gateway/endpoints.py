@@ -34,7 +34,7 @@ from ledger.gateway.sse import Malformed
 from ledger.gateway.stream import RelayedResponse, serve_stream, unless_disconnected
 from ledger.gateway.upstream import MALFORMED, Reply, call, transport
 from ledger.gateway.wire import UNFIT, answer_headers, answer_model, beta_flags
-from ledger.routing.select import request_kind
+from ledger.routing.kind import request_kind
 
 router = APIRouter(include_in_schema=False)
 

@@ -24,7 +24,8 @@ from ledger.kinds import AttemptRole, FailureKind, RefusalReason
 from ledger.policy_table import InteractivePace
 from ledger.records import Outcome, Reservation, SettleResult
 from ledger.routing.chains import pool_members
-from ledger.routing.select import Route, Selection, request_kind
+from ledger.routing.kind import request_kind
+from ledger.routing.select import Route, Selection
 from ledger.store.group_commit import GroupCommit
 
 WIRE_FORMAT = "wire_format"

@@ -23,6 +23,7 @@ from ledger.config import Policy
 from ledger.kinds import CooldownOrigin, CooldownScope, ExclusionReason, FailureKind
 from ledger.routing.chains import ChainMatch, allowlist, cascade, expand, pool_members
 from ledger.routing.exclusion import Exclusion
+from ledger.routing.kind import request_kind
 from ledger.routing.pools import PoolView, pool_view
 from ledger.routing.rules import confinement_reason, route_allowed
 from ledger.targets import Effort, Target, is_pool_key
@@ -295,19 +296,6 @@ def _index(catalog: Catalog, kind: str = "chat") -> _CatalogIndex:
         lambda: _make_index(catalog, kind),
         lambda index: index.models is catalog.models,
     )
-
-
-def request_kind(catalog: Catalog, policy: Policy, default: str | None) -> str:
-    """The kind of request a selection serves: the requested model's (a pool's candidates'),
-    chat when none is named or known (R-FMT-3)."""
-    if default is None:
-        return "chat"
-    kinds = {
-        model.serves
-        for member in pool_members(policy, default)
-        if (model := catalog.model(member.key)) is not None
-    }
-    return kinds.pop() if len(kinds) == 1 else "chat"
 
 
 def _make_index(catalog: Catalog, kind: str = "chat") -> _CatalogIndex:

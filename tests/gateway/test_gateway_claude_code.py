@@ -95,8 +95,8 @@ def test_r_fmt_4_thinking_blocks_and_signatures_pass_unmodified_on_anthropic_rou
     ]
     scripted = Scripted(raw_body=json.dumps(reply).encode())
     with StandIn({"b1": [scripted]}) as standin, embedding_gateway(home, standin) as gw:
-        answer = gw.anthropic().messages.with_raw_response.create(
-            model="bolt/b1", max_tokens=2048, messages=history,  # type: ignore[arg-type]
+        answer = gw.anthropic().messages.with_raw_response.create(  # type: ignore[call-overload]
+            model="bolt/b1", max_tokens=2048, messages=history,
             thinking={"type": "enabled", "budget_tokens": 1024},
         )
         raw = answer.http_response.json()
