@@ -127,3 +127,36 @@ def test_r_fmt_4_count_tokens_where_no_route_can_count_is_501(home: Path) -> Non
     assert failed.value.status_code == 501
     assert failed.value.body["error"]["code"] == "not_supported"  # type: ignore[index]
     assert received == []
+
+
+def test_r_fmt_4_count_tokens_on_a_cooling_route_is_refused_not_sent(home: Path) -> None:
+    limited = Scripted(status=429, retry_after="600")
+    policy = {"crossProviderFallback": False}
+    with StandIn({"b1": [limited, limited]}) as standin, embedding_gateway(
+        home, standin, **policy
+    ) as gw:
+        client = gw.anthropic()
+        with pytest.raises(anthropic.RateLimitError):
+            client.messages.create(model="bolt/b1", max_tokens=64, messages=USER)  # type: ignore[arg-type]
+        sent_before = len(standin.requests)
+        with pytest.raises(anthropic.RateLimitError) as refused:
+            client.messages.count_tokens(model="bolt/b1", messages=USER)  # type: ignore[arg-type]
+        sent_after = len(standin.requests)
+    assert refused.value.response.headers.get("retry-after") is not None
+    assert refused.value.body["error"]["code"] in ("provider_cooldown", "model_cooldown")  # type: ignore[index]
+    assert sent_after == sent_before  # the cooling route's cooldown applies: nothing sent
+
+
+def test_r_fmt_4_a_streamed_answer_reports_its_drops_too(home: Path) -> None:
+    with (
+        StandIn() as standin,
+        embedding_gateway(home, standin) as gw,
+        gw.anthropic().beta.messages.with_streaming_response.create(
+            model="delta/d1", max_tokens=64, messages=USER, stream=True,  # type: ignore[arg-type]
+            betas=[ALLOWED_BETA], extra_query={"beta": "true"},
+        ) as answer,
+    ):  # fmt: skip
+        dropped = answer.headers.get("x-ledger-dropped")
+        body = b"".join(answer.iter_bytes())
+    assert dropped == f"anthropic-beta:{ALLOWED_BETA}"
+    assert b"message_stop" in body
