@@ -51,6 +51,15 @@ class Provider(BaseModel):
         None, alias="baseUrl", pattern=r"^https?://[^\s]{1,500}$"
     )
     options: dict[str, JsonValue] = Field(default_factory=dict)
+    betas: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9*][A-Za-z0-9._-]{0,99}$")]] | None = (
+        Field(None, max_length=100)
+    )
+    """`anthropic-beta` flags the gateway forwards to this provider (exact flags, or `"*"`: all);
+    any other flag a caller sends is dropped and reported (R-FMT-4)."""
+
+    def allows_beta(self, flag: str) -> bool:
+        """The provider takes this `anthropic-beta` flag (`betas`: the flag itself or `*`)."""
+        return self.betas is not None and ("*" in self.betas or flag in self.betas)
 
     @model_validator(mode="after")
     def _has_availability(self) -> Provider:
@@ -109,6 +118,9 @@ class Model(BaseModel):
     pricing: list[PriceTier] | None = Field(None, max_length=16)
     billed: Literal[False] | None = None
     """`false` marks a model that is never billed (free under a cost ceiling); absent: billed."""
+    kind: Literal["chat", "embedding"] | None = None
+    """What the model serves (R-FMT-3): chat (absent: chat) or embeddings; a request of one kind
+    never lands on a model of the other, and an embedding model has no reply allowance."""
 
     @model_validator(mode="after")
     def _tiers_ordered(self) -> Model:
@@ -130,9 +142,14 @@ class Model(BaseModel):
         return f"{self.provider}/{self.id}"
 
     @property
+    def serves(self) -> str:
+        """The kind of request it serves: `chat` or `embedding` (R-FMT-3)."""
+        return self.kind or "chat"
+
+    @property
     def text_capable(self) -> bool:
-        """Accepts and produces text (R-SEL-1)."""
-        return "text" in self.input and "text" in self.output
+        """Accepts and produces text (R-SEL-1); an embedding model takes text (R-FMT-3)."""
+        return "text" in self.input and (self.serves == "embedding" or "text" in self.output)
 
     @property
     def unbilled(self) -> bool:
@@ -147,11 +164,11 @@ class Model(BaseModel):
         """
         if self.unbilled:
             return True
+        replies = self.serves == "chat"  # an embedding model bills its input only (R-FMT-3)
         return bool(self.pricing) and all(
             t.input_usd_per_mtok is not None
-            and t.output_usd_per_mtok is not None
             and t.input_usd_per_mtok > 0
-            and t.output_usd_per_mtok > 0
+            and (not replies or (t.output_usd_per_mtok is not None and t.output_usd_per_mtok > 0))
             for t in self.pricing or []
         )
 
@@ -164,7 +181,7 @@ class Model(BaseModel):
         tiers = self.pricing or []
         return (
             max(Decimal(str(t.input_usd_per_mtok)) for t in tiers),
-            max(Decimal(str(t.output_usd_per_mtok)) for t in tiers),
+            max(Decimal(str(t.output_usd_per_mtok or 0)) for t in tiers),
         )
 
     def max_input_price(self) -> Decimal | None:
@@ -190,7 +207,9 @@ class Model(BaseModel):
         )
 
     def reply_reservation(self, reply_tokens: int) -> int:
-        """min(maxOutputTokens, replyTokens) (R-SEL-8)."""
+        """min(maxOutputTokens, replyTokens) (R-SEL-8); 0 for an embedding model (R-FMT-3)."""
+        if self.serves == "embedding":
+            return 0
         if self.max_output_tokens is None:
             return reply_tokens
         return min(self.max_output_tokens, reply_tokens)

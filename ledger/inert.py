@@ -7,7 +7,7 @@ Warnings name the field and the entry's position, never the entry's text.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -176,11 +176,46 @@ def _efforts(policy: Policy) -> Iterator[tuple[str, str]]:
 
 
 def check_routing(policy: Policy, catalog: Catalog, file: str) -> None:
-    """Raise ConfigError for an effort on a model the catalog marks non-reasoning (exit 2)."""
+    """Raise ConfigError for an effort on a model the catalog marks non-reasoning, or a chain or
+    pool mixing chat and embedding models (exit 2)."""
     for path, key in _efforts(policy):
         model = catalog.model(key)
         if model is not None and model.reasoning is False:
             raise ConfigError(file, path, "an effort needs a model the catalog marks reasoning")
+    check_kinds(policy, catalog, file)
+
+
+MIXED_KINDS = "chat and embedding models never serve each other's requests (R-FMT-3)"
+
+
+def _kinds(policy: Policy, catalog: Catalog, keys: Iterable[object]) -> set[str]:
+    """The kinds of the catalog models among `keys` (pools expanded; unknown keys skipped)."""
+    return {
+        model.serves
+        for key in keys
+        for member in pool_members(policy, target_of(key).key)
+        if (model := catalog.model(member.key)) is not None
+    }
+
+
+def check_kinds(policy: Policy, catalog: Catalog, file: str) -> None:
+    """Raise ConfigError for a chain (with its primary) or a pool whose models are of more than
+    one kind (R-FMT-3); paths name positions, never a key."""
+    if not any(m.serves != "chat" for m in catalog.models):
+        return  # a catalog of chat models alone mixes nothing
+    def named(key: str | None) -> list[object]:  # a primary that names one model or pool
+        return [key] if key and (is_pool_key(key) or catalog.model(key) is not None) else []
+
+    chains: list[tuple[str, list[object]]] = [
+        ("defaultChain", [*named(policy.default_model), *(policy.default_chain or ())])
+    ]
+    chains += [(f"chains.<key {n}>", [*named(glob), *chain])
+               for n, (glob, chain) in enumerate(policy.chains.items(), 1)]  # fmt: skip
+    chains += [(f"pools.<key {n}>", list(spec.candidates))
+               for n, spec in enumerate(policy.pools.values(), 1)]  # fmt: skip
+    for path, keys in chains:
+        if len(_kinds(policy, catalog, keys)) > 1:
+            raise ConfigError(file, path, MIXED_KINDS)
 
 
 def effort_warnings(policy: Policy, catalog: Catalog) -> list[EffortWarning]:

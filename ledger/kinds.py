@@ -39,6 +39,7 @@ class ExclusionReason(StrEnum):
     NO_BASE_URL = "no_base_url"  # no catalog baseUrl and none known for it: never defaulted
     UNAVAILABLE = "unavailable"
     NO_TEXT = "no_text"
+    MODEL_KIND = "model_kind"  # R-FMT-3: a chat model for an embedding request, or the reverse
     DENIED_BY_ROUTE = "denied_by_route"
     PROVIDER_COOLDOWN = "provider_cooldown"
     MODEL_COOLDOWN = "model_cooldown"

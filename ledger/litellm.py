@@ -3,9 +3,10 @@
 Invariant: conversion is pure and total. Every top-level entry is either imported as one valid
 catalog Model or counted under exactly one fixed skip reason; malformed input never raises
 (except a document that is not a JSON object at all, which is a UsageError). Only `mode: "chat"`
-entries are imported, and only base and input-size-tiered per-token prices are read: input,
-output, cache write (the dearer of the 5-minute and 1-hour writes) and cache read; batch,
-priority, flex, audio and other prices are ignored. Messages never echo file content.
+entries are imported (and `mode: "embedding"` ones, as `"kind": "embedding"`, when asked:
+R-FMT-3), and only base and input-size-tiered per-token prices are read: input, output, cache
+write (the dearer of the 5-minute and 1-hour writes) and cache read; batch, priority, flex, audio
+and other prices are ignored. Messages never echo file content.
 """
 
 from __future__ import annotations
@@ -133,8 +134,16 @@ def provider_for(name: str) -> Provider:
     )
 
 
-def convert(document: object, providers: frozenset[str] | None = None) -> ImportResult:
-    """Convert a parsed LiteLLM price map; `providers` keeps only those litellm_provider values.
+CHAT_ONLY = frozenset({"chat"})
+WITH_EMBEDDINGS = frozenset({"chat", "embedding"})
+"""LiteLLM's `mode` values imported: chat, and embeddings when asked (R-FMT-3)."""
+
+
+def convert(
+    document: object, providers: frozenset[str] | None = None, kinds: frozenset[str] = CHAT_ONLY
+) -> ImportResult:
+    """Convert a parsed LiteLLM price map; `providers` keeps only those litellm_provider values,
+    `kinds` those `mode` values (WITH_EMBEDDINGS adds embedding models, R-FMT-3).
 
     `alias_of` entries are imported under their own key with their target's data. When several
     entries give the same model key, the priced and most complete one is kept (the first among
@@ -153,7 +162,7 @@ def convert(document: object, providers: frozenset[str] | None = None) -> Import
             skipped[SkipReason.BAD_ALIAS.value] += 1
             continue
         aliases += entry is not raw
-        reason = _skip_reason(key, entry, providers)
+        reason = _skip_reason(key, entry, providers, kinds)
         if reason in (None, SkipReason.FILTERED):  # names here are printable
             chat_providers.add(entry["litellm_provider"])
         if reason is None:
@@ -275,12 +284,15 @@ def _updated(model: Model, new: Model) -> Model:
     return model.model_copy(update=update)
 
 
-def _skip_reason(key: object, entry: object, providers: frozenset[str] | None) -> SkipReason | None:
+def _skip_reason(
+    key: object, entry: object, providers: frozenset[str] | None, kinds: frozenset[str]
+) -> SkipReason | None:
     if key in DOCUMENTATION_KEYS:
         return SkipReason.DOCUMENTATION
     if not isinstance(key, str) or not isinstance(entry, Mapping):
         return SkipReason.BAD_ENTRY
-    if entry.get("mode") != "chat":
+    mode = entry.get("mode")
+    if not isinstance(mode, str) or mode not in kinds:
         return SkipReason.NOT_CHAT
     provider = entry.get("litellm_provider")
     if not isinstance(provider, str) or not provider:
@@ -312,6 +324,7 @@ def _model(key: str, entry: Mapping[str, Any]) -> Model:
             max_output_tokens=max_output,
             reasoning=_flag(entry.get("supports_reasoning")),
             pricing=_pricing(entry),
+            kind=None if entry["mode"] == "chat" else "embedding",
         )
     except ValidationError as exc:
         raise _BadEntry from exc

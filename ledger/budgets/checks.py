@@ -142,11 +142,11 @@ def actual_micro(
     tier = model.tier_for(input_tokens + cache_write_tokens + cache_read_tokens)
     fallback = model.max_input_price()
     assert tier.input_usd_per_mtok is not None
-    assert tier.output_usd_per_mtok is not None
     assert fallback is not None
+    output_price = tier.output_usd_per_mtok or 0  # unset only for an embedding model (R-FMT-3)
     return math.ceil(
         Decimal(input_tokens) * Decimal(str(tier.input_usd_per_mtok))
-        + Decimal(output_tokens) * Decimal(str(tier.output_usd_per_mtok))
+        + Decimal(output_tokens) * Decimal(str(output_price))
         + Decimal(cache_write_tokens) * _cache_price(tier.cache_write_usd_per_mtok, fallback)
         + Decimal(cache_read_tokens) * _cache_price(tier.cache_read_usd_per_mtok, fallback)
     )

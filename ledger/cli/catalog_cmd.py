@@ -25,7 +25,14 @@ from ledger.catalog import (
 from ledger.cli.main import AppContext, emit_json, pass_app, run
 from ledger.errors import UsageError
 from ledger.home import ensure_home
-from ledger.litellm import ImportResult, convert, merge, parse_litellm
+from ledger.litellm import (
+    CHAT_ONLY,
+    WITH_EMBEDDINGS,
+    ImportResult,
+    convert,
+    merge,
+    parse_litellm,
+)
 from ledger.validation import shown_url
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -49,14 +56,23 @@ def catalog() -> None:
 @click.argument("file", type=click.Path(path_type=Path))
 @click.option("--providers", metavar="A,B", help="Import only these litellm_provider values.")
 @click.option("--dry-run", is_flag=True, help="Report what would be imported; write nothing.")
+@click.option(
+    "--embeddings", is_flag=True, help='Import `mode: "embedding"` models too (R-FMT-3).'
+)
 @json_option
 @pass_app
 def import_litellm(
-    app: AppContext, file: Path, providers: str | None, dry_run: bool, as_json: bool
+    app: AppContext,
+    file: Path,
+    providers: str | None,
+    dry_run: bool,
+    embeddings: bool,
+    as_json: bool,
 ) -> None:
     """Import chat models and prices from LiteLLM's model_prices_and_context_window.json."""
+    kinds = WITH_EMBEDDINGS if embeddings else CHAT_ONLY
     report: ImportReport = run(
-        as_json, lambda: _import(app.state.path, file, _provider_set(providers), dry_run)
+        as_json, lambda: _import(app.state.path, file, _provider_set(providers), dry_run, kinds)
     )
     result = report.result
     if as_json:
@@ -74,7 +90,8 @@ def import_litellm(
         )
         return
     reasons = ", ".join(f"{k} {v}" for k, v in result.skipped_by_reason.items())
-    click.echo(f"imported {result.imported} chat models ({result.aliases} aliases followed)")
+    what = "chat and embedding" if embeddings else "chat"
+    click.echo(f"imported {result.imported} {what} models ({result.aliases} aliases followed)")
     click.echo(f"skipped {result.skipped}" + (f" ({reasons})" if reasons else ""))
     for key in result.conflicting_duplicates:
         click.echo(f"warning: {key}: entries with different data; kept the priced/most complete")
@@ -151,13 +168,17 @@ def _provider_set(option: str | None) -> frozenset[str] | None:
 
 
 def _import(
-    home: Path, file: Path, providers: frozenset[str] | None, dry_run: bool
+    home: Path,
+    file: Path,
+    providers: frozenset[str] | None,
+    dry_run: bool,
+    kinds: frozenset[str] = CHAT_ONLY,
 ) -> ImportReport:
     try:
         text = file.read_bytes()
     except OSError as exc:
         raise UsageError("the LiteLLM file cannot be read") from exc
-    result = convert(parse_litellm(text), providers)
+    result = convert(parse_litellm(text), providers, kinds)
     merged = merge(load_catalog(home), result.catalog)
     if not dry_run:
         write_catalog(ensure_home(home), merged)

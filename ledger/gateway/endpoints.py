@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, Response
 from ledger.api import Ledger
 from ledger.arguments import check_request_id, check_source_id
 from ledger.errors import LedgerError, SourceScopeMismatch, UsageError
-from ledger.gateway import kept, loop, routing
+from ledger.gateway import count_tokens, kept, loop, routing
 from ledger.gateway.errors import GatewayError
 from ledger.gateway.formats import registry
 from ledger.gateway.formats.base import WireFormat
@@ -33,7 +33,8 @@ from ledger.gateway.refusal_tally import RefusalTally
 from ledger.gateway.sse import Malformed
 from ledger.gateway.stream import RelayedResponse, serve_stream, unless_disconnected
 from ledger.gateway.upstream import MALFORMED, Reply, call, transport
-from ledger.gateway.wire import UNFIT, answer_model
+from ledger.gateway.wire import UNFIT, answer_headers, answer_model, beta_flags
+from ledger.routing.kind import request_kind
 from ledger.telemetry import gateway_request, refused
 
 router = APIRouter(include_in_schema=False)
@@ -108,9 +109,12 @@ def _models(fmt: WireFormat) -> Callable[[Request], Awaitable[Response]]:
     async def models(request: Request) -> Response:
         """The catalog's models and pools (ids are model keys) in the format's list."""
         ledger: Ledger = request.app.state.ledger
-        listed = [(m.key, m.provider) for m in ledger.catalog.models]
+        listed = [(m.key, m.provider, m.serves) for m in ledger.catalog.models]
         # a pool key is a model a request may name too (R-RT-4)
-        listed += [(f"pool/{name}", "ledger") for name in sorted(ledger.policy.pools)]
+        listed += [
+            (f"pool/{name}", "ledger", request_kind(ledger.catalog, ledger.policy, f"pool/{name}"))
+            for name in sorted(ledger.policy.pools)
+        ]
         return JSONResponse(fmt.models_document(listed))
 
     return models
@@ -176,8 +180,7 @@ async def _answer(request: Request, fmt: WireFormat, ctx: loop.Context) -> Respo
     assert document is not None
     attempt = answered.attempt
     await kept.keep(ctx, attempt, document.get("id"))  # R-FMT-2, before the caller has it
-    return JSONResponse(answer_model(document, attempt.route),
-                        headers={**attempt.headers(), **attempt.prepared.headers_out()})
+    return JSONResponse(answer_model(document, attempt.route), headers=answer_headers(attempt))
 
 
 async def call_exchange(ctx: loop.Context, attempt: loop.Attempt) -> Any:
@@ -218,6 +221,7 @@ def _parse(
     if problem is not None:
         raise GatewayError(400, "invalid_request", problem)
     model = routing.resolve_model(ledger, body["model"])
+    routing.check_kind(ledger, model, fmt)  # R-FMT-3: never chat on an embedding model
     if not _fits(ledger, fmt, model, body):  # nothing reserved for what cannot be sent
         raise GatewayError(400, "invalid_request", UNFIT)
     headers = request.headers
@@ -245,10 +249,14 @@ def _parse(
         raise GatewayError(400, "bad_pace", BAD_PACE)
     scopes = tuple(getattr(gateway_key, "scopes", ()))  # seam: SPEC 20 scopes go to reserve
     outside = fmt.outside(body)
+    betas = beta_flags(headers.get(fmt.beta_header) if fmt.beta_header else None)
     gw_request = routing.Request(
-        source, model, fmt, len(raw), request_id, scopes, outside is None, outside, key_name
-    )
+        source, model, fmt, len(raw), request_id, scopes, outside is None, outside, key_name,
+        betas=betas,
+    )  # fmt: skip
     return body, gw_request, pace == "background"
 
 
 registry.subscribe(mount)
+# R-FMT-4: Claude Code's token count, unreserved, on a route that can count (count_tokens.py)
+router.add_api_route(count_tokens.PATH, count_tokens.serve, methods=["POST"])

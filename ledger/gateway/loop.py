@@ -138,7 +138,7 @@ async def run(
             if number == 1:
                 first = route
         model = ledger.model(reservation.model)
-        prepared = prepare(ledger, model, request.fmt, body, reservation.effort)
+        prepared = prepare(ledger, model, request.fmt, body, reservation.effort, request.betas)
         attempt = Attempt(number, route, reservation, first, prepared)
         watch(attempt, model.provider, model.id, max_tokens(prepared.body))  # R-OTEL-1
         started = time.monotonic()

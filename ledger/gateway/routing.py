@@ -24,6 +24,7 @@ from ledger.kinds import AttemptRole, ExclusionReason, FailureKind, RefusalReaso
 from ledger.policy_table import InteractivePace
 from ledger.records import Outcome, Reservation, SettleResult
 from ledger.routing.chains import pool_members
+from ledger.routing.kind import request_kind
 from ledger.routing.select import Route, Selection
 from ledger.store.group_commit import GroupCommit
 
@@ -68,6 +69,22 @@ def resolve_model(ledger: Ledger, text: str) -> str:
     raise GatewayError(400, "unknown_model", UNKNOWN_MODEL)
 
 
+MODEL_KIND = "model_kind"
+"""400 code: the named model (or pool) serves the other kind of request (R-FMT-3)."""
+OTHER_KIND = (
+    "`model` names a model of the other kind: embedding models serve /openai/v1/embeddings only,"
+    " chat models every other endpoint (R-FMT-3)"
+)
+
+
+def check_kind(ledger: Ledger, model: str, fmt: WireFormat) -> None:
+    """A 400 `model_kind` when the resolved `model` serves another kind of request than the
+    caller's format: nothing is reserved for a request no route of that model can take."""
+    kind = request_kind(ledger.catalog, ledger.policy, ledger.target(model).key)
+    if kind != fmt.kind:
+        raise GatewayError(400, MODEL_KIND, OTHER_KIND)
+
+
 def route_format(ledger: Ledger, route: str) -> WireFormat | None:
     """The wire format a route speaks (None: a format the gateway does not speak, or a pool
     whose candidates do not all speak one format)."""
@@ -77,7 +94,7 @@ def route_format(ledger: Ledger, route: str) -> WireFormat | None:
     model = ledger.catalog.model(route)
     if model is None:
         return None
-    return registry.by_name(ledger.catalog.providers[model.provider].api)
+    return registry.for_route(ledger.catalog.providers[model.provider].api, model.serves)
 
 
 def routable(ledger: Ledger, route: str, request: Request) -> bool:
@@ -109,6 +126,7 @@ class Request:
     untranslated: str | None = None  # else the field outside it (fixed text), for the 400
     gateway_key: str | None = None  # its name: its own request ids and sources (R-SC-3a)
     pinned: str | None = None  # the provider keeping the response it continues (R-FMT-2)
+    betas: tuple[str, ...] = ()  # the caller's opt-in flags (`anthropic-beta`, R-FMT-4)
 
 
 def _routes(ledger: Ledger, request: Request, selection: Selection) -> list[str]:

@@ -53,6 +53,7 @@ from ledger.gateway.upstream import (
     error_classification,
     send,
 )
+from ledger.gateway.wire import answer_headers
 from ledger.kinds import FailureKind
 from ledger.providers.bounded import TRANSPORT_ERRORS
 from ledger.records import Cancelled, Reservation
@@ -103,8 +104,7 @@ async def serve_stream(
     response = RelayedResponse(
         relay(ctx, attempt, opened, pace, deadline),
         media_type="text/event-stream",
-        headers={**attempt.headers(), **attempt.prepared.headers_out(),
-                 "cache-control": "no-cache"},
+        headers={**answer_headers(attempt), "cache-control": "no-cache"},
     )
     response.deadline = deadline
     return response

@@ -25,7 +25,7 @@ from ledger.classify import Classification, classify_exception, classify_http
 from ledger.gateway import network
 from ledger.gateway.formats import registry
 from ledger.gateway.formats.base import Limits, WireFormat
-from ledger.gateway.formats.translate import native, request_for
+from ledger.gateway.formats.translate import betas_for, dropped_for, native, request_for
 from ledger.gateway.wire import is_invalid
 from ledger.kinds import FailureKind
 from ledger.providers.base import HttpAdapter, ProviderResponse
@@ -70,11 +70,7 @@ class Prepared:
     fits: bool = True  # the route's reply allowance can serve it (fmt.fits_allowance)
     usage_shown: bool = True  # a streaming caller asked to see usage (caller.wants_usage)
     keep: bool = False  # a native route keeps the answer: record its id (R-FMT-2)
-    dropped: tuple[str, ...] = ()  # the documented hints the translation left out
-
-    def headers_out(self) -> dict[str, str]:
-        """`x-ledger-dropped` when a translation left documented hints out."""
-        return {"x-ledger-dropped": ",".join(self.dropped)} if self.dropped else {}
+    dropped: tuple[str, ...] = ()  # hints and flags this route does not get (R-FMT-4)
 
 
 @dataclass(frozen=True)
@@ -106,7 +102,7 @@ def route_facts(ledger: Ledger, model: Model) -> RouteFacts:
 
 def _make_route_facts(ledger: Ledger, model: Model) -> RouteFacts:
     provider = ledger.catalog.provider_for_call(model.provider)
-    fmt = registry.by_name(provider.api)
+    fmt = registry.for_route(provider.api, model.serves)
     if fmt is None:
         raise ValueError(f"no wire format {provider.api!r} is registered")
     adapter = adapter_for(provider, ledger.env)
@@ -125,24 +121,37 @@ def prepare(
     caller: WireFormat,
     body: dict[str, Any],
     effort: str | None = None,
+    betas: tuple[str, ...] = (),
 ) -> Prepared:
     """The route's URL, headers (its credential) and the caller's body for it (R-GW-3), in the
-    route's wire format (translated through the internal form when it is another one)."""
+    route's wire format (translated through the internal form when it is another one); the
+    caller's beta flags its provider allows, the rest dropped and reported (R-FMT-4)."""
     route = route_facts(ledger, model)
     fmt = route.fmt
     usage_shown = caller.wants_usage(body)
     same = native(fmt, caller)
     keep = same and caller.stores(body)
-    dropped = () if same else caller.dropped(body)
+    dropped = dropped_for(caller, fmt, body)
     if effort is None and not same and model.reasoning is not False:
         effort = caller.requested_effort(body)  # the route's own effort wins (R-RT-3)
-    body = request_for(caller, fmt, body)
+    sent = request_for(caller, fmt, body)
+    translated, body = sent is not body, sent
     headers = dict(route.headers)
+    if betas:
+        allows = ledger.catalog.providers[model.provider].allows_beta
+        forwarded, refused = betas_for(caller, fmt, betas, allows)
+        if forwarded:
+            assert fmt.beta_header is not None
+            headers[fmt.beta_header] = ",".join(forwarded)
+        dropped += refused
     credential = route.adapter.credential()  # read now, for this request only
     if credential is not None:
         name, value = fmt.credential_header(credential)
         headers[name] = value
     out = fmt.upstream_body(body, Limits(model.id, route.allowance, route.max_tokens_name))
+    if translated and model.reasoning is False:  # a caller's thinking, for a model that has
+        for name in fmt.effort_fields(Effort.LOW, out):  # no reasoning: not sent (R-FMT-4)
+            out.pop(name, None)
     if effort is not None:  # R-RT-3: the route's own effort, never the primary's
         out.update(fmt.effort_fields(Effort(effort), out))
     fit = fmt.fits_allowance(body, route.allowance)

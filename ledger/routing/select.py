@@ -23,6 +23,7 @@ from ledger.config import Policy
 from ledger.kinds import CooldownOrigin, CooldownScope, ExclusionReason, FailureKind
 from ledger.routing.chains import ChainMatch, allowlist, cascade, expand, pool_members
 from ledger.routing.exclusion import Exclusion
+from ledger.routing.kind import request_kind
 from ledger.routing.pools import PoolView, pool_view
 from ledger.routing.rules import confinement_reason, route_allowed
 from ledger.targets import Effort, Target, is_pool_key
@@ -45,6 +46,7 @@ RULE_ORDER: tuple[ExclusionReason, ...] = (
     R.UNAVAILABLE,  # provider not available (R-CAT-2)
     R.NO_BASE_URL,  # available but no baseUrl to call (issue 13): never defaulted to another host
     R.NO_TEXT,  # R-SEL-1
+    R.MODEL_KIND,  # R-FMT-3: a chat request never lands on an embedding model, nor the reverse
     R.DENIED_BY_ROUTE,  # R-SEL-9
     R.ALREADY_TRIED,  # tried in this queue item; the failed model always counts as tried
     R.SAME_PROVIDER,  # R-SEL-4
@@ -217,7 +219,8 @@ class _Entry:
     model: Model
     key: str
     provider: str
-    text_capable: bool
+    text_capable: bool  # takes and gives text and serves the selection's kind (R-FMT-3)
+    out: ExclusionReason  # why it is left out when it is not: no_text or model_kind
     price_known: bool
     order_key: _OrderKey
     rank: int  # position in the R-SEL-6 order of the whole catalog
@@ -280,18 +283,22 @@ class _Group:
     price_known: bool  # every text entry has a known price
 
 
-_INDEX: Slot[None, _CatalogIndex] = Slot("selection index")
+_INDEX: Slot[str, _CatalogIndex] = Slot("selection index")
 _by_rank = attrgetter("rank")
 
 
-def _index(catalog: Catalog) -> _CatalogIndex:
-    """The catalog's selection index, built on first use and kept on the catalog."""
+def _index(catalog: Catalog, kind: str = "chat") -> _CatalogIndex:
+    """The catalog's selection index for requests of `kind` (chat or embedding, R-FMT-3), built
+    on first use and kept on the catalog."""
     return catalog.derived.value(
-        _INDEX, None, lambda: _make_index(catalog), lambda index: index.models is catalog.models
+        _INDEX,
+        kind,
+        lambda: _make_index(catalog, kind),
+        lambda index: index.models is catalog.models,
     )
 
 
-def _make_index(catalog: Catalog) -> _CatalogIndex:
+def _make_index(catalog: Catalog, kind: str = "chat") -> _CatalogIndex:
     keyed = sorted(catalog.models, key=attrgetter("key"))  # stable: ties keep catalog order
     ordered = sorted(catalog.models, key=_order_key)
     ranks = {id(m): i for i, m in enumerate(ordered)}
@@ -300,7 +307,8 @@ def _make_index(catalog: Catalog) -> _CatalogIndex:
             model=m,
             key=m.key,
             provider=m.provider,
-            text_capable=m.text_capable,
+            text_capable=m.text_capable and m.serves == kind,
+            out=R.MODEL_KIND if m.text_capable else R.NO_TEXT,
             price_known=m.price_known(),
             order_key=_order_key(m),
             rank=ranks[id(m)],
@@ -328,9 +336,9 @@ def _groups(entries: tuple[_Entry, ...]) -> tuple[_Group, ...]:
             entries=tuple(run),
             keys=frozenset(e.key for e in run),
             text=tuple(e for e in run if e.text_capable),
-            no_text=tuple(e.excluded(R.NO_TEXT) for e in run if not e.text_capable),
+            no_text=tuple(e.excluded(e.out) for e in run if not e.text_capable),
             outside=tuple(
-                e.excluded(R.NOT_IN_FALLBACK_LIST if e.text_capable else R.NO_TEXT) for e in run
+                e.excluded(R.NOT_IN_FALLBACK_LIST if e.text_capable else e.out) for e in run
             ),
             price_known=all(e.price_known for e in run if e.text_capable),
         )
@@ -462,8 +470,8 @@ def select(
     catalog: Catalog, policy: Policy, snapshot: Snapshot, request: SelectionRequest
 ) -> Selection:
     """Ordered eligible routes (default first, R-SEL-2) and every other model with its reason."""
-    index = _index(catalog)
     default = request.default_model
+    index = _index(catalog, request_kind(catalog, policy, default))
     tried = request.tried | ({request.failed_model} if request.failed_model else frozenset())
     primaries = expand(policy, default) if default is not None else frozenset()
     allowed = allowlist(policy, default, tried)
@@ -540,7 +548,7 @@ def select(
             elif provider in no_base_url:
                 early = R.NO_BASE_URL
             elif not entry.text_capable:
-                early = R.NO_TEXT
+                early = entry.out
             elif key in denied:
                 early = R.DENIED_BY_ROUTE
             elif key in tried:

@@ -29,7 +29,8 @@ OPENAI_FIELDS = frozenset(
         "safety_identifier", "prompt_cache_key", "functions", "function_call",
     }
 )  # fmt: skip
-ANTHROPIC_ROLES = frozenset({"user", "assistant"})
+ANTHROPIC_ROLES = frozenset({"user", "assistant", "system"})
+"""Claude Code 2.1 sends its environment as a `system`-role message after the first user turn."""
 OPENAI_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
 # Anthropic's error.type per status (docs: "Errors"); OpenAI's error.type/code per status.

@@ -26,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, NamedTuple
 
-from ledger.standin import responses
+from ledger.standin import extra, responses
 from ledger.standin.formats import (
     StreamEvent,
     anthropic_stream,
@@ -370,6 +370,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(self) -> None:
         standin = self.server.standin
         path = self.path.split("?", 1)[0]
+        if path in extra.PATHS:  # embeddings and count_tokens (R-FMT-5)
+            self._extra(path)
+            return
         self._responses = path == responses.PATH
         if path not in (_OPENAI_PATH, _ANTHROPIC_PATH, responses.PATH):
             self._send(404, {"error": {"type": "not_found_error", "code": "not_found"}})
@@ -407,6 +410,21 @@ class _Handler(BaseHTTPRequestHandler):
         # The client may give up (its deadline, a bounded error read): that is expected.
         with contextlib.suppress(BrokenPipeError, ConnectionResetError, TimeoutError):
             self._reply(reply, anthropic, model)
+
+    def _extra(self, path: str) -> None:
+        standin = self.server.standin
+        body = self._read_json()
+        model = body.get("model") if isinstance(body, dict) else None
+        model = model if isinstance(model, str) else None
+        headers = {
+            name.lower(): REDACTED if name.lower() in SECRET_HEADERS else value
+            for name, value in self.headers.items()
+        }
+        standin.record(ReceivedRequest(path, model, headers), body)
+        reply = standin.next_reply(model)
+        status, document = extra.answer(path, headers, body, reply.status, reply.input_tokens)
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError, TimeoutError):
+            self._send(status, document)
 
     def _read_json(self) -> Any:
         try:

@@ -237,9 +237,9 @@ def test_r_gw_bad_input_is_4xx_in_the_formats_shape(home: Path, body: bytes, pat
 @pytest.mark.parametrize(
     ("method", "path", "status"),
     [("GET", "/openai/v1/chat/completions", 405), ("POST", "/openai/v1/models", 405),
-     ("GET", "/anthropic/v1/messages", 405), ("POST", "/openai/v1/embeddings", 404),
+     ("GET", "/anthropic/v1/messages", 405), ("GET", "/openai/v1/embeddings", 405),
      ("POST", "/openai/v1/chat/completions/", 404), ("GET", "/anthropic/v1/models", 404),
-     ("POST", "/anthropic/v1/messages/count_tokens", 404)],
+     ("GET", "/anthropic/v1/messages/count_tokens", 405), ("POST", "/openai/v1/images", 404)],
 )  # fmt: skip
 def test_r_gw_6_unknown_paths_and_methods_answer_in_the_formats_shape(
     home: Path, method: str, path: str, status: int

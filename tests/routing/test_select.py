@@ -40,6 +40,8 @@ R = ExclusionReason
 # Three providers with siblings, a reasoning model, unknown and zero prices, a tiny window,
 # an image-only model and a provider that is not available.
 NOURL: dict[str, Any] = {"provider": "nourl", "id": "x", "pricing": price(0.01, 0.01)}
+EMBED: dict[str, Any] = {"provider": "vectors", "id": "e", "kind": "embedding",
+                         "pricing": price(0.01, 0.01)}  # fmt: skip
 KEYS = [m.key for m in CATALOG.models]
 
 
@@ -75,6 +77,12 @@ RULES: list[tuple[str, dict[str, Any], str, ExclusionReason]] = [
      "nourl/x", R.NO_BASE_URL),
     ("R-CAT-2", {}, "offline/x", R.UNAVAILABLE),
     ("R-SEL-1", {}, "vision/img", R.NO_TEXT),
+    ("R-FMT-3", {"catalog": catalog_of([*MODELS, EMBED]),
+                 "snapshot": snap(available_providers=AVAILABLE | {"vectors"})},
+     "vectors/e", R.MODEL_KIND),
+    ("R-FMT-3-chat", {"catalog": catalog_of([*MODELS, EMBED]), "default_model": "vectors/e",
+                      "snapshot": snap(available_providers=AVAILABLE | {"vectors"})},
+     "openai/gpt-a", R.MODEL_KIND),
     ("R-SEL-9", {"policy": {"routes": {"deny": ["anthropic/*"]}}}, "anthropic/claude-h",
      R.DENIED_BY_ROUTE),
     ("R-SEL-9-allow", {"policy": {"routes": {"allow": ["openai/*"]}}}, "local/llama",

@@ -9,6 +9,7 @@ from typing import Any, cast
 
 from ledger.catalog import Model
 from ledger.gateway.formats import internal as i
+from ledger.gateway.formats.anthropic_hints import effort_of, plain
 from ledger.gateway.formats.base import Limits, RouteParts, WireFormat
 from ledger.gateway.formats.common import (
     chat_problem,
@@ -100,6 +101,7 @@ class AnthropicMessages(WireFormat):
     prefix = "/anthropic/"
     path = "/anthropic/v1/messages"
     error_event = "error"
+    beta_header = "anthropic-beta"
 
     # ----------------------------------------------------------------- the caller's side
 
@@ -110,7 +112,10 @@ class AnthropicMessages(WireFormat):
         return problem
 
     def outside(self, body: dict[str, Any]) -> str | None:
-        return _outside(body)
+        return _outside(plain(body)[0])  # hints dropped, thinking as effort (R-FMT-4)
+
+    def dropped(self, body: dict[str, Any]) -> tuple[str, ...]:
+        return plain(body)[1]
 
     def error_document(self, status: int, code: str, message: str) -> dict[str, Any]:
         other = "api_error" if status >= 500 else "invalid_request_error"
@@ -134,6 +139,8 @@ class AnthropicMessages(WireFormat):
     # ----------------------------------------------------------------- the internal form
 
     def to_internal(self, body: dict[str, Any]) -> i.Request:
+        effort = effort_of(body)  # R-FMT-4: thinking as reasoning effort
+        body, _ = plain(body)
         messages: list[i.Message] = []
         for m in body["messages"]:
             content = m["content"]
@@ -180,6 +187,7 @@ class AnthropicMessages(WireFormat):
             tools=tools,
             tool_choice=tool_choice,
             one_call=one_call,
+            effort=effort,
         )
 
     def from_internal(self, request: i.Request) -> dict[str, Any]:
@@ -262,6 +270,9 @@ class AnthropicMessages(WireFormat):
         version = adapter.option_str("anthropicVersion", provider.DEFAULT_VERSION)
         url = f"{adapter.base_url()}/v1/messages"
         return RouteParts(url, {"anthropic-version": version}, "max_tokens")
+
+    def count_url(self, route_url: str) -> str | None:
+        return f"{route_url}/count_tokens"  # /v1/messages/count_tokens
 
     def credential_header(self, credential: str) -> tuple[str, str]:
         return "x-api-key", credential

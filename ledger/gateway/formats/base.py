@@ -72,6 +72,8 @@ class WireFormat(ABC):
     path: str  # the POST route that serves a request
     models_path: str | None = None  # a GET route listing the models, if the format has one
     error_event: str | None = None  # the `event:` name of a stream's error event
+    kind = "chat"  # the catalog model kind it serves (R-FMT-3: `chat` or `embedding`)
+    beta_header: str | None = None  # the header naming opt-in API flags (`anthropic-beta`)
 
     def __repr__(self) -> str:
         return f"<wire format {self.name}>"
@@ -91,6 +93,11 @@ class WireFormat(ABC):
     def outside(self, body: dict[str, Any]) -> str | None:
         """The first part of a checked body outside the internal form, as fixed text naming
         the field (never a value), or None: the request translates whole (R-GW-3)."""
+
+    def dropped(self, body: dict[str, Any]) -> tuple[str, ...]:
+        """What of a body inside the internal form is dropped on its way to another format's
+        route (hints only, each documented and reported in `x-ledger-dropped`, R-FMT-4)."""
+        return ()
 
     @abstractmethod
     def error_document(self, status: int, code: str, message: str) -> dict[str, Any]:
@@ -134,13 +141,8 @@ class WireFormat(ABC):
         format's route when the route sets none (its own effort wins)."""
         return None
 
-    def dropped(self, body: Mapping[str, Any]) -> tuple[str, ...]:
-        """The documented hints a translation of this body to another format leaves out,
-        reported in `x-ledger-dropped`."""
-        return ()
-
-    def models_document(self, models: list[tuple[str, str]]) -> dict[str, Any]:
-        """(model key, owner) pairs as the answer of `models_path`."""
+    def models_document(self, models: list[tuple[str, str, str]]) -> dict[str, Any]:
+        """(model key, owner, kind) triples as the answer of `models_path`."""
         raise NotImplementedError(f"{self.name}: it lists no models")
 
     # ----------------------------------------------------------------- the internal form
@@ -172,9 +174,19 @@ class WireFormat(ABC):
 
     # ----------------------------------------------------------------- the provider's side
 
+    def spoken_by(self, api: str) -> bool:
+        """A provider whose catalog `api` is this serves the format's requests (R-FMT-3: an
+        OpenAI-compatible provider serves embeddings too)."""
+        return api == self.name
+
     def upstream_route(self, adapter: HttpAdapter, model: Model, allowance: int) -> RouteParts:
         """A route's URL, format headers and max-tokens field (catalog and policy alone)."""
         raise NotImplementedError(f"{self.name}: no provider speaks it")
+
+    def count_url(self, route_url: str) -> str | None:
+        """Where a route of this format counts a request's input tokens (R-FMT-4), None when
+        it cannot (count_tokens is then 501, never a made-up number)."""
+        return None
 
     def credential_header(self, credential: str) -> tuple[str, str]:
         """The header carrying the provider's credential."""

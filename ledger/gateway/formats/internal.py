@@ -74,6 +74,7 @@ class Request:
     tools: tuple[Tool, ...] | None = None
     tool_choice: ToolChoice | None = None
     one_call: bool = False  # at most one tool call in the turn (parallel calls off)
+    effort: str | None = None  # reasoning effort the caller asked for: low, medium, high
 
 
 @dataclass(frozen=True)

@@ -170,9 +170,13 @@ class OpenAIChat(WireFormat):
         """Each of the `n` choices gets a token."""
         return allowance // choices_of(body) >= 1
 
-    def models_document(self, models: list[tuple[str, str]]) -> dict[str, Any]:
-        """(model key, owner) pairs as OpenAI model objects."""
-        data = [{"id": k, "object": "model", "created": 0, "owned_by": o} for k, o in models]
+    def models_document(self, models: list[tuple[str, str, str]]) -> dict[str, Any]:
+        """(model key, owner, kind) triples as OpenAI model objects, each with its `kind`
+        (`chat` or `embedding`, R-FMT-3)."""
+        data = [
+            {"id": k, "object": "model", "created": 0, "owned_by": o, "kind": kind}
+            for k, o, kind in models
+        ]
         return {"object": "list", "data": data}
 
     # ----------------------------------------------------------------- the internal form
@@ -257,6 +261,8 @@ class OpenAIChat(WireFormat):
             "max_tokens": request.max_tokens,
         }
         out.update(request.params)
+        if request.effort is not None:  # an Anthropic caller's thinking (R-FMT-4)
+            out["reasoning_effort"] = request.effort
         if request.stop is not None:
             out["stop"] = request.stop
         if request.tools is not None:

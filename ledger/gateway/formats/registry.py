@@ -8,12 +8,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ledger.gateway.formats import anthropic_messages, openai_chat, openai_responses
+from ledger.gateway.formats import (
+    anthropic_messages,
+    openai_chat,
+    openai_embeddings,
+    openai_responses,
+)
 from ledger.gateway.formats.base import WireFormat
 
 _BY_NAME: dict[str, WireFormat] = {}
 _BY_PREFIX: dict[str, WireFormat] = {}
 _LISTENERS: list[Callable[[WireFormat], None]] = []
+_FOR_ROUTE: dict[tuple[str, str], WireFormat | None] = {}
 
 
 def register(fmt: WireFormat) -> WireFormat:
@@ -22,6 +28,7 @@ def register(fmt: WireFormat) -> WireFormat:
         raise ValueError(f"a wire format named {fmt.name} or under {fmt.prefix} exists")
     _BY_NAME[fmt.name] = fmt
     _BY_PREFIX[fmt.prefix] = fmt
+    _FOR_ROUTE.clear()
     for listener in _LISTENERS:
         listener(fmt)
     return fmt
@@ -44,6 +51,17 @@ def by_name(name: str) -> WireFormat | None:
     return _BY_NAME.get(name)
 
 
+def for_route(api: str, kind: str) -> WireFormat | None:
+    """The format a route speaks: the one its provider's `api` names for a chat model, the one
+    of the model's kind its provider speaks otherwise (R-FMT-3); None when none is registered."""
+    key = (api, kind)
+    if key not in _FOR_ROUTE:
+        _FOR_ROUTE[key] = next(
+            (f for f in _BY_NAME.values() if f.kind == kind and f.spoken_by(api)), None
+        )
+    return _FOR_ROUTE[key]
+
+
 def by_path(path: str) -> WireFormat | None:
     """The format a gateway path belongs to (by its longest prefix), None for every other
     path."""
@@ -54,3 +72,4 @@ def by_path(path: str) -> WireFormat | None:
 register(openai_chat.FORMAT)
 register(anthropic_messages.FORMAT)
 register(openai_responses.FORMAT)
+register(openai_embeddings.FORMAT)

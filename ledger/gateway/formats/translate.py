@@ -10,6 +10,7 @@ silently.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ledger.gateway.formats.anthropic_messages import FORMAT as ANTHROPIC
@@ -21,7 +22,25 @@ from ledger.gateway.sse import Malformed
 def serves(route: WireFormat | None, caller: WireFormat, translatable: bool) -> bool:
     """A route of format `route` can serve a caller's request: the same format, or another one
     a provider speaks when the request is inside the internal form."""
-    return route is caller or (route is not None and translatable)
+    return route is caller or (route is not None and translatable and route.kind == caller.kind)
+
+
+def dropped_for(caller: WireFormat, route: WireFormat, body: dict[str, Any]) -> tuple[str, ...]:
+    """What of the caller's body a route of another format does not get (hints only, R-FMT-4);
+    nothing on a route of the caller's own format."""
+    return () if caller is route else caller.dropped(body)
+
+
+def betas_for(
+    caller: WireFormat, route: WireFormat, flags: tuple[str, ...], allowed: Callable[[str], bool]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The opt-in flags (`anthropic-beta`) forwarded to a route, and the dropped ones as
+    `header:flag` (R-FMT-4): forwarded only to a route taking the same header whose provider
+    allows the flag (catalog `betas`)."""
+    header = caller.beta_header
+    same = header is not None and route.beta_header == header
+    kept = tuple(f for f in flags if same and allowed(f))
+    return kept, tuple(f"{header}:{f}" for f in flags if f not in kept)
 
 
 def native(route: WireFormat | None, caller: WireFormat) -> bool:
