@@ -1,9 +1,10 @@
-"""The official Node SDKs through a real `ledger serve` and the stand-in (tests/node/embed_count.cjs;
-`openai` and `@anthropic-ai/sdk` pinned in tests/node/package-lock.json): `embeddings.create`
-reserved and settled with the returned usage (R-FMT-3), `messages.countTokens` forwarded
-unreserved to an Anthropic route and 501 `not_supported` where no route can count (R-FMT-4); both
-are R-FMT-5's Node proof. Without node or the SDKs the tests skip with one line naming why; under
-CI=true or LEDGER_REQUIRE_CLIENTS=1 they fail."""
+"""The official Node SDKs through a real `ledger serve` and the stand-in
+(tests/node/embed_count.cjs; `openai` and `@anthropic-ai/sdk` pinned in
+tests/node/package-lock.json): `embeddings.create` reserved and settled with the returned usage
+(R-FMT-3), `messages.countTokens` forwarded unreserved to an Anthropic route and 501
+`not_supported` where no route can count (R-FMT-4); both are R-FMT-5's Node proof. Without node
+or the SDKs the tests skip with one line naming why; under CI=true or LEDGER_REQUIRE_CLIENTS=1
+they fail."""
 
 from __future__ import annotations
 
