@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 import platform
-import sqlite3
 import sys
 from datetime import UTC, datetime
 
 from bench.common import Row
+from ledger.store import sqlite_driver
 from ledger.store.engine import chosen_journal_mode
 
 
@@ -23,8 +23,8 @@ def machine_lines(quick: bool) -> list[str]:
     return [
         f"- machine: {os.cpu_count()} CPUs, {platform.platform()}",
         f"- Python {platform.python_version()} ({sys.implementation.name}), "
-        f"SQLite {sqlite_driver.library_version()} ({sqlite_driver.LIBRARY}), journal mode `{chosen_journal_mode()}`, "
-        "synchronous=FULL",
+        f"SQLite {sqlite_driver.library_version()} ({sqlite_driver.LIBRARY}), "
+        f"journal mode `{chosen_journal_mode()}`, synchronous=FULL",
         f"- date: {stamp}; mode: {mode}; load average at start: {_load()}",
     ]
 
