@@ -15,6 +15,7 @@ from pathlib import Path
 
 from bench import (
     burst,
+    checkpoint,
     contention,
     cycle,
     fleet,
@@ -47,6 +48,7 @@ FIGURES: dict[str, Callable[[Path, Settings], list[Row]]] = {
     "simulate-memory": simulate_memory.run,
     "routing": routing.run,
     "scopes": scopes.run,
+    "checkpoint": checkpoint.run,
 }
 
 
