@@ -19,6 +19,7 @@ from bench import (
     contention,
     cycle,
     fleet,
+    fleet_serve,
     gateway,
     growth,
     handoff,
@@ -49,6 +50,7 @@ FIGURES: dict[str, Callable[[Path, Settings], list[Row]]] = {
     "routing": routing.run,
     "scopes": scopes.run,
     "checkpoint": checkpoint.run,
+    "fleet-serve": fleet_serve.run,
 }
 
 
