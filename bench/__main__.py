@@ -16,6 +16,7 @@ from pathlib import Path
 from bench import (
     burst,
     checkpoint,
+    client,
     contention,
     cycle,
     fleet,
@@ -51,6 +52,7 @@ FIGURES: dict[str, Callable[[Path, Settings], list[Row]]] = {
     "scopes": scopes.run,
     "checkpoint": checkpoint.run,
     "fleet-serve": fleet_serve.run,
+    "client": client.run,
 }
 
 
