@@ -51,6 +51,7 @@ FIGURES: dict[str, Callable[[Path, Settings], list[Row]]] = {
     "routing": routing.run,
     "scopes": scopes.run,
     "checkpoint": checkpoint.run,
+    "checkpoint-truncate": checkpoint.run_truncating,
     "fleet-serve": fleet_serve.run,
     "client": client.run,
 }
