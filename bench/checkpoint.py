@@ -38,6 +38,7 @@ QUICK_CYCLES = 2_000
 RATIO_TARGET = 2.0
 WAL_TARGET_MIB = 8.0
 TRUNCATE_ABOVE_MIB = 4.0  # the candidate fix's threshold (run_truncating)
+TRUNCATE_BUSY_MS: int | None = None  # its wait for readers; None: the policy's busy timeout
 MIB = 1024 * 1024
 
 
@@ -119,7 +120,8 @@ def _cycles(home: Path, count: int, truncate_above: int | None = None) -> Trace:
     side = None
     if truncate_above is not None:  # the candidate fix: the writer truncates a long log
         side = sqlite_driver.connect(db, isolation_level=None)
-        side.execute(f"PRAGMA busy_timeout = {ledger.policy.busy_timeout_ms}")
+        wait = ledger.policy.busy_timeout_ms if TRUNCATE_BUSY_MS is None else TRUNCATE_BUSY_MS
+        side.execute(f"PRAGMA busy_timeout = {wait}")
     trace = Trace([], [], [], 0)
     try:
         for i in range(20):  # warm: the statements are prepared, the log exists
