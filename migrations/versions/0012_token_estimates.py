@@ -27,21 +27,17 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    """Apply this revision."""
-    with op.batch_alter_table("reservations", schema=None) as batch_op:
-        batch_op.add_column(
-            sa.Column("estimate_input_tokens", sa.BigInteger(), nullable=False,
-                      server_default=sa.text("0"))
-        )
-        batch_op.add_column(
-            sa.Column("estimate_output_tokens", sa.BigInteger(), nullable=False,
-                      server_default=sa.text("0"))
+    """Apply this revision: two plain ADD COLUMNs (a constant default needs no table rebuild,
+    so rows pointing at `reservations` stay where they are)."""
+    for name in ("estimate_input_tokens", "estimate_output_tokens"):
+        op.add_column(
+            "reservations",
+            sa.Column(name, sa.BigInteger(), nullable=False, server_default=sa.text("0")),
         )
     op.execute("UPDATE reservations SET estimate_input_tokens = (input_bytes + 2) / 3")
 
 
 def downgrade() -> None:
-    """Revert this revision."""
-    with op.batch_alter_table("reservations", schema=None) as batch_op:
-        batch_op.drop_column("estimate_output_tokens")
-        batch_op.drop_column("estimate_input_tokens")
+    """Revert this revision (ALTER TABLE DROP COLUMN: SQLite 3.35 and later, PostgreSQL)."""
+    op.drop_column("reservations", "estimate_output_tokens")
+    op.drop_column("reservations", "estimate_input_tokens")
