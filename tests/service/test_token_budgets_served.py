@@ -62,7 +62,9 @@ def test_r_tok_2_v1_reserve_and_the_client_carry_the_estimate_and_a_refusal_keep
         assert info.value.reason == RefusalReason.TOKEN_BUDGET
         assert info.value.detail == "tokensPerMinute 400 of provider alpha"
         assert info.value.retry_at_ms is not None
-        assert info.value.retry_at_ms == parse_iso_ms(doc["created"]) + 60_000
+        created = parse_iso_ms(doc["created"])
+        assert created is not None
+        assert info.value.retry_at_ms == created + 60_000
 
 
 def test_r_tok_2_gateway_token_refusal_is_429_naming_window_limit_target_with_retry_after(
