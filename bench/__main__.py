@@ -15,10 +15,13 @@ from pathlib import Path
 
 from bench import (
     burst,
+    checkpoint,
+    client,
     contention,
     cycle,
     embeddings,
     fleet,
+    fleet_serve,
     gateway,
     growth,
     handoff,
@@ -53,6 +56,10 @@ FIGURES: dict[str, Callable[[Path, Settings], list[Row]]] = {
     "routing": routing.run,
     "scopes": scopes.run,
     "otel": otel.run,  # issue 48: tracing with a hanging collector / tracing off
+    "checkpoint": checkpoint.run,
+    "checkpoint-truncate": checkpoint.run_truncating,
+    "fleet-serve": fleet_serve.run,
+    "client": client.run,
 }
 
 

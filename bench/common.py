@@ -187,10 +187,11 @@ CHUNK = 10  # cycles on one side before switching, so a change in disk load hits
 Chunk = Callable[[int, int], float]  # (first index, count) -> mean seconds per cycle
 
 
-def side_by_side(first: Chunk, second: Chunk, settings: Settings, start: int) -> tuple[
-    list[float], list[float]
-]:
-    """Per run, the mean seconds per cycle of both sides, measured alternately in chunks."""
+def side_by_side(
+    first: Chunk, second: Chunk, settings: Settings, start: int, chunk: int = CHUNK
+) -> tuple[list[float], list[float]]:
+    """Per run, the mean seconds per cycle of both sides, measured alternately in chunks of
+    `chunk` cycles (`settings.cycles`: each side's whole run in one block)."""
     firsts: list[float] = []
     seconds: list[float] = []
     offset = start
@@ -198,7 +199,7 @@ def side_by_side(first: Chunk, second: Chunk, settings: Settings, start: int) ->
         a = b = 0.0
         done = 0
         while done < settings.cycles:
-            n = min(CHUNK, settings.cycles - done)
+            n = min(chunk, settings.cycles - done)
             a += n * first(offset, n)
             b += n * second(offset, n)
             offset += n

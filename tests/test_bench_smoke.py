@@ -39,6 +39,12 @@ def test_bench_quick_mode_runs_and_writes_a_table(tmp_path: Path) -> None:
         "scopes burst: snipz overshoot",
         "scopes burst: ledger / snipz reservations/s",
         "gateway: time to first byte beyond the reserve / the floor",  # issue 31 (not a goal)
+        # issue 46: checkpoints under a status reader, and the client ratio by both methods
+        "checkpoint: p99 of the 2,000 cycles that met a checkpoint / p99 of the others",
+        "checkpoint: -wal file size after 2,000 cycles with a status reader",
+        "checkpoint (candidate: writer's checkpoint(TRUNCATE) above 4.0 MiB): -wal file size",
+        "client: LedgerClient cycle / in-process cycle, alternating every 10 cycles",
+        "client: LedgerClient cycle / in-process cycle, each side's 10 cycles in one block",
     ):
         assert figure in text
     # issue 31: LiteLLM's proxy runs only in full mode; the smoke run says so and needs no litellm
@@ -50,6 +56,13 @@ def test_bench_quick_mode_runs_and_writes_a_table(tmp_path: Path) -> None:
     if os.environ.get("LEDGER_TEST_PG_URL"):  # issue 16: PostgreSQL beside SQLite
         assert "fleet cycle: PostgreSQL / SQLite" in text
         assert "fleet contention: PostgreSQL / SQLite (2 processes)" in text
+        # issue 46 item 4: two services on one database, the hourly budget exact
+        assert "fleet-serve: 2 services / 1, total cycles/s" in text
+        assert "| fleet-serve: reservations in the hour (database count) vs callsPerHour L=200 " \
+            "| 200 | 2 rounds | = L exactly | yes |" in text
+    else:
+        skipped = "| fleet-serve: ledger serve processes on one PostgreSQL database | skipped |"
+        assert skipped in text
     assert not list(tmp_path.glob("ledger-bench-*")), "scratch databases are removed"
 
 

@@ -30,7 +30,8 @@ OPENAI_FIELDS = frozenset(
     }
 )  # fmt: skip
 ANTHROPIC_ROLES = frozenset({"user", "assistant", "system"})
-"""Claude Code 2.1 sends its environment as a `system`-role message after the first user turn."""
+"""Claude Code 2.1 sends its environment as a `system`-role message after the first user turn;
+a conversation that opens with one (a chat-style system prompt) is still refused."""
 OPENAI_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
 # Anthropic's error.type per status (docs: "Errors"); OpenAI's error.type/code per status.
@@ -76,6 +77,9 @@ def request_problem(
     if not isinstance(messages, list) or not messages:
         return 400, None
     roles = ANTHROPIC_ROLES if anthropic else OPENAI_ROLES
+    first = messages[0]
+    if anthropic and isinstance(first, dict) and first.get("role") == "system":
+        return 400, None  # the system prompt is the top-level `system`, not a first message
     for message in messages:
         if not isinstance(message, dict) or message.get("role") not in roles:
             return 400, None

@@ -9,6 +9,8 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -30,7 +32,19 @@ def _blocks() -> tuple[list[str], str, str]:
     return fenced(text, "sh"), fenced(text, "python")[0], fenced(text, "js")[0]
 
 
-def test_issue47_readme_gateway_quickstart_runs_as_written(tmp_path: Path) -> None:
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A user's home with a short path: the README's default state directory under it holds
+    the service's unix socket (at most 95 bytes), which pytest-xdist's deep tmp_path overruns."""
+    path = Path(tempfile.mkdtemp(prefix="ledger-qs-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def test_issue47_readme_gateway_quickstart_runs_as_written(short_tmp: Path) -> None:
+    tmp_path = short_tmp
     (setup, serve, key, curl), python_code, node_code = _blocks()
     install, *setup_lines = setup.splitlines()
     assert install == "python -m pip install -c constraints.txt -e '.[serve]'"  # CI installs it
