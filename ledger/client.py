@@ -106,6 +106,8 @@ def reservation_of(doc: Mapping[str, Any]) -> Reservation:
         replayed=bool(doc["replayed"]),
         pool=doc.get("pool"),
         effort=doc.get("effort"),
+        estimate_input_tokens=int(doc.get("estimate_input_tokens") or 0),
+        estimate_output_tokens=int(doc.get("estimate_output_tokens") or 0),
     )
 
 

@@ -296,6 +296,8 @@ async def reserve(
     except Refused as refusal:
         now = refusal.now_ms if refusal.now_ms is not None else ledger.clock_fn()
         subject = refusal_subject(ledger, refusal.reason, route, refusal.scope)
+        if refusal.reason == RefusalReason.TOKEN_BUDGET and refusal.detail:
+            subject = refusal.detail  # R-TOK-2: its window, limit and target
         raise refused(refusal.reason, subject, refusal.retry_at_ms, now, refusal.scope) from None
 
 

@@ -53,6 +53,9 @@ class ReservationOut(Answer):
     replayed: bool
     pool: str | None = None
     effort: str | None = None
+    estimate_tokens: int = 0  # R-TOK-2: input and reply estimate, what token windows count
+    estimate_input_tokens: int = 0
+    estimate_output_tokens: int = 0
 
 
 class FallbackOut(Answer):

@@ -219,6 +219,18 @@ class RefusalsOut(Answer):
     by: list[RefusalCountOut]
 
 
+class TokenBudgetOut(Answer):
+    """One configured token window's use against its limit (R-TOK-5)."""
+
+    target: str | None  # a provider, model key or glob; null for a scope's window
+    scope: str | None
+    kind: str  # provider, model, glob or scope
+    window: str  # tokensPerMinute, inputTokensPerMinute, outputTokensPerMinute, tokensPerDay
+    limit: int
+    used: int
+    frees_at: str | None  # when its first counted part leaves the window
+
+
 class StatusOut(Answer):
     """The status document (`ledger status --json`, README "status --json")."""
 
@@ -247,6 +259,7 @@ class StatusOut(Answer):
     warnings: list[str]
     scopes: list[ScopeOut]
     refusals: RefusalsOut
+    token_budgets: list[TokenBudgetOut] = Field(default_factory=list)  # R-TOK-5
     service_elsewhere: bool  # a CLI's document while `ledger serve` runs on the state directory
     # R-RT-7: only when the policy has pools (strategy, cursor, candidates, live leases)
     pools: list[dict[str, Any]] | None = None

@@ -37,6 +37,7 @@ from ledger.store.status_views import (
     StatusData,
     status_data,
 )
+from ledger.store.token_views import TokenWindowUse
 
 SCHEMA_VERSION = 1
 __all__ = [
@@ -395,10 +396,29 @@ def status_document(
         "policy": {"fingerprint": fingerprint, "writers": writers, "warning": policy_warning},
         "scopes": scopes_json(data.scopes, policy),
         "refusals": refusals_json(data.refusals),
+        "token_budgets": token_budgets_json(data.token_budgets),
         "service_elsewhere": False,
         "inert": [entry.to_json() for entry in config.inert],
         "warnings": [w for w in (policy_warning, fs_warning) if w] + config.warnings(),
     }
+
+
+def token_budgets_json(uses: Iterable[TokenWindowUse]) -> list[dict[str, Any]]:
+    """R-TOK-5: each configured token window's use against its limit; `target` names a provider,
+    model key or glob (`kind` says which) or is null for a scope's window (`scope` names it);
+    `frees_at` is when its first counted part leaves the window (null when it holds nothing)."""
+    return [
+        {
+            "target": None if u.kind == "scope" else u.name,
+            "scope": u.name if u.kind == "scope" else None,
+            "kind": u.kind,
+            "window": u.window,
+            "limit": u.limit,
+            "used": u.used,
+            "frees_at": iso(u.frees_at_ms),
+        }
+        for u in uses
+    ]
 
 
 def refusals_json(rows: Iterable[RefusalTotal]) -> dict[str, Any]:

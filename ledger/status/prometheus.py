@@ -142,6 +142,21 @@ def _scope_families(out: _Exposition, scopes: list[dict[str, Any]]) -> None:
                 for s in scopes for part, key in _SCOPE_LIMITS if s[part][key] is not None])
 
 
+def _token_families(out: _Exposition, windows: list[dict[str, Any]]) -> None:
+    """R-TOK-5: each configured token window's use and limit, labelled by its target (a provider,
+    model key or glob from the policy, or `scope:NAME`), kind and window (policy key names)."""
+
+    def labels(w: dict[str, Any]) -> dict[str, object]:
+        target = w["target"] if w["scope"] is None else f"scope:{w['scope']}"
+        return {"target": target, "kind": w["kind"], "window": w["window"]}
+
+    out.family("ledger_token_budget_used",
+               "Tokens a token window counts now (usage where settled, else the estimate).",
+               [(labels(w), w["used"]) for w in windows])
+    out.family("ledger_token_budget_limit", "A token window's limit (tokenBudgets, scopes).",
+               [(labels(w), w["limit"]) for w in windows])
+
+
 _SCOPE_LIMITS = (("hourly", "limit"), ("daily", "ceiling_usd"), ("in_flight", "limit"))
 
 
@@ -258,6 +273,7 @@ def render_prometheus(doc: dict[str, Any]) -> str:
     _health_families(out, doc["health"])
     _pool_families(out, doc.get("pools") or [])
     _scope_families(out, doc.get("scopes") or [])
+    _token_families(out, doc.get("token_budgets") or [])
     _refusal_families(out, doc.get("refusals") or {"by": []})
     out.family(
         "ledger_sources",

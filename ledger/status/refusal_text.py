@@ -22,6 +22,7 @@ UNTIMED_HINTS: dict[str, str] = {
     R.SOURCE_MODELS: "the source used its sourceModels; `ledger source evolve` makes one override",
     R.SOURCE_TIME: "the source used its sourceTimeMs; `ledger source evolve` makes one override",
     R.SCOPE_DAILY_COST: "this estimate alone exceeds the scope's dailyEstimatedUsd",
+    R.TOKEN_BUDGET: "this request's token estimate alone exceeds the token limit",
 }
 
 # What a scope's refusal (R-SC-1) tells besides its retry time: nothing overrides a scope.

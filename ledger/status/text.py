@@ -249,6 +249,18 @@ def _scope_lines(scopes: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _token_lines(windows: list[dict[str, Any]]) -> list[str]:
+    """R-TOK-5: one line per configured token window: its use against its limit and when its
+    first counted part leaves."""
+    lines = []
+    for w in windows:
+        on = f"scope {w['scope']}" if w["scope"] is not None else f"{w['kind']} {w['target']}"
+        full = " FULL" if w["used"] >= w["limit"] else ""
+        frees = f" (frees from {w['frees_at']})" if w["frees_at"] else ""
+        lines.append(f"  tokens {on}{full}: {w['window']} {w['used']:,} / {w['limit']:,}{frees}")
+    return lines
+
+
 def _refusal_lines(doc: dict[str, Any], width: int) -> list[str]:
     """R-DIAG-1: the last hour's refusals by reason, the scope that refused and the key that
     asked, the most frequent first; nothing when there were none."""
@@ -291,6 +303,7 @@ def _budget_lines(doc: dict[str, Any], width: int) -> list[str]:
         f"cache write {d['cache_write_tokens']:,}  cache read {d['cache_read_tokens']:,}  "
         f"over {d['attempts']} attempt(s)",
         *_scope_lines(doc.get("scopes") or []),
+        *_token_lines(doc.get("token_budgets") or []),
     ):
         lines += _wrap(text, width)
     if doc["history"]:

@@ -32,6 +32,7 @@ from ledger.store.schema import (
     source_models,
     sources,
 )
+from ledger.store.token_views import TokenWindowUse, token_uses
 from ledger.store.views import CooldownRow, active_cooldowns, policy_writers
 
 SOURCE_LIST_LIMIT = 50
@@ -214,6 +215,7 @@ class StatusData:
     scopes: list[ScopeUse] = field(default_factory=list)  # R-SC-2: each scope's use
     queue: QueueData | None = None
     refusals: list[RefusalTotal] = field(default_factory=list)  # R-DIAG-1: the last hour's
+    token_budgets: list[TokenWindowUse] = field(default_factory=list)  # R-TOK-5
 
 
 def status_data(db: Database, calls_per_hour: int, policy: Policy | None = None) -> StatusData:
@@ -256,6 +258,7 @@ def status_data(db: Database, calls_per_hour: int, policy: Policy | None = None)
             scopes=[] if policy is None else scopes.status_uses(conn, now, policy),
             queue=queue_data(conn, now),
             refusals=refusal_counts.last_hour(conn, now),
+            token_budgets=[] if policy is None else token_uses(conn, now, policy),
         )
 
 

@@ -338,6 +338,28 @@ def _tokens_leaving(
     return Use(use.used, tuple(sorted(p for p in parts if p[1] > 0)))
 
 
+def first_leaving(conn: Connection, now: int, usage_key: UsageKey) -> int | None:
+    """When the first part of a token window's use leaves it (status, R-TOK-5): the oldest grant
+    in the window, or the earliest settle time of an overrun still counted (R-TOK-3); None when
+    the window holds nothing. Two indexed minimums, never the window's rows."""
+    window, measure, dim, target = usage_key
+    length = window.length_ms
+    if length is None or measure not in _TOKEN_PARTS:
+        return None
+    if dim is Dimension.GLOB:
+        target = glob_pattern(conn.dialect.name, target)
+    created = _created(dim)
+    since = now - length
+    granted = _rows(dim, func.min(created)).where(_where(dim, target, created > since))
+    over = _rows(dim, func.min(_R.settled_ms)).where(_where(
+        dim, target, _R.settled_ms > since, created > since - DAY_MS, created <= since,
+        _excess(measure) > 0,
+    ))
+    first = conn.execute(select(granted.scalar_subquery(), over.scalar_subquery())).one()
+    times = [int(at) + length for at in first if at is not None]
+    return min(times) if times else None
+
+
 def hour_use(count: int, next_free_ms: int | None, limit: int) -> Use:
     """The shared rolling hour's use as `reads.shared_state` read it: when it is full for
     callsPerHour (`limit`) it read when its oldest counted reservation past the limit leaves."""

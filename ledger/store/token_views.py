@@ -1,0 +1,80 @@
+"""Each configured token window's use for status (R-TOK-5): the store's one read of them.
+
+Every token budget of the policy (`tokenBudgets` targets and scopes' token keys, R-TOK-1) is read
+with the reserve's own usage read (`usage.plan`: the same columns a reserve checks, so status shows
+exactly what the next reserve counts) plus when its first part leaves (`usage.first_leaving`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Connection
+
+from ledger.budgets.unit import (
+    GLOBAL,
+    Budget,
+    Dimension,
+    Measure,
+    Stage,
+    UsageKey,
+    Window,
+    budgets_of,
+    token_budgets,
+)
+from ledger.config import Policy, TokenLimits
+from ledger.store import usage
+
+TOKEN_MEASURES = (Measure.TOKENS, Measure.INPUT_TOKENS, Measure.OUTPUT_TOKENS)
+
+
+def _window_names() -> dict[tuple[Window, Measure], str]:
+    """(window, measure) -> the policy key that sets it (`tokensPerMinute`, ...)."""
+    names = {}
+    for attr, spec in TokenLimits.model_fields.items():
+        (budget,) = token_budgets(GLOBAL, TokenLimits(**{attr: 1}), Stage.TOKENS)
+        names[(budget.window, budget.measure)] = str(spec.alias)
+    return names
+
+
+WINDOW_NAMES = _window_names()
+
+
+@dataclass(frozen=True)
+class TokenWindowUse:
+    """One token window: what it applies to, its policy key, limit, use now and when its first
+    part leaves (None: it holds nothing)."""
+
+    kind: str  # provider, model, glob or scope
+    name: str
+    window: str  # tokensPerMinute, inputTokensPerMinute, outputTokensPerMinute, tokensPerDay
+    limit: int
+    used: int
+    frees_at_ms: int | None
+
+
+def _key(budget: Budget) -> UsageKey:
+    to = budget.applies_to
+    return (budget.window, budget.measure, to.dimension, to.name or "")
+
+
+def token_uses(conn: Connection, now: int, policy: Policy) -> list[TokenWindowUse]:
+    """Every token window the policy sets, targets first then scopes, each in name order."""
+    found = [b for b in budgets_of(policy) if b.measure in TOKEN_MEASURES]
+    found.sort(key=lambda b: (b.applies_to.dimension is Dimension.SCOPE, b.applies_to.name or ""))
+    keys = [_key(b) for b in found]
+    read = usage.plan(now, keys, conn.dialect.name)
+    if read is None:
+        return []
+    used = usage.uses(keys, tuple(conn.execute(*read).one()))
+    return [
+        TokenWindowUse(
+            b.applies_to.dimension.value,
+            b.applies_to.name or "",
+            WINDOW_NAMES[(b.window, b.measure)],
+            b.limit,
+            used[k].used,
+            usage.first_leaving(conn, now, k) if used[k].used > 0 else None,
+        )
+        for b, k in zip(found, keys, strict=True)
+    ]
