@@ -18,7 +18,7 @@ import httpx
 
 from ledger.clock import parse_iso_ms
 from ledger.standin.server import Scripted, StandIn
-from tests.support.backends import fresh_pg_database, pg_server_url
+from tests.support.backends import db_url, fresh_pg_database, pg_server_url, rows, write
 from tests.support.gateway_keys import _ledger, _new_key
 from tests.support.gateway_setup import STANDIN_KEY, gateway, gateway_catalog
 from tests.support.serving import Served, running
@@ -145,9 +145,11 @@ def test_r_sc_1_a_settled_gateway_stream_frees_its_slot_at_once(home: Path) -> N
 
 def test_r_sc_1_an_expired_gateway_reservation_frees_its_slot_at_once(home: Path) -> None:
     """The holder is `kill -9`ed mid-stream: nobody settles its reservations (R-GW-7), they
-    hold the scope's slots until their deadline and free them then, with no settle."""
+    hold the scope's slots until their deadline and free them then, with no settle. The
+    deadline is far (10 min) so a slow restart cannot pass it; the test then brings it near in
+    the file, as time would, and waits for it (ordering, not timing)."""
     endless = Scripted(text="w" * 200, stream_pieces=200, event_delay_s=0.5)
-    timeout_ms = 30_000  # room for a restart on a loaded machine before the deadline
+    timeout_ms = 600_000
     with StandIn(default=endless) as standin:
         policy = _policy(timeout_ms)
         with ExitStack() as stack:
@@ -168,11 +170,19 @@ def test_r_sc_1_an_expired_gateway_reservation_frees_its_slot_at_once(home: Path
                 assert r.json()["error"]["code"] == "scope_in_flight"
                 after = int(r.headers["retry-after"])
                 assert 0 < after <= timeout_ms // 1000  # when the first of them expires
-                time.sleep(after + 0.05)  # the first deadline has passed (ordering, not timing)
+                url = db_url(home, None)
+                near = int(time.time() * 1000) + 2_000
+                assert write(url, _NEAR_DEADLINE, near=near) == 3  # the three unsettled
+                time.sleep(max(0.0, near / 1000 - time.time()) + 0.05)  # that deadline passed
                 r = http.post(OPENAI_PATH, json=_chat("e", False), headers=_headers(key, "e"))
-                assert r.status_code == 200, r.text  # the expired one freed its slot at once
+                assert r.status_code == 200, r.text  # the expired ones freed their slots at once
     assert standin.requests[-1].model == "a1"
     assert len(standin.requests) == 4  # d never reached upstream
+    opened = rows(db_url(home, None), "SELECT status FROM reservations ORDER BY id")
+    assert [s for (s,) in opened] == ["expired"] * 3 + ["succeeded"]  # never settled: expired
+
+
+_NEAR_DEADLINE = "UPDATE reservations SET deadline_ms = :near WHERE status = 'open'"
 
 
 def _serve_two(stack: ExitStack, tmp_path: Path, standin: StandIn, db: str) -> list[Served]:
@@ -237,14 +247,15 @@ def test_r_sc_3_a_revoked_key_is_refused_at_once_by_two_services_on_one_postgres
 
 def test_r_sc_3_an_expired_key_is_refused_over_http(home: Path) -> None:
     with StandIn() as standin, gateway(home, standin, **_policy(120_000)) as gw:
-        # long enough that a loaded machine still makes both first calls before it expires
-        # (3 s was overrun by `key list` and two requests under a CI's load)
-        key = _new_key(home, "short", "--expires", "15s")
+        # an hour, so a loaded machine makes both first calls long before it; then its expiry
+        # is brought near in the file, as time would, and waited for (ordering, not timing)
+        key = _new_key(home, "short", "--expires", "1h")
         listed = _ledger(home, "key", "list", "--json")
         (row,) = json.loads(listed.stdout)["keys"]
+        assert parse_iso_ms(row["expires"]) is not None
         assert _both_formats(gw.url, key) == WORKS
-        expires_ms = parse_iso_ms(row["expires"])
-        assert expires_ms is not None
-        time.sleep(max(0.0, expires_ms / 1000 - time.time()) + 0.2)  # past its expiry
+        near = int(time.time() * 1000) + 1_000
+        assert write(db_url(home, None), "UPDATE gateway_keys SET expires_ms = :near", near=near) == 1
+        time.sleep(max(0.0, near / 1000 - time.time()) + 0.2)  # past its expiry
         assert _both_formats(gw.url, key) == UNAUTHORIZED
         assert len(standin.requests) == 2
