@@ -182,6 +182,7 @@ def test_r_sc_1_an_expired_gateway_reservation_frees_its_slot_at_once(home: Path
     assert [s for (s,) in opened] == ["expired"] * 3 + ["succeeded"]  # never settled: expired
 
 
+_NEAR_EXPIRY = "UPDATE gateway_keys SET expires_ms = :near"
 _NEAR_DEADLINE = "UPDATE reservations SET deadline_ms = :near WHERE status = 'open'"
 
 
@@ -255,7 +256,7 @@ def test_r_sc_3_an_expired_key_is_refused_over_http(home: Path) -> None:
         assert parse_iso_ms(row["expires"]) is not None
         assert _both_formats(gw.url, key) == WORKS
         near = int(time.time() * 1000) + 1_000
-        assert write(db_url(home, None), "UPDATE gateway_keys SET expires_ms = :near", near=near) == 1
+        assert write(db_url(home, None), _NEAR_EXPIRY, near=near) == 1
         time.sleep(max(0.0, near / 1000 - time.time()) + 0.2)  # past its expiry
         assert _both_formats(gw.url, key) == UNAUTHORIZED
         assert len(standin.requests) == 2
