@@ -205,6 +205,35 @@ def recent_view(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+WINDOW_WORDS = {
+    "tokensPerMinute": "tokens per minute",
+    "inputTokensPerMinute": "input tokens per minute",
+    "outputTokensPerMinute": "output tokens per minute",
+    "tokensPerDay": "tokens per day",
+}
+"""The page's words for the document's `token_budgets[].window` keys (the policy's own keys)."""
+
+
+def token_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each token window of the document's `token_budgets` with what it applies to (`provider
+    alpha`, `scope night`), its use as a share of its limit, whether it is full and the seconds
+    until it starts to free."""
+    rows = []
+    for w in doc.get("token_budgets") or []:
+        on = ("scope", w["scope"]) if w["scope"] is not None else (w["kind"], w["target"])
+        rows.append({
+            **w,
+            "on_kind": on[0],
+            "on_name": on[1],
+            "words": WINDOW_WORDS.get(w["window"], w["window"]),
+            "pct": _percent(w["used"], w["limit"]),
+            "use_text": f"{w['used']:,} / {w['limit']:,} tokens",
+            "full": w["used"] >= w["limit"],
+            "frees_s": _seconds_between(doc["now"], w["frees_at"]),
+        })
+    return rows
+
+
 def view(
     doc: dict[str, Any], home: str | None = None, db_url_given: bool = False
 ) -> dict[str, Any]:
@@ -230,6 +259,7 @@ def view(
         "run": run_now(doc),
         "q": queue_view(doc),
         "recent": recent_view(doc),
+        "tokens": token_rows(doc),
         "health": health_rows(doc["health"]) if "health" in doc else None,
         "stale": [w for w in doc["policy"]["writers"] if w.get("live")],
     }

@@ -3,9 +3,11 @@
 A scenario names a start time and a span; typical latency and token sizes (per provider or model
 under `targets`); windows of behaviour per provider or model (`anthropic` answers 529 with
 probability 0.3 from 10:00 to 10:40; `openai/gpt-4.1` answers 429 with Retry-After 30 for 20
-minutes; a provider times out for 40 minutes); and arrivals (an even or Poisson rate between two
-times, bursts at a time). Times are `HH:MM` or `HH:MM:SS` after the start's midnight (`26:30` is
-02:30 the next day). `ledger simulate schema` prints the JSON Schema.
+minutes; a provider times out for 40 minutes); a provider's or model's own tokens-per-minute
+limit (`targets.*.tokensPerMinute`: a call that would take its last minute over it is answered
+429, so a policy's `tokenBudgets` can be tried against it); and arrivals (an even or Poisson rate
+between two times, bursts at a time). Times are `HH:MM` or `HH:MM:SS` after the start's midnight
+(`26:30` is 02:30 the next day). `ledger simulate schema` prints the JSON Schema.
 
 Invariant: validation fails closed with the fixed messages of `ledger.validation` (never a
 value); expansion is pure and draws randomness only from the seeded `random.Random` it is given.
@@ -16,6 +18,7 @@ from __future__ import annotations
 import math
 import random
 import re
+from collections import deque
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -110,11 +113,20 @@ class Tokens(_Strict):
         return self._draw(self.input, rng), self._draw(self.output, rng)
 
 
+ProviderTokenLimit = Annotated[int, Field(ge=1, le=10**9)]
+TOKEN_WINDOW_MS = 60_000
+RATE_LIMITED_LATENCY_MS = 100
+"""How long the stand-in takes to answer a call over its token limit (a 429 comes at once)."""
+
+
 class Profile(_Strict):
-    """Typical behaviour of a provider or model."""
+    """Typical behaviour of a provider or model; `tokensPerMinute` is the provider's OWN limit
+    (not the ledger's): a call whose tokens would take the target's last minute over it is
+    answered 429 with the Retry-After at which enough of the minute frees."""
 
     latency: Latency | None = None
     tokens: Tokens | None = None
+    tokens_per_minute: ProviderTokenLimit | None = Field(None, alias="tokensPerMinute")
 
 
 class Window(_Strict):
@@ -278,15 +290,56 @@ def arrival_outside_span(scenario: Scenario) -> str | None:
 SPAN_RULE = "must be within the simulated span (from `start`, for `hours`)"
 
 
+class _TokenMinute:
+    """A provider's own tokens-per-minute limit on one target: the calls it answered in the
+    rolling minute `(at - 60 s, at]`, each counted with its reply's input + output tokens at the
+    time it was made (a call it refuses counts nothing)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._calls: deque[tuple[int, int]] = deque()
+        self._used = 0
+
+    def _expire(self, at_ms: int) -> None:
+        while self._calls and self._calls[0][0] <= at_ms - TOKEN_WINDOW_MS:
+            self._used -= self._calls.popleft()[1]
+
+    def retry_after_ms(self, at_ms: int, tokens: int) -> int | None:
+        """None when `tokens` fit now; else the whole seconds until enough of the minute frees
+        (a Retry-After header carries seconds)."""
+        self._expire(at_ms)
+        over = self._used + tokens - self.limit
+        if over <= 0:
+            return None
+        frees_at = at_ms + TOKEN_WINDOW_MS  # alone over the limit: a minute, then again
+        for made_ms, counted in self._calls:
+            over -= counted
+            if over <= 0:
+                frees_at = made_ms + TOKEN_WINDOW_MS
+                break
+        return -(-(frees_at - at_ms) // 1000) * 1000
+
+    def count(self, at_ms: int, tokens: int) -> None:
+        self._calls.append((at_ms, tokens))
+        self._used += tokens
+
+
 class ScenarioBehaviour:
     """Answers from a scenario: the first window active on the model or its provider fails the
-    call with its probability; otherwise a healthy reply with the target's profile."""
+    call with its probability; otherwise a call that would take the model's or its provider's
+    own `tokensPerMinute` over answers 429 (Retry-After: when enough frees); otherwise a healthy
+    reply with the target's profile."""
 
     def __init__(self, scenario: Scenario, rng: random.Random) -> None:
         self._scenario = scenario
         self._rng = rng
         base = scenario.midnight_ms()
         self._windows = [(w, base + w.span()[0], base + w.span()[1]) for w in scenario.windows]
+        self._minutes = {
+            target: _TokenMinute(profile.tokens_per_minute)
+            for target, profile in scenario.targets.items()
+            if profile.tokens_per_minute is not None
+        }
 
     def _profile(self, model: str, provider: str) -> tuple[Latency, Tokens]:
         s = self._scenario
@@ -306,6 +359,15 @@ class ScenarioBehaviour:
                 break
         used = tokens.draw(rng)
         healthy = Reply(latency_ms=latency.draw(rng), input_tokens=used[0], output_tokens=used[1])
+        minutes = [m for m in (self._minutes.get(model), self._minutes.get(provider)) if m]
+        waits = [m.retry_after_ms(at_ms, sum(used)) for m in minutes]
+        if any(w is not None for w in waits):
+            wait = max(w for w in waits if w is not None)
+            limited = Reply(FailureKind.RATE_LIMIT, latency_ms=RATE_LIMITED_LATENCY_MS,
+                            retry_after_ms=wait, status=429)
+            return limited, True
+        for minute in minutes:
+            minute.count(at_ms, sum(used))
         return healthy, True
 
 

@@ -6,6 +6,7 @@ tokens (R-TOK-2); a settled one counts its usage (R-TOK-3)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ledger.clock import DAY_MS, iso, virtual_time
+from ledger.page.render import render_page
 from ledger.records import Success
 from ledger.status.document import build_status
 from tests.support.backends import BACKENDS
@@ -105,3 +107,53 @@ def test_r_tok_5_a_window_that_holds_nothing_and_an_overrun_that_outlives_its_gr
     (window,) = build_status(led)["token_budgets"]
     assert window["used"] == 250
     assert window["frees_at"] == iso(T0 + 50_000 + MINUTE)
+
+
+def _section(page: str, name: str) -> str:
+    start = page.index(f'<section id="{name}"')
+    return page[start : page.index("</section>", start)]
+
+
+def test_r_tok_5_the_page_shows_each_token_window_use_limit_and_when_it_frees(
+    home: Path, make_ledger: LedgerFactory, clock: Clock
+) -> None:
+    write_policy(home, **{**POLICY, "tokenBudgets": {**POLICY["tokenBudgets"],
+                                                     "beta/big": {"tokensPerMinute": 400}}})
+    led = make_ledger()
+    led.reserve("s1", "alpha/small", input_bytes=300, scopes=["night"])  # 100 in + 100 reply
+    clock.advance(2000)
+    doc = build_status(led)
+    section = _section(render_page(doc), "tokens")
+    rows = dict(re.findall(r'<tr data-token-window="([^"]+)"(?: class="(full)")?', section))
+    assert list(rows) == [
+        "provider:alpha:tokensPerMinute", "glob:alpha/*:tokensPerDay",
+        "model:beta/big:tokensPerMinute", "scope:night:inputTokensPerMinute",
+    ]  # fmt: skip
+    assert set(rows.values()) == {""}  # none full
+    assert "provider <code>alpha</code>" in section
+    assert "scope <code>night</code>" in section
+    assert "200 / 1,000 tokens" in section
+    assert "200 / 5,000 tokens" in section
+    assert "100 / 500 tokens" in section
+    assert "0 / 400 tokens" in section
+    frees = iso(T0 + MINUTE)
+    assert f'<time datetime="{frees}"' in section
+    assert f'<span class="left" data-until="{frees}">58s</span>' in section  # counts down
+    assert f'<span class="left" data-until="{iso(T0 + DAY_MS)}">' in section
+    assert section.count("nothing counted") == 1  # beta/big holds nothing
+
+    led.reserve("s2", "alpha/small", input_bytes=2100)  # 700 in + 100 reply: alpha's minute full
+    full = _section(render_page(build_status(led)), "tokens")
+    rows = dict(re.findall(r'<tr data-token-window="([^"]+)"(?: class="(full)")?', full))
+    assert rows["provider:alpha:tokensPerMinute"] == "full"
+    assert rows["scope:night:inputTokensPerMinute"] == ""
+    assert 'aria-label="tokens per minute of provider alpha: 1,000 / 1,000 tokens"' in full
+
+
+def test_r_tok_5_no_token_budget_no_page_section(home: Path, make_ledger: LedgerFactory) -> None:
+    write_policy(home, callsPerHour=100)
+    led = make_ledger()
+    led.reserve("s1", "alpha/small", input_bytes=300)
+    doc = build_status(led)
+    assert doc["token_budgets"] == []
+    assert 'id="tokens"' not in render_page(doc)
