@@ -41,9 +41,16 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.sampling import Decision
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode
-from opentelemetry.trace import TraceFlags
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+)
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from ledger.attempt import Attempt
@@ -77,6 +84,7 @@ MAX_METRIC_SETS = 256
 TRACEPARENT = "traceparent"
 ERROR = Status(StatusCode.ERROR)
 UNSET = Status(StatusCode.UNSET)
+SAMPLE = Decision.RECORD_AND_SAMPLE  # the sampler's `is_sampled()`
 SCOPE = InstrumentationScope("ledger")
 
 _PROPAGATOR = TraceContextTextMapPropagator()
@@ -148,7 +156,7 @@ class _Spans:
             trace_id = self.ids.generate_trace_id()
             random_id = self.random_ids
         sampled = self.sampler.should_sample(parent_context, trace_id, name, kind, attributes)
-        flags = TraceFlags.SAMPLED if sampled.decision.is_sampled() else TraceFlags.DEFAULT
+        flags = TraceFlags.SAMPLED if sampled.decision is SAMPLE else TraceFlags.DEFAULT
         if random_id:
             flags |= TraceFlags.RANDOM_TRACE_ID
         context = SpanContext(
@@ -347,7 +355,8 @@ class Tracing:
         found = self.routes.get(route)
         if found is None:
             found = self.routes[route] = (
-                f"POST {route}", {"http.request.method": "POST", "http.route": route}
+                f"POST {route}",
+                {"http.request.method": "POST", "http.route": route},
             )
         name, attributes = found
         return _Request(self.spans, name, SpanKind.SERVER, parent, attributes)
@@ -462,9 +471,12 @@ class _Attempt(AttemptWatch):
             attributes[n.POLICY_NEXT] = follow_up
         name = self.model.name
         spans = tracing.spans
-        context, parent, sampled = spans.open(self.parent_context, name, SpanKind.CLIENT, attributes)
-        spans.finish(name, context, parent, SpanKind.CLIENT, sampled, error is not None,
-                     self.start_ns)  # fmt: skip
+        context, parent, sampled = spans.open(
+            self.parent_context, name, SpanKind.CLIENT, attributes
+        )
+        spans.finish(
+            name, context, parent, SpanKind.CLIENT, sampled, error is not None, self.start_ns
+        )
         self.attributes = {}  # the span's own from now on
         metrics = tracing.metrics
         if metrics is not None and tracing.duration is not None and tracing.tokens is not None:

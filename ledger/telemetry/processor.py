@@ -120,9 +120,7 @@ class MetricQueue:
     def __init__(self, max_queue: int, delay_s: float) -> None:
         self._max = max(1, max_queue)
         self._delay_s = delay_s
-        self._queue: deque[tuple[Histogram, float, Mapping[str, Any], SpanContext | None]] = (
-            deque()
-        )
+        self._queue: deque[tuple[Histogram, float, Mapping[str, Any], SpanContext | None]] = deque()
         self._wake = threading.Event()
         self._stopping = False
         self.dropped = 0
