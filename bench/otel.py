@@ -1,5 +1,8 @@
 """Figure `otel` (issue 48, R-OTEL-1): a gateway request's time with tracing on, its collector
 hanging, over the same request with tracing off. `python -m bench.otel [--requests N]`.
+`--cost N`: instead, the tracing's own CPU per gateway request in this process (the seam's calls
+for a request with one attempt, on the calling thread), which the machine's other load does not
+blur as it blurs the ratio.
 
 Two `ledger serve` processes run at once against one stand-in: A without an OTLP endpoint, B
 exporting to a receiver that reads every export and never answers (tests/support/otlp_receiver.py,
@@ -27,6 +30,10 @@ import httpx
 
 from bench.common import Row, Settings, bench_policy
 from bench.gateway import BODY
+from ledger import telemetry
+from ledger.attempt import Attempt
+from ledger.kinds import AttemptRole, AttemptStatus
+from ledger.records import Reservation, SettleResult, Success
 from ledger.standin.server import StandIn
 from tests.support.gateway_setup import gateway_catalog
 from tests.support.otlp_receiver import Receiver
@@ -34,6 +41,7 @@ from tests.support.serving import Served, running
 
 TARGET = 1.05
 QUEUE = 64  # spans (two a request): full after ~32 requests while the collector hangs
+COST_HEADERS = {"content-type": "application/json", "authorization": "Bearer x"}
 
 
 def _home(scratch: Path, name: str, standin: StandIn) -> Path:
@@ -118,6 +126,47 @@ def rss_growth(scratch: Path, requests: int, threads: int = 4) -> tuple[float, f
     return before, after, dropped
 
 
+def _traced_request(number: int) -> None:
+    """The seam's calls for one gateway request with one answered attempt, as the gateway makes
+    them (the reservation and the settle's result made here, not by a ledger)."""
+    with telemetry.gateway_request(COST_HEADERS, "/openai/v1/chat/completions") as traced:
+        reservation = Reservation(number, "job", "acme/a1", 0, 1, None, AttemptRole.PRIMARY,
+                                  AttemptStatus.OPEN)  # fmt: skip
+        attempt: Attempt[None] = Attempt(1, "acme/a1", reservation, "acme/a1", None)
+        telemetry.watch(attempt, "acme", "a1", telemetry.max_tokens({"max_tokens": 64}))
+        telemetry.replied(attempt, {"model": "a1"})
+        attempt.outcome = Success(input_tokens=10, output_tokens=5)
+        attempt.record(SettleResult(number, "job", "acme/a1", AttemptStatus.SUCCEEDED, False))
+        traced.answered(200)
+
+
+def _thread_cpu_us(requests: int, rounds: int = 21) -> float:
+    """The least CPU of this thread per `_traced_request` over `rounds` rounds, in µs."""
+    for number in range(100):  # warm
+        _traced_request(number)
+    best = float("inf")
+    for _ in range(rounds):
+        started = time.thread_time()
+        for number in range(requests):
+            _traced_request(number)
+        best = min(best, (time.thread_time() - started) / requests)
+    return best * 1e6
+
+
+def cost(requests: int) -> tuple[float, float]:
+    """(µs a request with tracing off, µs with tracing on and its collector hanging)."""
+    off = _thread_cpu_us(requests)
+    with Receiver(silent=True) as receiver:
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+               "OTEL_BSP_MAX_QUEUE_SIZE": str(QUEUE), "OTEL_BSP_SCHEDULE_DELAY": "20"}  # fmt: skip
+        assert telemetry.configure(env, print)
+        try:
+            on = _thread_cpu_us(requests)
+        finally:
+            telemetry.shutdown()
+    return off, on
+
+
 def run(_root: Path, settings: Settings) -> list[Row]:
     """The figure's row (quick: 40 requests a side; else 200)."""
     requests = 40 if settings.quick else 200
@@ -138,10 +187,19 @@ def run(_root: Path, settings: Settings) -> list[Row]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.otel")
     parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--cost", type=int, default=0, metavar="N",
+                        help="instead: the tracing's CPU per request in this process (rounds of "
+                        "N requests)")  # fmt: skip
     parser.add_argument("--rss", type=int, default=0, metavar="N",
                         help="instead: N requests, the traced service's RSS growth (issue 48: "
                         "10000)")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.cost:
+        off, on = cost(args.cost)
+        print(f"| otel: the tracing's CPU per gateway request, on the request's thread "
+              f"| {on - off:.1f} us | {on:.1f} us on, {off:.1f} us off (best of 21 x {args.cost}) "
+              f"| - | collector hanging, span queue {QUEUE} |")  # fmt: skip
+        return 0
     if args.rss:
         with tempfile.TemporaryDirectory(prefix="ledger-otel-") as scratch:
             before, after, dropped = rss_growth(Path(scratch), args.rss)
