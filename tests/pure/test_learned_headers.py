@@ -103,8 +103,8 @@ def test_r_tok_4_two_families_for_one_kind_keep_the_smaller_remaining() -> None:
         _openai("1200", "20s" * 40),  # too long
         _openai("1200", "20s", "1000"),  # more remaining than the limit: garbage
         _openai("1200", "20s", "-1"),  # a bad limit is ignored
-        _openai("ｌ２００", "20s"),  # other digits
-        _openai("1200", "２０s"),
+        _openai("\uff11\uff12\uff10\uff10", "20s"),  # fullwidth digits
+        _openai("1200", "\uff12\uff10s"),
         _openai("1200\x00", "20s"),
     ],
 )
