@@ -37,15 +37,18 @@ class LimitKind(StrEnum):
     OUTPUT_TOKENS = "output_tokens"
 
 
-# (kind, header name with `{}` for limit / remaining / reset), in the order they are read
-_HEADERS = (
-    (LimitKind.TOKENS, "x-ratelimit-{}-tokens"),  # OpenAI
-    (LimitKind.TOKENS, "anthropic-ratelimit-tokens-{}"),
-    (LimitKind.INPUT_TOKENS, "anthropic-ratelimit-input-tokens-{}"),
-    (LimitKind.OUTPUT_TOKENS, "anthropic-ratelimit-output-tokens-{}"),
+_PARTS = ("limit", "remaining", "reset")
+# (kind, its limit, remaining and reset header names), in the order they are read
+_HEADERS: tuple[tuple[LimitKind, tuple[str, ...]], ...] = tuple(
+    (kind, tuple(name.format(part) for part in _PARTS))
+    for kind, name in (
+        (LimitKind.TOKENS, "x-ratelimit-{}-tokens"),  # OpenAI
+        (LimitKind.TOKENS, "anthropic-ratelimit-tokens-{}"),
+        (LimitKind.INPUT_TOKENS, "anthropic-ratelimit-input-tokens-{}"),
+        (LimitKind.OUTPUT_TOKENS, "anthropic-ratelimit-output-tokens-{}"),
+    )
 )
-NAMES = frozenset(name.format(part) for _, name in _HEADERS
-                  for part in ("limit", "remaining", "reset"))  # fmt: skip
+NAMES = frozenset(name for _, names in _HEADERS for name in names)
 """Every header read here (lower case)."""
 
 
@@ -104,16 +107,23 @@ class LearnedLimits:
 
 
 def read_limits(headers: Mapping[str, str], now_ms: int) -> LearnedLimits | None:
-    """The token limits an answer's headers report (`headers`: lower-case names, or a
-    case-insensitive mapping such as httpx's), read at `now_ms`; None when none is usable.
+    """The token limits an answer's headers report (names in any case; one read repeated with
+    two values is garbage), read at `now_ms`; None when none is usable.
 
     A kind counts only with both a remaining count and a reset (a duration such as `6m0s`,
     `20s`, `1.5s`, `120ms`, or an RFC 3339 time) in (now, now + HORIZON_MS]; a remaining above the
     reported limit is garbage. Two families reporting one kind: the smaller remaining wins."""
     try:
+        view: dict[str, str | None] = {}
+        for name, value in headers.items():
+            key = name.lower()
+            if key in NAMES:  # one name twice with two values is ambiguous: neither is read
+                view[key] = value if view.get(key, value) == value else None
+        if not view:
+            return None
         found: dict[LimitKind, LearnedLimit] = {}
-        for kind, name in _HEADERS:
-            one = _one(headers, kind, name, now_ms)
+        for kind, names in _HEADERS:
+            one = _one(view, kind, names, now_ms)
             if one is not None and (kind not in found or one.remaining < found[kind].remaining):
                 found[kind] = one
     except Exception:  # a hostile mapping never breaks a call: nothing is learned from it
@@ -123,16 +133,17 @@ def read_limits(headers: Mapping[str, str], now_ms: int) -> LearnedLimits | None
     return LearnedLimits(now_ms, tuple(found[k] for k in LimitKind if k in found))
 
 
-def _one(headers: Mapping[str, str], kind: LimitKind, name: str, now_ms: int) -> (
-    LearnedLimit | None
-):
-    remaining = _count(headers.get(name.format("remaining")))
+def _one(
+    headers: Mapping[str, str | None], kind: LimitKind, names: tuple[str, ...], now_ms: int
+) -> LearnedLimit | None:
+    limit_name, remaining_name, reset_name = names
+    remaining = _count(headers.get(remaining_name))
     if remaining is None:
         return None
-    reset = _reset(headers.get(name.format("reset")), now_ms)
+    reset = _reset(headers.get(reset_name), now_ms)
     if reset is None:
         return None
-    limit = _count(headers.get(name.format("limit")))
+    limit = _count(headers.get(limit_name))
     if limit is not None and remaining > limit:
         return None
     return LearnedLimit(kind, remaining, reset, limit)

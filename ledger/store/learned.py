@@ -2,9 +2,9 @@
 
 `record` keeps, in the settle's write transaction, what an answer's headers reported left of its
 provider's token limits per (provider, upstream model id) and kind; a newer reading replaces an
-older one, and readings past their reset are deleted as new ones arrive. `plan` adds to the
-reserve's one read of the shared state (`reads.shared_state`) what is left of each kind for the
-reserved model: the reported remaining minus the estimates of the reservations on it granted
+older one, and readings past their reset are ignored (deleted by retention, `prune`). `plan` adds
+to the reserve's one read of the shared state (`reads.shared_state`) what is left of each kind for
+the reserved model: the reported remaining minus the estimates of the reservations on it granted
 after the reading (NULL: no live reading), so every process subtracts every other's grants and
 16 processes cannot each spend the same remainder. `live` is the same for every live reading, for
 selection.
@@ -22,7 +22,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from ledger.budgets import learned as learned_check
 from ledger.budgets.checks import Refusal
-from ledger.learned import LearnedLimits, LimitKind
+from ledger.learned import HORIZON_MS, LearnedLimits, LimitKind
 from ledger.store.schema import learned_limits, reservations
 
 _L = learned_limits.c
@@ -34,6 +34,12 @@ _ESTIMATES = {
     LimitKind.OUTPUT_TOKENS: _R.estimate_output_tokens,
 }
 _PRUNE = delete(learned_limits).where(_L.reset_ms <= bindparam("b_now"))
+
+
+def prune(conn: Connection, now: int) -> None:
+    """Delete the readings past their reset (ignored since; a newer one of the same key replaces
+    its row anyway): done by retention's transactions, not on every settle."""
+    conn.execute(_PRUNE, {"b_now": now})
 
 
 def _granted_since(kind: LimitKind, model_key: Any) -> Any:
@@ -117,15 +123,16 @@ _UPSERT = {name: _upsert(name) for name in ("sqlite", "postgresql")}
 def record(
     conn: Connection, now: int, provider: str, model_id: str, limits: LearnedLimits
 ) -> None:
-    """Keep an answer's readings (inside the settle's write transaction) and delete the ones
-    past their reset."""
-    conn.execute(_PRUNE, {"b_now": now})
+    """Keep an answer's readings (inside the settle's write transaction). A reading is never
+    taken as read after `now`, and one whose reset is not in (now, now + HORIZON_MS] is not
+    kept (a caller's clock far off must not hold a model)."""
+    read_at = min(limits.read_at_ms, now)
     rows = [
         {"provider": provider, "model_id": model_id, "kind": one.kind.value,
-         "remaining": one.remaining, "limit_tokens": one.limit, "read_at_ms": limits.read_at_ms,
+         "remaining": one.remaining, "limit_tokens": one.limit, "read_at_ms": read_at,
          "reset_ms": one.reset_at_ms}
         for one in limits.limits
-        if one.reset_at_ms > now
+        if now < one.reset_at_ms <= now + HORIZON_MS
     ]  # fmt: skip
     if rows:
         conn.execute(_UPSERT[conn.dialect.name], rows)

@@ -69,6 +69,16 @@ def test_r_tok_4_names_are_matched_without_case_on_an_httpx_answer() -> None:
     assert found.limits[0].remaining == 5
 
 
+def test_r_tok_4_one_name_twice_with_two_values_is_not_read() -> None:
+    headers = {"X-RateLimit-Remaining-Tokens": "5", "x-ratelimit-remaining-tokens": "9000",
+               "x-ratelimit-reset-tokens": "1s"}  # fmt: skip
+    assert read_limits(headers, NOW) is None
+    joined = httpx.Headers([("x-ratelimit-remaining-tokens", "5"),
+                            ("x-ratelimit-remaining-tokens", "9000"),
+                            ("x-ratelimit-reset-tokens", "1s")])  # fmt: skip
+    assert read_limits(joined, NOW) is None  # httpx joins them: `5, 9000` is no number
+
+
 def test_r_tok_4_two_families_for_one_kind_keep_the_smaller_remaining() -> None:
     headers = {**_openai("500", "10s"), "anthropic-ratelimit-tokens-remaining": "300",
                "anthropic-ratelimit-tokens-reset": "2027-01-15T08:00:20Z"}  # fmt: skip

@@ -117,7 +117,7 @@ def test_r_tok_4_input_and_output_kinds_and_a_failed_answer_are_learned(
 
 
 @pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
-def test_r_tok_4_an_older_reading_never_replaces_a_newer_one_and_dead_ones_go(
+def test_r_tok_4_an_older_reading_never_replaces_a_newer_one_and_retention_drops_dead_ones(
     make_ledger: LedgerFactory, clock: Clock, ledger_db: str | None, home: Any
 ) -> None:
     led = make_ledger(**_policy())
@@ -128,9 +128,10 @@ def test_r_tok_4_an_older_reading_never_replaces_a_newer_one_and_dead_ones_go(
     _answered(led, clock, _openai("100"))
     led.settle(old.id, Success(10, 5, limits=old_limits))  # settled later, read earlier
     assert rows(url, "SELECT remaining FROM learned_limits") == [(100,)]
-    clock.advance(25_000)  # past its reset: ignored, then deleted by the next reading
+    clock.advance(25_000)  # past its reset: ignored, then deleted by retention
     _reserve(led, 1)
     _answered(led, clock, _openai("5000"), model="beta/mid")
+    led.compact(100)
     assert rows(url, "SELECT provider, model_id, remaining FROM learned_limits") == [
         ("beta", "mid", 5000)
     ]
