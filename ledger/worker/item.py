@@ -102,9 +102,10 @@ class _Heard:
 
 
 def _caller(
-    ledger: WorkerLedger, model: Model, clock: Callable[[], int], heard: _Heard
+    ledger: WorkerLedger, model: Model, clock: Callable[[], int], heard: _Heard | None = None
 ) -> Callable[[CallRequest], ProviderResponse]:
     catalog = ledger.catalog
+    heard = _Heard() if heard is None else heard
     learn = ledger.policy.learn_limits
 
     def call(request: CallRequest) -> ProviderResponse:
