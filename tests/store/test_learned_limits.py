@@ -159,3 +159,29 @@ def test_r_tok_4_an_override_skips_no_learned_limit(
     write(db_url(home, None), "UPDATE learned_limits SET reset_ms = :at", at=clock() + 1)
     clock.advance(1)
     led.evolve("known", "alpha/small", input_bytes=300)
+
+
+@pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
+def test_r_tok_4_selection_prefers_a_backup_with_room(
+    make_ledger: LedgerFactory, clock: Clock, ledger_db: str | None
+) -> None:
+    led = make_ledger(**_policy(defaultModel="alpha/small",
+                                tokenBudgets={"beta/mid": {"tokensPerMinute": 2 * EACH}}))
+    _answered(led, clock, _openai("1200"))
+    clock.advance(1)
+    selection = led.select("s1", input_bytes=BIG)
+    why = {e.model: (e.reason, e.until_ms) for e in selection.excluded}
+    assert why["alpha/small"] == ("provider_tokens_exhausted", T0 + 20_000)
+    assert selection.routes[0] != "alpha/small"
+    assert "beta/mid" not in selection.routes  # 1,600 tokens never fit its 400 a minute
+    assert why["beta/mid"] == ("token_budget", None)
+    _reserve(led, 2, model="beta/mid")  # 200 fit: the window now holds 200 of 400
+    clock.advance(1000)
+    why = {e.model: (e.reason, e.until_ms) for e in led.select("s3", input_bytes=300).excluded}
+    assert "alpha/small" not in why  # 200 tokens fit what alpha/small has left
+    _reserve(led, 4, model="beta/mid")
+    clock.advance(1000)
+    why = {e.model: (e.reason, e.until_ms) for e in led.select("s5", input_bytes=300).excluded}
+    assert why["beta/mid"] == ("token_budget", T0 + 1 + 60_000)  # the first grant leaves then
+    off = make_ledger(**_policy(defaultModel="alpha/small", learnLimits=False))
+    assert off.select("s6", input_bytes=BIG).routes[0] == "alpha/small"
