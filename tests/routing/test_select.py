@@ -46,7 +46,7 @@ NOURL: dict[str, Any] = {"provider": "nourl", "id": "x", "pricing": price(0.01, 
 EMBED: dict[str, Any] = {"provider": "vectors", "id": "e", "kind": "embedding",
                          "pricing": price(0.01, 0.01)}  # fmt: skip
 KEYS = [m.key for m in CATALOG.models]
-(ANTHROPIC_TPM,) = token_budgets(token_target("anthropic"), TokenLimits(tokensPerMinute=1000),
+(ANTHROPIC_TPM,) = token_budgets(token_target("anthropic"), TokenLimits(tokens_per_minute=1000),
                                  Stage.TOKENS)  # fmt: skip
 
 

@@ -18,7 +18,8 @@ R = ExclusionReason
 
 
 def _window(target: str, **limits: int) -> Any:
-    (budget,) = token_budgets(token_target(target), TokenLimits(**limits), Stage.TOKENS)
+    (budget,) = token_budgets(token_target(target), TokenLimits.model_validate(limits),
+                              Stage.TOKENS)  # fmt: skip
     return budget
 
 
@@ -37,7 +38,7 @@ def test_r_tok_4_a_primary_without_room_gives_way_to_a_backup_until_its_reset() 
     selection = _run(room, input_bytes=4500)  # 1,500 input tokens + the reply: no fit
     assert selection.routes[0] == "anthropic/claude-h"
     assert _why(selection)["openai/gpt-a"] == (R.PROVIDER_TOKENS_EXHAUSTED, NOW + 20_000)
-    doc = selection.to_json()
+    doc: Any = selection.to_json()
     assert {"model": "openai/gpt-a", "reason": "provider_tokens_exhausted",
             "until": "2023-11-14T22:13:40.000Z"} in doc["excluded"]  # fmt: skip
     roomy = TokenRoom(learned=(LearnedRoom("openai/gpt-a", LimitKind.TOKENS, 10**6, NOW + 1),))
