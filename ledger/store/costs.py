@@ -19,6 +19,7 @@ from ledger.budgets import checks as budgets
 from ledger.catalog import Model
 from ledger.records import Cancelled, Failed, Success
 from ledger.store import reads, scopes
+from ledger.store.hot import Hot
 from ledger.store.schema import (
     cost_hours,
 )
@@ -32,6 +33,7 @@ _ADD_HOUR_COST = (
     )
 )
 _INSERT_HOUR_COST = insert(cost_hours)
+_HOT_ADD_HOUR_COST = Hot(_ADD_HOUR_COST)
 
 
 def add_hour_cost(conn: Connection, created_ms: int, cost: int, attempts: int) -> None:
@@ -41,7 +43,7 @@ def add_hour_cost(conn: Connection, created_ms: int, cost: int, attempts: int) -
     """
     hour = reads.hour_start(created_ms)
     params = {"b_hour": hour, "b_cost": cost, "b_attempts": attempts}
-    if conn.execute(_ADD_HOUR_COST, params).rowcount == 0:  # the hour's first reservation
+    if _HOT_ADD_HOUR_COST.rowcount(conn, params) == 0:  # the hour's first reservation
         conn.execute(
             _INSERT_HOUR_COST, {"hour_start_ms": hour, "cost_micro": cost, "attempts": attempts}
         )

@@ -44,6 +44,7 @@ from ledger.errors import (
 )
 from ledger.home import sqlite_file
 from ledger.store import dialects, sqlite_driver
+from ledger.store.hot import Hot
 from ledger.store.schema import clock
 from ledger.store.writelock import WriteLock, lock_path
 
@@ -145,6 +146,7 @@ _ADVANCE_CLOCK = (
     .values(newest_ms=case((clock.c.newest_ms < _WALL, _WALL), else_=clock.c.newest_ms))
     .returning(clock.c.newest_ms)
 )
+_HOT_ADVANCE_CLOCK = Hot(_ADVANCE_CLOCK)
 
 
 @dataclass
@@ -347,7 +349,7 @@ class Database:
         """max(wall clock, newest stored time), stored back so time never moves backwards."""
         wall = self._wall(conn, locked=True)
         if self._returning:
-            newest = conn.execute(_ADVANCE_CLOCK, {"wall": wall}).scalar()
+            newest = _HOT_ADVANCE_CLOCK.scalar(conn, {"wall": wall})
             if newest is not None:
                 return int(newest)
         else:  # pragma: no cover - backends without UPDATE ... RETURNING

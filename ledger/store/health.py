@@ -10,6 +10,7 @@ from __future__ import annotations
 from sqlalchemy import Connection, bindparam, insert, select, update
 
 from ledger.kinds import CooldownScope
+from ledger.store.hot import Hot
 from ledger.store.schema import health
 
 _BOTH = (
@@ -24,6 +25,7 @@ _FAILED = update(health).where(_BOTH).values(
     last_failure_ms=bindparam("b_now"),
 )
 _PRESENT = select(health.c.scope).where(_BOTH)
+_HOT = {None: Hot(_SUCCEEDED), "failed": Hot(_FAILED)}
 
 
 def record(conn: Connection, now: int, provider: str, model_key: str, kind: str | None) -> None:
@@ -33,7 +35,7 @@ def record(conn: Connection, now: int, provider: str, model_key: str, kind: str 
     the first time gets its row inserted.
     """
     params = {"b_provider": provider, "b_model": model_key, "b_now": now, "b_kind": kind}
-    if conn.execute(_SUCCEEDED if kind is None else _FAILED, params).rowcount == 2:
+    if _HOT[None if kind is None else "failed"].rowcount(conn, params) == 2:
         return
     present = {str(s) for (s,) in conn.execute(_PRESENT, params)}
     for scope, target in ((CooldownScope.PROVIDER, provider), (CooldownScope.MODEL, model_key)):

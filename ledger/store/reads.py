@@ -11,6 +11,7 @@ from sqlalchemy import Connection, Row, Select, bindparam, case, exists, func, s
 from ledger.budgets.checks import DAY_MS, HOUR_MS, DailyWindow, SourceBudget
 from ledger.kinds import CooldownScope, SourceState
 from ledger.store import dialects, probes
+from ledger.store.hot import Hot
 from ledger.store.schema import cooldowns, cost_hours, reservations, source_models, sources
 
 OPEN_LIKE = ("open", "expired")
@@ -77,6 +78,8 @@ _SOURCE_BUDGET = (
 _SOURCE_MODELS = select(source_models.c.model_key).where(
     source_models.c.source_id == bindparam("source_id")
 )
+_HOT_SOURCE_BUDGET = Hot(_SOURCE_BUDGET)
+_HOT_SOURCE_MODELS = Hot(_SOURCE_MODELS)
 def _latest_cooldown(scope: Any, target: Any) -> Select[Any]:
     """The latest end of an active cooldown on a target (NULL when none): `scope` and `target`
     are values or bind parameters, `now` a bind parameter."""
@@ -117,11 +120,11 @@ class SharedState:
 
 
 @cache
-def _shared_with(also: Select[Any] | None) -> Select[Any]:
+def _shared_with(also: Select[Any] | None) -> Hot:
     """The shared-state read with `also`'s columns after its own (one statement, one round trip)."""
     if also is None:
-        return _SHARED_STATE
-    return select(*_SHARED_STATE.selected_columns, *also.selected_columns)
+        return Hot(_SHARED_STATE)
+    return Hot(select(*_SHARED_STATE.selected_columns, *also.selected_columns))
 
 
 def shared_state(
@@ -138,7 +141,7 @@ def shared_state(
     in that same round trip and its values returned beside."""
     params = {"since": now - HOUR_MS, "now": now, "provider": provider, "model_key": model_key}
     statement = _shared_with(None if also is None else also[0])
-    row = tuple(conn.execute(statement, {**params, **({} if also is None else also[1])}).one())
+    row = tuple(statement.first(conn, {**params, **({} if also is None else also[1])}))
     count, provider_until, model_until, provider_mark, model_mark, overdue = row[:6]
     next_free = None if count < calls_per_hour else _next_free(conn, now, count, calls_per_hour)
     shared = SharedState(
@@ -219,10 +222,10 @@ def daily_window(
 
 def source_budget(conn: Connection, source_id: str) -> SourceBudget | None:
     """A source's state and counters (archived history included), or None if it does not exist."""
-    row = conn.execute(_SOURCE_BUDGET, {"source_id": source_id}).one_or_none()
+    row = _HOT_SOURCE_BUDGET.first(conn, {"source_id": source_id})
     if row is None:
         return None
-    models = conn.execute(_SOURCE_MODELS, {"source_id": source_id}).scalars()
+    models = (m for (m,) in _HOT_SOURCE_MODELS.all(conn, {"source_id": source_id}))
     return SourceBudget(
         state=SourceState(row.state),
         retry_at_ms=row.retry_at_ms,
@@ -263,4 +266,11 @@ def reservation_row(
     PostgreSQL's 32-bit or SQLite's 64-bit id column) is None too, never a database error."""
     if not dialects.can_be_row_id(conn, reservation_id):
         return None
-    return conn.execute(query, {"b_id": reservation_id}).first()
+    found: Row[Any] | None = _hot(query).first(conn, {"b_id": reservation_id})
+    return found  # a row with the same attributes, `_mapping` and indexing as SQLAlchemy's
+
+
+@cache
+def _hot(query: Select[Any]) -> Hot:
+    """A reservation read by id, run as a hot statement (one per query shape)."""
+    return Hot(query)

@@ -24,6 +24,7 @@ from ledger.kinds import AttemptRole, AttemptStatus, RefusalReason, SourceState
 from ledger.records import Reservation
 from ledger.store import learned, probes, reads, roles, scopes, usage
 from ledger.store.costs import add_hour_cost
+from ledger.store.hot import Hot
 from ledger.store.pool_choice import reserve_pool
 from ledger.store.requests import BY_REQUEST_ID, ReserveRequest, to_reservation
 from ledger.store.schema import reservations, source_models, source_scopes, sources
@@ -39,11 +40,25 @@ _INSERT_SOURCE_SCOPE = insert(source_scopes)
 _INSERT_SOURCE = insert(sources)
 _INSERT_RESERVATION = insert(reservations)
 _INSERT_SOURCE_MODEL = insert(source_models)
-_TOUCH_SOURCE = (
+_TOUCH_SOURCE = Hot(
     update(sources)
     .where(sources.c.id == bindparam("b_id"))
     .values(last_checked_ms=bindparam("b_now"))
 )
+_RESERVATION_KEYS = (
+    "request_id", "namespace", "source_id", "model_key", "provider", "role", "fallback_from",
+    "after_id", "follow_up", "created_ms", "deadline_ms", "input_bytes", "estimate_micro",
+    "status", "cost_micro", "policy_fp", "pool", "effort", "sticky_scope",
+    "estimate_input_tokens", "estimate_output_tokens",
+)  # fmt: skip
+_HOT_INSERT_RESERVATION = Hot(
+    _INSERT_RESERVATION, keys=_RESERVATION_KEYS, returning_id=reservations.c.id
+)
+_HOT_INSERT_SOURCE = Hot(
+    _INSERT_SOURCE,
+    keys=("id", "state", "in_queue", "payload_ref", "created_ms", "last_checked_ms"),
+)
+_HOT_INSERT_SOURCE_MODEL = Hot(_INSERT_SOURCE_MODEL, keys=("source_id", "model_key", "first_ms"))
 _EXPIRE_OPEN = (
     update(reservations)
     .where(
@@ -63,8 +78,8 @@ def insert_source(
     payload_ref: str | None = None,
 ) -> None:
     """Create a source the caller found missing, in the caller's write transaction."""
-    conn.execute(
-        _INSERT_SOURCE,
+    _HOT_INSERT_SOURCE.rowcount(
+        conn,
         {
             "id": source_id,
             "state": SourceState.QUEUED.value,
@@ -234,7 +249,7 @@ def reserve_model(
     if isinstance(verdict, budgets.Refusal):
         if verdict.reason in _COOLING:
             # R-POL-6: temporarily unroutable work moves behind other eligible work
-            conn.execute(_TOUCH_SOURCE, {"b_id": request.source_id, "b_now": now})
+            _TOUCH_SOURCE.rowcount(conn, {"b_id": request.source_id, "b_now": now})
         return _with_retry(conn, verdict, uses, asked)
     if new_source:
         insert_source(conn, request.source_id, now)
@@ -244,8 +259,8 @@ def reserve_model(
     if shared.overdue:
         expire_open(conn, now)
     role = recorded.role
-    new_id = conn.execute(
-        _INSERT_RESERVATION,
+    new_id = _HOT_INSERT_RESERVATION.new_id(
+        conn,
         {
             "request_id": request.request_id,
             "namespace": request.namespace,
@@ -269,21 +284,19 @@ def reserve_model(
             "estimate_input_tokens": input_tokens,
             "estimate_output_tokens": output_tokens,
         },
-    ).inserted_primary_key
-    assert new_id is not None
+    )
     add_hour_cost(conn, now, verdict.estimate_micro or 0, 1)
-    scopes.record(conn, int(new_id[0]), names, now, verdict.estimate_micro)
+    scopes.record(conn, new_id, names, now, verdict.estimate_micro)
     if gate.armed and not request.override:  # R-POL-9: the first reservation is the probe
-        probes.claim(conn, gate.armed, int(new_id[0]), verdict.deadline_ms)
+        probes.claim(conn, gate.armed, new_id, verdict.deadline_ms)
     if model.key not in source.models:
-        conn.execute(
-            _INSERT_SOURCE_MODEL,
-            {"source_id": request.source_id, "model_key": model.key, "first_ms": now},
+        _HOT_INSERT_SOURCE_MODEL.rowcount(
+            conn, {"source_id": request.source_id, "model_key": model.key, "first_ms": now}
         )
     if not new_source:  # a new one was inserted checked now
-        conn.execute(_TOUCH_SOURCE, {"b_id": request.source_id, "b_now": now})
+        _TOUCH_SOURCE.rowcount(conn, {"b_id": request.source_id, "b_now": now})
     return Reservation(
-        id=int(new_id[0]),
+        id=new_id,
         source=request.source_id,
         model=model.key,
         created_ms=now,

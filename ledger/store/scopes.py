@@ -23,6 +23,7 @@ from ledger.config import Policy, ScopeLimits
 from ledger.kinds import AttemptStatus
 from ledger.store import reads
 from ledger.store.engine import Database
+from ledger.store.hot import Hot
 from ledger.store.schema import (
     gateway_keys,
     reservation_scopes,
@@ -88,6 +89,7 @@ _SETTLED_COST = (
     )
     .values(cost_micro=_SCH.cost_micro + bindparam("b_cost"))
 )
+_HOT_SETTLED_COST = Hot(_SETTLED_COST)
 
 
 @cache
@@ -276,7 +278,7 @@ def cost_changed(conn: Connection, reservation_id: int, created_ms: int, delta: 
     """A settle replaced a reservation's cost: move its scopes' hour totals by `delta` (the
     caller's write transaction; a reservation under no scope changes no row)."""
     params = {"b_hour": reads.hour_start(created_ms), "b_id": reservation_id, "b_cost": delta}
-    conn.execute(_SETTLED_COST, params)
+    _HOT_SETTLED_COST.rowcount(conn, params)
 
 
 def add_source_scopes(conn: Connection, source_id: str, names: Iterable[str]) -> None:

@@ -30,6 +30,7 @@ from ledger.records import Cancelled, Failed, Outcome, SettleResult, Success
 from ledger.store import health, learned, probes, reads
 from ledger.store.costs import cost_changed, usage_columns
 from ledger.store.failure import held_probes, settle_failure
+from ledger.store.hot import Hot
 from ledger.store.notices import record_notice
 from ledger.store.pool_choice import settle_lease
 from ledger.store.schema import (
@@ -48,6 +49,14 @@ _FOR_SETTLE = select(
     .label("has_strikes"),
 ).where(reservations.c.id == bindparam("b_id"))
 _UPDATE_RESERVATION = update(reservations).where(reservations.c.id == bindparam("b_id"))
+# the common success: the reported usage, its cost and the settle time (no subkind)
+_HOT_SUCCEEDED = Hot(
+    _UPDATE_RESERVATION,
+    keys=(
+        "status", "input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens",
+        "actual_micro", "cost_micro", "settled_ms", "duration_ms", "late",
+    ),
+)  # fmt: skip
 _CLEAR_STRIKES = delete(transport_strikes).where(
     transport_strikes.c.model_key == bindparam("model_key")
 )
@@ -85,7 +94,6 @@ def settle(
     duration = max(0, now - row.created_ms)
     model = catalog.model(row.model_key)
     base = {"settled_ms": now, "duration_ms": duration, "late": late}
-    where = reservations.c.id == reservation_id
     if isinstance(outcome, Success):
         return _settle_success(conn, now, row, model, outcome, late, base)
     if isinstance(outcome, Cancelled):
@@ -100,7 +108,7 @@ def settle(
         marked = {"subkind": "usage_estimated"} if outcome.usage_estimated else {}
         conn.execute(
             update(reservations)
-            .where(where)
+            .where(reservations.c.id == reservation_id)
             .values(
                 status=AttemptStatus.CANCELLED.value,
                 kind=FailureKind.CANCELLED.value,
@@ -138,17 +146,17 @@ def _settle_success(
     usage = usage_columns(model, outcome)
     actual = usage["actual_micro"]
     cost = actual if actual is not None else r["estimate_micro"]
-    conn.execute(
-        _UPDATE_RESERVATION,
-        {
-            "b_id": r["id"],
-            "status": AttemptStatus.SUCCEEDED.value,
-            **usage,
-            "cost_micro": cost,
-            **base,
-            **({"subkind": "usage_estimated"} if outcome.usage_estimated else {}),
-        },
-    )
+    values = {
+        "b_id": r["id"],
+        "status": AttemptStatus.SUCCEEDED.value,
+        **usage,
+        "cost_micro": cost,
+        **base,
+    }
+    if outcome.usage_estimated:
+        conn.execute(_UPDATE_RESERVATION, {**values, "subkind": "usage_estimated"})
+    else:
+        _HOT_SUCCEEDED.rowcount(conn, values)
     cost_changed(conn, row, cost)
     if not late:
         settle_lease(conn, now, row, success=True)
