@@ -40,7 +40,7 @@ def _refused_until_reset(home: Path) -> None:
             home, "SELECT remaining, read_at_ms, reset_ms FROM learned_limits"
             " WHERE provider = 'p1' AND model_id = 'm1' AND kind = 'tokens'")
         assert remaining == 1200
-        assert 19_000 <= reset - read_at <= 20_000
+        assert 19_000 <= reset - read_at <= 21_000  # never read after the settle: a ms apart
         with pytest.raises(Refused) as info:
             led.reserve("next", "p1/m1", input_bytes=SIZE)
         assert info.value.reason == RefusalReason.PROVIDER_TOKENS_EXHAUSTED
