@@ -23,6 +23,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from ledger.budgets import learned as learned_check
 from ledger.budgets.checks import Refusal
 from ledger.learned import HORIZON_MS, LearnedLimits, LimitKind
+from ledger.store.hot import Hot
 from ledger.store.schema import learned_limits, reservations
 
 _L = learned_limits.c
@@ -117,7 +118,8 @@ def _upsert(dialect: str) -> Any:
     )  # fmt: skip
 
 
-_UPSERT = {name: _upsert(name) for name in ("sqlite", "postgresql")}
+_ROW_KEYS = ("provider", "model_id", "kind", "remaining", "limit_tokens", "read_at_ms", "reset_ms")
+_UPSERT = {name: Hot(_upsert(name), keys=_ROW_KEYS) for name in ("sqlite", "postgresql")}
 
 
 def record(
@@ -134,8 +136,9 @@ def record(
         for one in limits.limits
         if now < one.reset_at_ms <= now + HORIZON_MS
     ]  # fmt: skip
-    if rows:
-        conn.execute(_UPSERT[conn.dialect.name], rows)
+    upsert = _UPSERT[conn.dialect.name]
+    for row in rows:  # one to three: a hot statement each (a settle's cost, R-TOK-4)
+        upsert.rowcount(conn, row)
 
 
 @dataclass(frozen=True)
