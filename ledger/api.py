@@ -432,7 +432,8 @@ class Ledger:
             if ceiling is None
             else largest_estimate(self.catalog.models, size, self.policy.reply_tokens, ceiling)
         )
-        st = select_state(self.db, source, self.policy.calls_per_hour, ceiling, need)
+        st = select_state(self.db, source, self.policy.calls_per_hour, ceiling, need,
+                          self.policy, tokens_for_bytes(size))  # fmt: skip
         snapshot = Snapshot(
             now_ms=st.now_ms,
             available_providers=self.catalog.available_providers(self.env),
@@ -441,6 +442,7 @@ class Ledger:
             hourly_next_free_ms=st.hourly_next_free_ms,
             daily=st.daily,
             probing=st.probing,
+            tokens=st.tokens,
         )
         request = SelectionRequest(
             default_model=None if target is None else target.key,

@@ -32,6 +32,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from ledger.classify import Classification
 from ledger.kinds import AttemptRole, FailureKind
+from ledger.learned import LearnedLimits
 from ledger.records import Cancelled, Failed, Outcome, Reservation, SettleResult, Success
 
 __all__ = [
@@ -120,13 +121,17 @@ class Usage(Protocol):
 
 
 def success(
-    usage: Usage | None, *, cost_usd: float | None = None, estimated: bool = False
+    usage: Usage | None,
+    *,
+    cost_usd: float | None = None,
+    estimated: bool = False,
+    limits: LearnedLimits | None = None,
 ) -> Success:
     """A usable answer with the usage it reported (None: none at all). `estimated`: the call
     reported no usable usage, so it is settled at its estimate and marked `usage_estimated`,
-    never as free (R-GW-5)."""
+    never as free (R-GW-5). `limits`: the token limits its headers reported (R-TOK-4)."""
     if usage is None:
-        return Success(cost_usd=cost_usd, usage_estimated=estimated)
+        return Success(cost_usd=cost_usd, usage_estimated=estimated, limits=limits)
     return Success(
         usage.input_tokens,
         usage.output_tokens,
@@ -134,6 +139,7 @@ def success(
         cache_write_tokens=usage.cache_write_tokens,
         cache_read_tokens=usage.cache_read_tokens,
         usage_estimated=estimated,
+        limits=limits,
     )
 
 
@@ -143,11 +149,16 @@ def reported(usage: Usage, cost_usd: float | None) -> bool:
 
 
 def failed(
-    classification: Classification, usage: Usage | None = None, *, side_effects: bool = False
+    classification: Classification,
+    usage: Usage | None = None,
+    *,
+    side_effects: bool = False,
+    limits: LearnedLimits | None = None,
 ) -> Failed:
-    """A classified failure with the usage the failed call reported, if any."""
+    """A classified failure with the usage the failed call reported, if any, and the token
+    limits its headers reported (R-TOK-4)."""
     if usage is None:
-        return Failed(classification, side_effects=side_effects)
+        return Failed(classification, side_effects=side_effects, limits=limits)
     return Failed(
         classification,
         side_effects=side_effects,
@@ -155,20 +166,25 @@ def failed(
         output_tokens=usage.output_tokens,
         cache_write_tokens=usage.cache_write_tokens,
         cache_read_tokens=usage.cache_read_tokens,
+        limits=limits,
     )
 
 
-def cancelled(usage: Usage | None = None, *, estimated: bool = False) -> Cancelled:
+def cancelled(
+    usage: Usage | None = None, *, estimated: bool = False, limits: LearnedLimits | None = None
+) -> Cancelled:
     """A cancelled call (a stop request, a caller that left, a deadline): no failure is added,
-    the slot counts; the usage seen before the cut, if any (R-Q-4, R-GW-7, R-GW-5b)."""
+    the slot counts; the usage seen before the cut, if any (R-Q-4, R-GW-7, R-GW-5b), and the
+    token limits the answer's headers reported (R-TOK-4)."""
     if usage is None:
-        return Cancelled(usage_estimated=estimated)
+        return Cancelled(usage_estimated=estimated, limits=limits)
     return Cancelled(
         input_tokens=usage.input_tokens,
         output_tokens=usage.output_tokens,
         cache_write_tokens=usage.cache_write_tokens,
         cache_read_tokens=usage.cache_read_tokens,
         usage_estimated=estimated,
+        limits=limits,
     )
 
 

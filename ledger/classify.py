@@ -346,8 +346,9 @@ def _parse_retry_after_ms(value: str) -> int | None:
     return _bounded(int(Decimal(text))) if _DELTA_SECONDS.fullmatch(text) else None
 
 
-def _parse_go_duration(value: str) -> int | None:
-    """OpenAI reset durations such as `6m0s`, `1.5s`, `250ms`, `1h2m3s`."""
+def parse_duration_ms(value: str) -> int | None:
+    """OpenAI reset durations such as `6m0s`, `1.5s`, `250ms`, `1h2m3s`, in milliseconds
+    (capped at the horizon); None unless valid."""
     text = value.strip(" \t") if isinstance(value, str) and len(value) <= 64 else ""
     match = _GO_DURATION.fullmatch(text) if text else None
     if match is None or not any(match.groupdict().values()):
@@ -374,7 +375,8 @@ def _parse_http_date(text: str) -> int | None:
         return None
 
 
-def _parse_rfc3339(value: str) -> int | None:
+def parse_timestamp_ms(value: str) -> int | None:
+    """An RFC 3339 time (Anthropic's resets) in epoch milliseconds; None unless valid."""
     text = value.strip(" \t") if isinstance(value, str) and len(value) <= 64 else ""
     match = _RFC3339.fullmatch(text)
     if match is None:
@@ -429,11 +431,11 @@ def _hints(headers: Mapping[str, str], now_ms: int) -> tuple[int | None, int | N
     resets: dict[str, int] = {}
     for family in _FAMILIES:
         openai = view.get(f"x-ratelimit-reset-{family}")
-        delta = _parse_go_duration(openai) if openai is not None else None
+        delta = parse_duration_ms(openai) if openai is not None else None
         if delta is not None:
             resets[f"x-ratelimit-remaining-{family}"] = now_ms + delta
         anthropic = view.get(f"anthropic-ratelimit-{family}-reset")
-        moment = _parse_rfc3339(anthropic) if anthropic is not None else None
+        moment = parse_timestamp_ms(anthropic) if anthropic is not None else None
         if moment is not None and moment > now_ms:
             resets[f"anthropic-ratelimit-{family}-remaining"] = min(moment, now_ms + MAX_HINT_MS)
     # Prefer the limits the provider says are exhausted; otherwise the latest reset (never shorter).

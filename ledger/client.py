@@ -187,7 +187,15 @@ def _pools_of(doc: Mapping[str, Any]) -> tuple[PoolView, ...]:
 
 
 def outcome_json(outcome: Outcome) -> dict[str, Any]:
-    """A library outcome as the service's `outcome` object."""
+    """A library outcome as the service's `outcome` object (with the learned limits it carries,
+    R-TOK-4)."""
+    doc = _outcome_json(outcome)
+    if outcome.limits is not None:
+        doc["limits"] = outcome.limits.to_json()
+    return doc
+
+
+def _outcome_json(outcome: Outcome) -> dict[str, Any]:
     if isinstance(outcome, Success):
         return {
             "result": "success",

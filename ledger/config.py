@@ -227,6 +227,8 @@ class Policy(BaseModel):
     token_budgets: dict[TokenTarget, TokenLimits] = Field(
         default_factory=dict, alias="tokenBudgets", max_length=10_000
     )
+    # R-TOK-4: the token limits providers report on their answers are learned and kept to
+    learn_limits: bool = Field(True, alias="learnLimits")
 
     @field_validator("token_budgets")
     @classmethod
@@ -262,8 +264,8 @@ class Policy(BaseModel):
         A key added in a later release counts only once set: an upgrade alone changes no
         policy's fingerprint, so it does not mark every running process stale."""
         document = self.to_json()
-        for name in _LATER_KEYS:
-            if not document.get(name):
+        for name, default in _LATER_KEYS.items():
+            if document.get(name) == default:
                 document.pop(name, None)
         return fingerprint_of(document)
 
@@ -272,8 +274,9 @@ class Policy(BaseModel):
         return self.model_dump(by_alias=True, mode="json")
 
 
-_LATER_KEYS = ("tokenBudgets",)
-"""Keys added after fingerprints were first shown, fingerprinted only when set (not empty)."""
+_LATER_KEYS: dict[str, Any] = {"tokenBudgets": {}, "learnLimits": True}
+"""Keys added after fingerprints were first shown, with their defaults: fingerprinted only when
+set to something else."""
 
 
 def fingerprint_of(document: dict[str, Any]) -> str:

@@ -31,6 +31,8 @@ class RefusalReason(StrEnum):
     SCOPE_IN_FLIGHT = "scope_in_flight"
     # SPEC section 22: a token window of a provider, model, glob or scope (R-TOK-2)
     TOKEN_BUDGET = "token_budget"  # noqa: S105  (a reason code, not a secret)
+    # R-TOK-4: what the provider reported left of its token limit does not fit the estimate
+    PROVIDER_TOKENS_EXHAUSTED = "provider_tokens_exhausted"
 
 
 class ExclusionReason(StrEnum):
@@ -51,6 +53,10 @@ class ExclusionReason(StrEnum):
     ALREADY_TRIED = "already_tried"
     CONTEXT_TOO_SMALL = "context_too_small"
     UNKNOWN_PRICE = "unknown_price"
+    # R-TOK-4: a token window (tokenBudgets) or the provider's learned limit has no room for
+    # the request's estimate: a backup with room is preferred
+    TOKEN_BUDGET = "token_budget"  # noqa: S105  (a reason code, not a secret)
+    PROVIDER_TOKENS_EXHAUSTED = "provider_tokens_exhausted"
 
 
 class FailureKind(StrEnum):

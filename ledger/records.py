@@ -10,6 +10,7 @@ from ledger.classify import Classification
 from ledger.clock import iso
 from ledger.errors import UsageError
 from ledger.kinds import AttemptRole, AttemptStatus
+from ledger.learned import LearnedLimits
 
 MAX_TOKENS = 10**12
 """The largest token count accepted in reported usage (CLI and API alike)."""
@@ -50,6 +51,12 @@ def check_cost_usd(value: object) -> None:
     """A reported cost is absent or plausible (API and CLI; adapters drop the rest)."""
     if value is not None and not plausible_cost_usd(value):
         raise UsageError("a cost must be a finite non-negative amount")
+
+
+def check_limits(value: object) -> None:
+    """Learned limits (R-TOK-4) are absent or a `LearnedLimits` (ledger.learned.read_limits)."""
+    if value is not None and not isinstance(value, LearnedLimits):
+        raise UsageError("limits must be LearnedLimits (ledger.learned.read_limits)")
 
 
 def micro_to_usd(micro: int | None) -> float | None:
@@ -121,10 +128,13 @@ class Success:
     usage_estimated: bool = False
     """The call reported no usage (a stream without it, R-GW-5): settled at its estimate and
     marked `usage_estimated`, never as free."""
+    limits: LearnedLimits | None = None
+    """The token limits the provider reported on this answer (R-TOK-4), stored by the settle."""
 
     def __post_init__(self) -> None:
         """Usage is validated here, so the API refuses what the CLI refuses (never a raw error)."""
         check_usage(self)
+        check_limits(self.limits)
         check_cost_usd(self.cost_usd)
         if not isinstance(self.finish, bool):
             raise UsageError("finish must be True or False")
@@ -147,10 +157,13 @@ class Cancelled:
     cache_read_tokens: int | None = None
     usage_estimated: bool = False
     """The cost is the estimate because the usage seen is incomplete or none (R-GW-7)."""
+    limits: LearnedLimits | None = None
+    """The token limits the provider reported before the cut (R-TOK-4)."""
 
     def __post_init__(self) -> None:
         """Usage is validated as for a success."""
         check_usage(self)
+        check_limits(self.limits)
         if not isinstance(self.usage_estimated, bool):
             raise UsageError("usage_estimated must be True or False")
 
@@ -174,6 +187,8 @@ class Failed:
     output_tokens: int | None = None
     cache_write_tokens: int | None = None
     cache_read_tokens: int | None = None
+    limits: LearnedLimits | None = None
+    """The token limits the provider reported on its failed answer (R-TOK-4)."""
 
     def __post_init__(self) -> None:
         """Usage is validated as for a success; the classification must be one (classify_*)."""
@@ -182,6 +197,7 @@ class Failed:
         if not isinstance(self.side_effects, bool):
             raise UsageError("side_effects must be True or False")
         check_usage(self)
+        check_limits(self.limits)
 
 
 Outcome = Success | Cancelled | Failed

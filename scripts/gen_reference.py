@@ -438,6 +438,7 @@ def standin_page() -> str:
     from types import SimpleNamespace  # lazy: see cli_page
 
     from ledger.demo import DEMO_KEY, DEMO_KEY_ENV, OK_REPLY, demo_catalog, demo_script
+    from ledger.standin.ratelimits import DEFAULT_TOKENS_PER_MINUTE
 
     catalog = demo_catalog(SimpleNamespace(base_url_openai="", base_url_anthropic=""))  # type: ignore[arg-type]
     apis = {name: p["api"] == "anthropic-messages" for name, p in catalog["providers"].items()}
@@ -474,9 +475,20 @@ def standin_page() -> str:
             out.append(f"| `{model_id}` | `{provider}` | {number} | {what} | {kind} |")
     out.append("")
     out.append(
+        "Every successful answer also reports a token limit the way the real provider does, so "
+        "the ledger learns it (`learnLimits`): OpenAI-format answers carry "
+        "`x-ratelimit-limit-tokens`, `x-ratelimit-remaining-tokens` and "
+        "`x-ratelimit-reset-tokens` (a duration such as `42.5s`), Anthropic-format ones "
+        "`anthropic-ratelimit-{tokens,input-tokens,output-tokens}-{limit,remaining,reset}` (an "
+        f"RFC 3339 time). The limit is {DEFAULT_TOKENS_PER_MINUTE:,} tokens a minute per model; "
+        "what remains is that less the tokens the stand-in answered for the model in the current "
+        "minute, and it resets at the minute's end.\n"
+    )
+    out.append(
         "Tests script their own replies with `ledger.standin.server.StandIn` and `Scripted` "
         "(status, `Retry-After`, error codes, stop reasons, slow or cut streams, resets, "
-        "malformed events); see `ledger/standin/server.py`."
+        "malformed events, the tokens a limit has left and when it resets); see "
+        "`ledger/standin/server.py`."
     )
     return "\n".join(out) + "\n"
 

@@ -50,6 +50,7 @@ class Refusal:
     scope: str | None = None  # the scope that refused (R-SC-1), None for every other check
     # the budget that refused (ledger.budgets.unit.check), None for every other check
     budget: Budget | None = field(default=None, compare=False, repr=False)
+    detail: str = ""  # what refused, when no budget or scope names it (R-TOK-4's model)
 
 
 @dataclass(frozen=True)

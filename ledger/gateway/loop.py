@@ -158,7 +158,8 @@ async def run(
         pace = pace_for(ledger, background, number, is_retry or route in retried)
         if is_retry:
             retried.add(route)
-        settled = await settle_async(attempt, failed(reply.failure), sender(ctx, pace))
+        outcome = failed(reply.failure, limits=reply.limits)
+        settled = await settle_async(attempt, outcome, sender(ctx, pace))
         last = (reply.failure, attempt)
         tried |= {route}
         if number == limit:
@@ -192,7 +193,8 @@ async def _success(ctx: Context, attempt: Attempt, reply: Reply) -> Answered:
     assert facts is not None
     assert reply.document is not None
     # an answer without usage is settled at its estimate, marked as a stream's is
-    outcome = success(facts, cost_usd=facts.cost_usd, estimated=not reported(facts, facts.cost_usd))
+    estimated = not reported(facts, facts.cost_usd)
+    outcome = success(facts, cost_usd=facts.cost_usd, estimated=estimated, limits=reply.limits)
     replied(attempt, reply.document)  # R-OTEL-1: gen_ai.response.model
     settled = await settle_async(attempt, outcome, sender(ctx, None))
     if settled.must_not_commit:

@@ -35,7 +35,8 @@ UNKNOWN_MODEL = "`model` names no catalog model key, pool or model id (see `ledg
 POOL_PREFIX = "pool/"
 AMBIGUOUS_MODEL = "`model` is a model id of several providers: name it as provider/model-id"
 WAITING = frozenset(
-    {ExclusionReason.PROVIDER_COOLDOWN, ExclusionReason.MODEL_COOLDOWN, ExclusionReason.PROBING}
+    {ExclusionReason.PROVIDER_COOLDOWN, ExclusionReason.MODEL_COOLDOWN, ExclusionReason.PROBING,
+     ExclusionReason.TOKEN_BUDGET, ExclusionReason.PROVIDER_TOKENS_EXHAUSTED}
 )
 """Exclusions that end on their own: a pinned request is refused with them (429), not a 400."""
 PINNED = "previous_response_id_pinned"
@@ -208,11 +209,21 @@ def named_route(ledger: Ledger, request: Request) -> Route | None:
 async def after_refusal(ledger: Ledger, request: Request, route: str, refusal: GatewayError) -> str:
     """The first attempt's route after the named route's reserve was refused: the selection's
     first route when it is another one (the named model cooling: its backup), else that refusal
-    (a budget or cap no other route escapes), or the selection's own refusal or 400."""
-    chosen = await first_route(ledger, request)
+    (a budget or cap no other route escapes), or the selection's own refusal or 400. A token
+    refusal the selection repeats (the route left out for it, none other) stays the reserve's:
+    it names the window and its limit, or what the provider said is left (R-TOK-2, R-TOK-4)."""
+    try:
+        chosen = await first_route(ledger, request)
+    except GatewayError as none:
+        if none.status == 429 and refusal.code in _TOKEN_REFUSALS and none.code == refusal.code:
+            raise refusal from None
+        raise
     if chosen == route:
         raise refusal
     return chosen
+
+
+_TOKEN_REFUSALS = frozenset({RefusalReason.TOKEN_BUDGET, RefusalReason.PROVIDER_TOKENS_EXHAUSTED})
 
 
 def _primary_reason(ledger: Ledger, request: Request, selection: Selection) -> str:
@@ -296,8 +307,8 @@ async def reserve(
     except Refused as refusal:
         now = refusal.now_ms if refusal.now_ms is not None else ledger.clock_fn()
         subject = refusal_subject(ledger, refusal.reason, route, refusal.scope)
-        if refusal.reason == RefusalReason.TOKEN_BUDGET and refusal.detail:
-            subject = refusal.detail  # R-TOK-2: its window, limit and target
+        if refusal.reason in _TOKEN_REFUSALS and refusal.detail:
+            subject = refusal.detail  # R-TOK-2, R-TOK-4: its window, limit and target
         raise refused(refusal.reason, subject, refusal.retry_at_ms, now, refusal.scope) from None
 
 

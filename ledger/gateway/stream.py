@@ -51,10 +51,12 @@ from ledger.gateway.upstream import (
     Reply,
     build_request,
     error_classification,
+    heard,
     send,
 )
 from ledger.gateway.wire import answer_headers
 from ledger.kinds import FailureKind
+from ledger.learned import LearnedLimits
 from ledger.providers.bounded import TRANSPORT_ERRORS
 from ledger.records import Cancelled, Reservation
 from ledger.telemetry import first_chunk
@@ -79,6 +81,7 @@ class Opened:
     tracker: Tracker
     rest: AsyncIterator[Event]
     first_event_s: float  # from the upstream request to its first content event
+    limits: LearnedLimits | None = None  # the token limits its head reported (R-TOK-4)
 
 
 async def serve_stream(
@@ -233,10 +236,11 @@ async def stream_exchange(ctx: loop.Context, attempt: loop.Attempt) -> Reply | O
             if isinstance(request, Classification):
                 return Reply(None, None, request)
             response = await send(ctx.upstream, request)
+            limits = heard(attempt.prepared, response, ctx.ledger.clock_fn())
             if response.status_code >= 300:
                 failure = await error_classification(response, ctx.ledger.clock_fn())
                 await response.aclose()
-                return Reply(None, None, failure)
+                return Reply(None, None, failure, limits=limits)
             tracker = Tracker(attempt.prepared.fmt)
             rest = events(lines_of(response.aiter_bytes()))
             held: list[Event] = []
@@ -244,15 +248,15 @@ async def stream_exchange(ctx: loop.Context, attempt: loop.Attempt) -> Reply | O
                 tracker.observe(event)
                 if tracker.error:
                     await response.aclose()
-                    return Reply(None, None, CUT)
+                    return Reply(None, None, CUT, limits=limits)
                 held.append(event)
                 if tracker.content or tracker.terminated:
                     seconds = time.monotonic() - started  # counted once the answer began
-                    return Opened(response, held, tracker, rest, seconds)
+                    return Opened(response, held, tracker, rest, seconds, limits)
                 if len(held) >= MAX_HELD_EVENTS:  # no content yet: a broken stream
                     raise Malformed
             await response.aclose()
-            return Reply(None, None, CUT)  # ended before any content: a cut
+            return Reply(None, None, CUT, limits=limits)  # ended before any content: a cut
     except TimeoutError:
         await _close(response)
         return Reply(None, None, FIRST_EVENT)
@@ -326,11 +330,11 @@ async def relay(
         if deadline is not None and not deadline.disarm():
             await anyio.lowlevel.checkpoint()  # the deadline came first: cancelled here
         if failure is not None:
-            await _settle_failure(ctx, attempt, tracker, failure, pace)
+            await _settle_failure(ctx, attempt, opened, failure, pace)
             _count_failed(ctx)
             yield fmt.stream_error_event(502, "upstream_stream_failed", ENDED)
             return
-        await _settle_success(ctx, attempt, tracker)
+        await _settle_success(ctx, attempt, opened)
         if translator is not None:
             for data in translator.finish():
                 yield data
@@ -338,7 +342,7 @@ async def relay(
         if attempt.outcome is None:  # the caller left (R-GW-7): close upstream, settle cancelled
             with anyio.CancelScope(shield=True):
                 await opened.response.aclose()
-                await settle_async(attempt, _cancelled(tracker), loop.sender(ctx, None))
+                await settle_async(attempt, _cancelled(opened), loop.sender(ctx, None))
 
 
 def _count_failed(ctx: loop.Context) -> None:
@@ -376,26 +380,29 @@ async def _drain(opened: Opened) -> None:
             pass
 
 
-def _cancelled(tracker: Tracker) -> Cancelled:
+def _cancelled(opened: Opened) -> Cancelled:
     """R-GW-7, R-GW-5b: the caller left or the deadline came; the usage the stream carried so
     far (Anthropic's input and cache tokens from `message_start`, the final counts if they had
     arrived), the cost at the estimate and marked `usage_estimated` unless both counts were
-    seen."""
-    return cancelled(tracker, estimated=not tracker.usage_known)
+    seen; the token limits its head reported (R-TOK-4)."""
+    tracker = opened.tracker
+    return cancelled(tracker, estimated=not tracker.usage_known, limits=opened.limits)
 
 
 async def _settle_failure(
-    ctx: loop.Context, attempt: loop.Attempt, tracker: Tracker, failure: Classification, pace: Any
+    ctx: loop.Context, attempt: loop.Attempt, opened: Opened, failure: Classification, pace: Any
 ) -> None:
     # after the first content event nothing follows: no retry, no fallback (R-GW-5)
     ended = replace(pace, attempts_left=0) if pace is not None else None
+    outcome = failed(failure, opened.tracker, limits=opened.limits)
     with anyio.CancelScope(shield=True):
-        await settle_async(attempt, failed(failure, tracker), loop.sender(ctx, ended))
+        await settle_async(attempt, outcome, loop.sender(ctx, ended))
 
 
-async def _settle_success(ctx: loop.Context, attempt: loop.Attempt, tracker: Tracker) -> None:
+async def _settle_success(ctx: loop.Context, attempt: loop.Attempt, opened: Opened) -> None:
     # no usage in the stream: settled at the estimate, marked `usage_estimated` (R-GW-5)
+    tracker = opened.tracker
     known = tracker.usage_known
-    outcome = success(tracker if known else None, estimated=not known)
+    outcome = success(tracker if known else None, estimated=not known, limits=opened.limits)
     with anyio.CancelScope(shield=True):
         await settle_async(attempt, outcome, loop.sender(ctx, None))

@@ -28,6 +28,7 @@ from ledger.gateway.formats.base import Limits, WireFormat
 from ledger.gateway.formats.translate import betas_for, dropped_for, native, request_for
 from ledger.gateway.wire import is_invalid
 from ledger.kinds import FailureKind
+from ledger.learned import LearnedLimits, read_limits
 from ledger.providers.base import HttpAdapter, ProviderResponse
 from ledger.providers.bounded import (
     ERROR_BODY_BUDGET_S,
@@ -71,6 +72,7 @@ class Prepared:
     usage_shown: bool = True  # a streaming caller asked to see usage (caller.wants_usage)
     keep: bool = False  # a native route keeps the answer: record its id (R-FMT-2)
     dropped: tuple[str, ...] = ()  # hints and flags this route does not get (R-FMT-4)
+    learn: bool = True  # read the token limits its answer reports (R-TOK-4, `learnLimits`)
 
 
 @dataclass(frozen=True)
@@ -155,7 +157,8 @@ def prepare(
     if effort is not None:  # R-RT-3: the route's own effort, never the primary's
         out.update(fmt.effort_fields(Effort(effort), out))
     fit = fmt.fits_allowance(body, route.allowance)
-    return Prepared(route.url, headers, out, fmt, caller, fit, usage_shown, keep, dropped)
+    learn = ledger.policy.learn_limits
+    return Prepared(route.url, headers, out, fmt, caller, fit, usage_shown, keep, dropped, learn)
 
 
 @dataclass
@@ -166,6 +169,13 @@ class Reply:
     facts: ProviderResponse | None
     failure: Classification | None
     elapsed_ms: int = 0
+    limits: LearnedLimits | None = None  # the token limits its answer reported (R-TOK-4)
+
+
+def heard(prepared: Prepared, response: httpx.Response, now_ms: int) -> LearnedLimits | None:
+    """R-TOK-4: the token limits an answer's headers report, success or failure, read when its
+    head arrived (None under `"learnLimits": false`)."""
+    return read_limits(response.headers, now_ms) if prepared.learn else None
 
 
 async def error_classification(response: httpx.Response, now_ms: int) -> Classification:
@@ -256,10 +266,11 @@ async def call(
             if isinstance(request, Classification):
                 return Reply(None, None, request, _ms(started))
             response = await send(upstream, request)
+            limits = heard(prepared, response, clock())
             try:
                 if response.status_code >= 300:
                     failure = await error_classification(response, clock())
-                    return Reply(None, None, failure, _ms(started))
+                    return Reply(None, None, failure, _ms(started), limits)
                 data = await _bounded_body(response)
             finally:
                 await response.aclose()
@@ -268,11 +279,11 @@ async def call(
     except TRANSPORT_ERRORS as exc:
         return Reply(None, None, classify_exception(exc), _ms(started))
     if data is None:
-        return Reply(None, None, MALFORMED, _ms(started))
+        return Reply(None, None, MALFORMED, _ms(started), limits)
     facts = prepared.fmt.parse_reply(JsonReply(response.status_code, data, started))
     if is_invalid(facts) or not isinstance(data, dict):
-        return Reply(None, None, MALFORMED, _ms(started))
-    return Reply(data, facts, None, _ms(started))
+        return Reply(None, None, MALFORMED, _ms(started), limits)
+    return Reply(data, facts, None, _ms(started), limits)
 
 
 async def _bounded_body(response: httpx.Response) -> object | None:

@@ -13,7 +13,7 @@ import json
 import ssl
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -45,6 +45,8 @@ class JsonReply:
     status: int
     data: object
     started: float
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """Its lower-cased headers (the rate-limit ones are learned, R-TOK-4)."""
 
     def elapsed_ms(self) -> int:
         """Milliseconds since the call started."""
@@ -200,7 +202,11 @@ def post_and_parse(
 ) -> ProviderResponse:
     """One call of a JSON API within the request's deadline: failures as facts, else `parse`."""
     reply = post_json(client, url, headers, payload, deadline_ms=request.deadline_ms, now_ms=now_ms)
-    return reply if isinstance(reply, ProviderResponse) else parse(reply)
+    if isinstance(reply, ProviderResponse):
+        return reply
+    parsed = parse(reply)
+    # a 2xx's headers go with its facts too: its rate-limit headers are learned (R-TOK-4)
+    return replace(parsed, headers=reply.headers) if reply.headers else parsed
 
 
 @functools.cache
@@ -252,6 +258,7 @@ def _exchange(
                 error_body=body,
                 elapsed_ms=_elapsed_ms(started),
             )
+        success_headers = lower_headers(response.headers)
         raw = read_success_body(response, limit=SUCCESS_BODY_LIMIT, deadline=deadline)
     if raw is None:
         return invalid_response(status, started)
@@ -259,4 +266,4 @@ def _exchange(
         data: object = json.loads(raw)
     except (ValueError, RecursionError):
         return invalid_response(status, started)
-    return JsonReply(status=status, data=data, started=started)
+    return JsonReply(status=status, data=data, started=started, headers=success_headers)

@@ -25,8 +25,10 @@ from ledger.routing.chains import ChainMatch, allowlist, cascade, expand, pool_m
 from ledger.routing.exclusion import Exclusion
 from ledger.routing.kind import request_kind
 from ledger.routing.pools import PoolView, pool_view
+from ledger.routing.room import NOTHING_READ, TokenRoom, exclusions
 from ledger.routing.rules import confinement_reason, route_allowed
 from ledger.targets import Effort, Target, is_pool_key
+from ledger.tokens import tokens_for_bytes
 from ledger.validation import Slot
 
 # The failure kinds after which a sibling named in fallbackModels may be used (R-SEL-4).
@@ -55,6 +57,8 @@ RULE_ORDER: tuple[ExclusionReason, ...] = (
     R.PROVIDER_COOLDOWN,  # R-SEL-7, R-POL-2
     R.MODEL_COOLDOWN,  # R-SEL-7, R-POL-2
     R.PROBING,  # R-SEL-7, R-POL-9: another reservation is the recovery probe
+    R.TOKEN_BUDGET,  # R-SEL-7, R-TOK-4: a token window of a target it falls under is full
+    R.PROVIDER_TOKENS_EXHAUSTED,  # R-SEL-7, R-TOK-4: its provider's learned limit is
     R.SOURCE_MODELS,  # R-RES-7
     R.CONTEXT_TOO_SMALL,  # R-SEL-8
     R.UNKNOWN_PRICE,  # R-RES-2, only under dailyEstimatedUsd
@@ -133,6 +137,8 @@ class Snapshot:
     daily: DailyWindow | None = None  # the rolling 24 h cost, when dailyEstimatedUsd is set
     # recovery probes in flight (R-POL-9): target and the probe's deadline (`until_ms`)
     probing: tuple[ActiveCooldown, ...] = ()
+    # the token windows of tokenBudgets' targets and the learned limits (R-TOK-4)
+    tokens: TokenRoom = NOTHING_READ
 
 
 @dataclass(frozen=True)
@@ -512,7 +518,15 @@ def select(
     # and is not cooling or probing, and none of its keys is denied, tried, a primary, cooling
     # or probing. The remaining rules are per-catalog data of the run. Any other run goes through
     # the rules model by model; both ways give the same result.
+    # R-TOK-4: models a token window or a learned limit has no room for, like cooling ones
+    no_room = (
+        exclusions(snapshot.tokens, catalog, snapshot.now_ms,
+                   tokens_for_bytes(request.input_bytes), policy.reply_tokens)
+        if snapshot.tokens else {}
+    )  # fmt: skip
     singled = denied | tried | primaries | model_cooling.keys() | model_probing.keys()
+    if no_room:
+        singled |= no_room.keys()
     for group, group_limit in zip(
         index.groups, _group_limits(index, policy.reply_tokens), strict=True
     ):
@@ -579,6 +593,12 @@ def select(
                 # the probe frees the target when it settles, at the latest at its deadline
                 reason = R.PROBING
                 until = max(provider_probing.get(provider, 0), model_probing.get(key, 0))
+            elif key in no_room:  # R-TOK-4: room again when the window frees or the limit resets
+                reason, room_at = no_room[key]
+                if room_at is None:
+                    excluded.append(entry.excluded(reason))
+                    continue
+                until = room_at
             elif late is not None:
                 excluded.append(entry.excluded(late))
                 continue

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 
 from ledger.arguments import MAX_INPUT_BYTES
 from ledger.kinds import AttemptRole, FailureKind
+from ledger.learned import MAX_REMAINING, LimitKind
 from ledger.records import MAX_COST_USD, MAX_TOKENS
 
 Id = Annotated[StrictInt, Field(ge=1, le=2**62)]
@@ -52,6 +53,27 @@ class EvolveBody(Body):
     input_bytes: Annotated[StrictInt, Field(ge=0, le=MAX_INPUT_BYTES)] | None = None
 
 
+Remaining = Annotated[StrictInt, Field(ge=0, le=MAX_REMAINING)]
+Ms = Annotated[StrictInt, Field(ge=0, le=2**62)]
+
+
+class LearnedLimitBody(Body):
+    """One kind of the provider's token limit as its answer reported it."""
+
+    kind: LimitKind
+    remaining: Remaining
+    reset_at_ms: Ms
+    limit: Remaining | None = None
+
+
+class LearnedLimitsBody(Body):
+    """The token limits the provider reported on the answer, read at `read_at_ms` (ledger time):
+    kept until their reset, so the next reservations on the model are held to them."""
+
+    read_at_ms: Ms
+    limits: Annotated[list[LearnedLimitBody], Field(min_length=1, max_length=3)]
+
+
 class SuccessOutcome(Body):
     """The call returned a usable answer."""
 
@@ -62,12 +84,14 @@ class SuccessOutcome(Body):
     finish: StrictBool = False
     cache_write_tokens: Tokens | None = None
     cache_read_tokens: Tokens | None = None
+    limits: LearnedLimitsBody | None = None
 
 
 class CancelledOutcome(Body):
     """The call was cancelled: no failure is added; the slot still counts."""
 
     result: Literal["cancelled"]
+    limits: LearnedLimitsBody | None = None
 
 
 class FailedOutcome(Body):
@@ -84,6 +108,7 @@ class FailedOutcome(Body):
     output_tokens: Tokens | None = None
     cache_write_tokens: Tokens | None = None
     cache_read_tokens: Tokens | None = None
+    limits: LearnedLimitsBody | None = None
 
 
 class HttpOutcome(Body):

@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse
 from ledger.api import Ledger
 from ledger.classify import Classification, classify_http
 from ledger.clock import now_ms
+from ledger.learned import LearnedLimit, LearnedLimits
 from ledger.records import Cancelled, Failed, Outcome, Success
 from ledger.service.answers import ReservationOut, SelectionOut, SettleOut
 from ledger.service.bodies import (
@@ -26,6 +27,7 @@ from ledger.service.bodies import (
     EvolveBody,
     FailedOutcome,
     HttpOutcome,
+    LearnedLimitsBody,
     ReserveBody,
     SelectBody,
     SettleBody,
@@ -57,6 +59,16 @@ async def group_of(request: Request) -> GroupCommit:
 GroupDep = Annotated[GroupCommit, Depends(group_of)]
 
 
+def limits_of(body: LearnedLimitsBody | None) -> LearnedLimits | None:
+    """The library's learned limits for the wire's (R-TOK-4)."""
+    if body is None:
+        return None
+    return LearnedLimits(
+        body.read_at_ms,
+        tuple(LearnedLimit(x.kind, x.remaining, x.reset_at_ms, x.limit) for x in body.limits),
+    )
+
+
 def outcome_of(
     body: SuccessOutcome | CancelledOutcome | FailedOutcome | HttpOutcome, now: int
 ) -> Outcome:
@@ -69,9 +81,10 @@ def outcome_of(
             body.finish,
             body.cache_write_tokens,
             body.cache_read_tokens,
+            limits=limits_of(body.limits),
         )
     if isinstance(body, CancelledOutcome):
-        return Cancelled()
+        return Cancelled(limits=limits_of(body.limits))
     if isinstance(body, HttpOutcome):
         headers = {"retry-after": body.retry_after} if body.retry_after is not None else {}
         error = json.dumps({"error": {"code": body.code}}).encode() if body.code else None
@@ -86,6 +99,7 @@ def outcome_of(
         body.output_tokens,
         body.cache_write_tokens,
         body.cache_read_tokens,
+        limits=limits_of(body.limits),
     )
 
 

@@ -231,6 +231,18 @@ class TokenBudgetOut(Answer):
     frees_at: str | None  # when its first counted part leaves the window
 
 
+class LearnedLimitOut(Answer):
+    """One live reading of a provider's token limit (R-TOK-4)."""
+
+    model: str
+    kind: str  # tokens, input_tokens or output_tokens
+    remaining: int  # what the provider's answer reported left
+    left: int  # what is left for the next reservation: less the estimates granted since
+    limit: int | None
+    read_at: str | None
+    resets_at: str | None
+
+
 class StatusOut(Answer):
     """The status document (`ledger status --json`, README "status --json")."""
 
@@ -260,6 +272,7 @@ class StatusOut(Answer):
     scopes: list[ScopeOut]
     refusals: RefusalsOut
     token_budgets: list[TokenBudgetOut] = Field(default_factory=list)  # R-TOK-5
+    learned_limits: list[LearnedLimitOut] = Field(default_factory=list)  # R-TOK-4
     service_elsewhere: bool  # a CLI's document while `ledger serve` runs on the state directory
     # R-RT-7: only when the policy has pools (strategy, cursor, candidates, live leases)
     pools: list[dict[str, Any]] | None = None

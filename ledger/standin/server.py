@@ -26,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, NamedTuple
 
-from ledger.standin import extra, responses
+from ledger.standin import extra, ratelimits, responses
 from ledger.standin.formats import (
     StreamEvent,
     anthropic_stream,
@@ -111,6 +111,13 @@ class Scripted:
     tool_call: tuple[str, str] | None = None
     """Answer with a call of this tool: (name, JSON arguments) (non-streaming replies; the
     Responses path streams it too)."""
+    # ---- rate-limit headers (R-TOK-4): what is left of the account's token limit
+    tokens_remaining: int | None = None
+    """Report exactly this many tokens left (OpenAI `x-ratelimit-remaining-tokens`, Anthropic
+    `anthropic-ratelimit-tokens-remaining`), on any status; None: the stand-in's own meter on
+    successes (`StandIn(tokens_per_minute=...)`)."""
+    tokens_reset_s: float = 60.0
+    """With `tokens_remaining`: when the limit resets, in seconds (`20s`, or an RFC 3339 time)."""
 
 
 def _cache(reply: Scripted) -> tuple[int, int]:
@@ -135,8 +142,11 @@ class StandIn:
         *,
         port: int = 0,
         keep_alive: bool = False,
+        tokens_per_minute: int | None = ratelimits.DEFAULT_TOKENS_PER_MINUTE,
     ) -> None:
         self.default = default or Scripted()
+        # the token limit its successes report (R-TOK-4); None: no rate-limit headers
+        self.meter = None if tokens_per_minute is None else ratelimits.TokenMeter(tokens_per_minute)
         # HTTP/1.1 keep-alive for fault-free replies (a real provider's connections are reused);
         # off by default: every reply closes its connection, as the fault tests expect
         self.keep_alive = keep_alive
@@ -438,8 +448,24 @@ class _Handler(BaseHTTPRequestHandler):
         except (ValueError, RecursionError):
             return None
 
+    def _limits(self, reply: Scripted, anthropic: bool, model: str) -> list[tuple[str, str]]:
+        """The rate-limit headers of this answer (R-TOK-4): the scripted remainder on any
+        status, else the meter's on a success."""
+        now = time.time()
+        if reply.tokens_remaining is not None:
+            left = {"tokens": reply.tokens_remaining}
+            return ratelimits.headers(anthropic, left, reply.tokens_reset_s, now)
+        meter = self.server.standin.meter
+        if meter is None or reply.status >= 300:
+            return []
+        input_tokens = reply.input_tokens + reply.cache_write_tokens + reply.cache_read_tokens
+        left, reset = meter.spend(model, input_tokens, reply.output_tokens, now)
+        if not anthropic:
+            left = {"tokens": left["tokens"]}
+        return ratelimits.headers(anthropic, left, reset, now, meter.limit)
+
     def _reply(self, reply: Scripted, anthropic: bool, model: str) -> None:
-        extra = list(reply.headers)
+        extra = [*reply.headers, *self._limits(reply, anthropic, model)]
         if reply.retry_after is not None:
             extra.append(("Retry-After", reply.retry_after))
         if reply.raw_body is not None:
@@ -513,6 +539,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
+        for name, value in self._limits(reply, anthropic, model):
+            self.send_header(name, value)
         self.send_header("Transfer-Encoding" if self._keep else "Connection",
                          "chunked" if self._keep else "close")  # fmt: skip
         if reply.transport_error_after is not None:

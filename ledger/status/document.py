@@ -26,6 +26,7 @@ from ledger.routing.select import exclusion_json
 from ledger.status.prometheus import render_prometheus, render_prometheus_down
 from ledger.status.text import render_text
 from ledger.store.engine import network_filesystem
+from ledger.store.learned import LiveLimit
 from ledger.store.pending import no_database_yet
 from ledger.store.refusal_counts import WINDOW_MS, RefusalTotal
 from ledger.store.status_views import (
@@ -397,6 +398,7 @@ def status_document(
         "scopes": scopes_json(data.scopes, policy),
         "refusals": refusals_json(data.refusals),
         "token_budgets": token_budgets_json(data.token_budgets),
+        "learned_limits": learned_limits_json(data.learned_limits),
         "service_elsewhere": False,
         "inert": [entry.to_json() for entry in config.inert],
         "warnings": [w for w in (policy_warning, fs_warning) if w] + config.warnings(),
@@ -418,6 +420,24 @@ def token_budgets_json(uses: Iterable[TokenWindowUse]) -> list[dict[str, Any]]:
             "frees_at": iso(u.frees_at_ms),
         }
         for u in uses
+    ]
+
+
+def learned_limits_json(live: Iterable[LiveLimit]) -> list[dict[str, Any]]:
+    """R-TOK-4, R-TOK-5: each live reading of a provider's token limit: what its answer reported
+    left (`remaining`, of `limit` when it said), what is left for the next reservation (`left`:
+    less the estimates granted on the model since), when it was read and when it resets."""
+    return [
+        {
+            "model": x.model_key,
+            "kind": x.kind.value,
+            "remaining": x.remaining,
+            "left": x.left,
+            "limit": x.limit,
+            "read_at": iso(x.read_at_ms),
+            "resets_at": iso(x.reset_ms),
+        }
+        for x in live
     ]
 
 

@@ -157,6 +157,15 @@ def _token_families(out: _Exposition, windows: list[dict[str, Any]]) -> None:
                [(labels(w), w["limit"]) for w in windows])
 
 
+def _learned_families(out: _Exposition, readings: list[dict[str, Any]]) -> None:
+    """R-TOK-4: what is left of each live learned limit, labelled by catalog model key and kind
+    (`tokens`, `input_tokens`, `output_tokens`)."""
+    out.family("ledger_learned_tokens_left",
+               "Tokens left of a provider's reported limit for the next reservation (the "
+               "reported remaining less the estimates granted since it was read).",
+               [({"model": x["model"], "kind": x["kind"]}, max(0, x["left"])) for x in readings])
+
+
 _SCOPE_LIMITS = (("hourly", "limit"), ("daily", "ceiling_usd"), ("in_flight", "limit"))
 
 
@@ -274,6 +283,7 @@ def render_prometheus(doc: dict[str, Any]) -> str:
     _pool_families(out, doc.get("pools") or [])
     _scope_families(out, doc.get("scopes") or [])
     _token_families(out, doc.get("token_budgets") or [])
+    _learned_families(out, doc.get("learned_limits") or [])
     _refusal_families(out, doc.get("refusals") or {"by": []})
     out.family(
         "ledger_sources",

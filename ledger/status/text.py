@@ -261,6 +261,19 @@ def _token_lines(windows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _learned_lines(readings: list[dict[str, Any]]) -> list[str]:
+    """R-TOK-4: one line per live reading of a provider's token limit: what is left for the next
+    reservation, what the provider reported (of its limit) and when it resets."""
+    lines = []
+    for x in readings:
+        full = " FULL" if x["left"] <= 0 else ""
+        of = "" if x["limit"] is None else f" of {x['limit']:,}"
+        left = max(0, x["left"])
+        lines.append(f"  learned {x['model']} {x['kind']}{full}: {left:,} left (reported "
+                     f"{x['remaining']:,}{of} at {x['read_at']}); resets {x['resets_at']}")
+    return lines
+
+
 def _refusal_lines(doc: dict[str, Any], width: int) -> list[str]:
     """R-DIAG-1: the last hour's refusals by reason, the scope that refused and the key that
     asked, the most frequent first; nothing when there were none."""
@@ -304,6 +317,7 @@ def _budget_lines(doc: dict[str, Any], width: int) -> list[str]:
         f"over {d['attempts']} attempt(s)",
         *_scope_lines(doc.get("scopes") or []),
         *_token_lines(doc.get("token_budgets") or []),
+        *_learned_lines(doc.get("learned_limits") or []),
     ):
         lines += _wrap(text, width)
     if doc["history"]:

@@ -216,7 +216,9 @@ def _granted(verdict: Reservation | budgets.Refusal, now: int) -> Reservation:
         scope = verdict.scope
         raise Refused(
             str(verdict.reason),
-            token_detail(verdict.budget) or ("" if scope is None else f"scope {scope}"),
+            token_detail(verdict.budget)
+            or verdict.detail
+            or ("" if scope is None else f"scope {scope}"),
             retry_at_ms=verdict.retry_at_ms,
             now_ms=now,
             scope=scope,

@@ -23,6 +23,7 @@ from sqlalchemy import Connection, bindparam, delete, insert, select, update
 
 from ledger.budgets.checks import DAY_MS
 from ledger.errors import UsageError
+from ledger.store import learned
 from ledger.store.engine import Database
 from ledger.store.pending import rehearsed
 from ledger.store.reads import OPEN_LIKE
@@ -132,6 +133,7 @@ def fold_batch(conn: Connection, now: int, older_than_ms: int, batch: int) -> tu
     """Fold up to `batch` rows inside the caller's write transaction: (rows folded, cut-off)."""
     cutoff = now - check_older_than(older_than_ms)
     expire_open(conn, now)  # open rows past their deadline are expired, as a reserve would do
+    learned.prune(conn, now)  # readings past their reset (R-TOK-4), ignored since
     rows = conn.execute(_CANDIDATES, {"cutoff": cutoff, "batch": batch}).all()
     if not rows:
         return 0, cutoff

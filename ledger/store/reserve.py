@@ -22,7 +22,7 @@ from ledger.config import Policy
 from ledger.errors import NotFoundError, SourceScopeMismatch, UsageError
 from ledger.kinds import AttemptRole, AttemptStatus, RefusalReason, SourceState
 from ledger.records import Reservation
-from ledger.store import probes, reads, roles, scopes, usage
+from ledger.store import learned, probes, reads, roles, scopes, usage
 from ledger.store.costs import add_hour_cost
 from ledger.store.hot import Hot
 from ledger.store.pool_choice import reserve_pool
@@ -217,9 +217,12 @@ def reserve_model(
     # every budget's use is read in the same round trip as the shared state (R-DB-2)
     keys = list(dict.fromkeys(unit.key(b, asked) for b in applying.read))
     also = usage.plan(now, keys, conn.dialect.name)
+    if policy.learn_limits:  # R-TOK-4: what the provider reported left, in the same read
+        also = learned.plan(also, now, model.provider, model.id)
     shared, values = reads.shared_state(
         conn, now, policy.calls_per_hour, model.provider, model.key, also
     )
+    values, left = learned.split(values) if policy.learn_limits else (values, {})
     uses = usage.uses(keys, values)
     uses[_HOUR_KEY] = usage.hour_use(shared.hourly, shared.hourly_next_free_ms,
                                      policy.calls_per_hour)
@@ -241,6 +244,8 @@ def reserve_model(
         primary=roles.primary(conn, policy, request, source, recorded),
         retry=recorded.role is AttemptRole.RETRY,
     )
+    if left and not isinstance(verdict, budgets.Refusal):  # R-TOK-4, after every other check
+        verdict = learned.refused(conn, left, asked.amounts, model.provider, model.id) or verdict
     if isinstance(verdict, budgets.Refusal):
         if verdict.reason in _COOLING:
             # R-POL-6: temporarily unroutable work moves behind other eligible work

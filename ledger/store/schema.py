@@ -352,3 +352,21 @@ stored_responses = Table(
     Column("created_ms", BigInteger, nullable=False),
     Index("ix_stored_responses_created", "created_ms"),
 )
+
+# --- learned limits (revision 0013) ------------------------------------------------------------
+# R-TOK-4: what a provider last reported left of its token limits, per (provider, upstream model
+# id) and kind (`tokens`, `input_tokens`, `output_tokens`), written by the settle that carried the
+# answer's headers. A reading counts until its reset (`reset_ms`); later ones are ignored and
+# deleted as new readings arrive. A reserve on the key subtracts from `remaining` the estimates of
+# the reservations on it granted after `read_at_ms`.
+learned_limits = Table(
+    "learned_limits",
+    metadata,
+    Column("provider", String(100), primary_key=True),
+    Column("model_id", String(200), primary_key=True),
+    Column("kind", String(16), primary_key=True),
+    Column("remaining", BigInteger, nullable=False),
+    Column("limit_tokens", BigInteger, nullable=True),
+    Column("read_at_ms", BigInteger, nullable=False),
+    Column("reset_ms", BigInteger, nullable=False),
+)

@@ -27,7 +27,7 @@ from ledger.kinds import (
 )
 from ledger.policy_table import InteractivePace
 from ledger.records import Cancelled, Failed, Outcome, SettleResult, Success
-from ledger.store import health, probes, reads
+from ledger.store import health, learned, probes, reads
 from ledger.store.costs import cost_changed, usage_columns
 from ledger.store.failure import held_probes, settle_failure
 from ledger.store.hot import Hot
@@ -85,6 +85,9 @@ def settle(
         raise NotFoundError("unknown reservation")
     if row.status not in reads.OPEN_LIKE:
         raise UsageError("this reservation is already settled")
+    if outcome.limits is not None:  # R-TOK-4: what the answer said is left of its limits
+        model_id = str(row.model_key).partition("/")[2]
+        learned.record(conn, now, str(row.provider), model_id, outcome.limits)
     if isinstance(outcome, Failed) and outcome.classification.kind is FailureKind.CANCELLED:
         outcome = Cancelled()  # issue 12 item 9: a reported `cancelled` is the cancelled row
     late = now > row.deadline_ms or overran

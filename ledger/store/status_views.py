@@ -18,8 +18,9 @@ from ledger.budgets.scopes import ScopeUse
 from ledger.config import Policy
 from ledger.health import Health, HealthCounters, HourCount, ProbeState, health_view
 from ledger.kinds import AttemptRole, CooldownScope, SourceState
-from ledger.store import reads, refusal_counts, scopes, sqlite_driver
+from ledger.store import learned, reads, refusal_counts, scopes, sqlite_driver
 from ledger.store.engine import Database
+from ledger.store.learned import LiveLimit
 from ledger.store.migrate import read_revision
 from ledger.store.queue import _CLAIM_ORDER, _NEXT_RETRY, _due, gateway_one_off
 from ledger.store.refusal_counts import RefusalTotal
@@ -216,6 +217,7 @@ class StatusData:
     queue: QueueData | None = None
     refusals: list[RefusalTotal] = field(default_factory=list)  # R-DIAG-1: the last hour's
     token_budgets: list[TokenWindowUse] = field(default_factory=list)  # R-TOK-5
+    learned_limits: tuple[LiveLimit, ...] = ()  # R-TOK-4, R-TOK-5: the live readings
 
 
 def status_data(db: Database, calls_per_hour: int, policy: Policy | None = None) -> StatusData:
@@ -259,6 +261,9 @@ def status_data(db: Database, calls_per_hour: int, policy: Policy | None = None)
             queue=queue_data(conn, now),
             refusals=refusal_counts.last_hour(conn, now),
             token_budgets=[] if policy is None else token_uses(conn, now, policy),
+            learned_limits=(
+                learned.live(conn, now) if policy is None or policy.learn_limits else ()
+            ),
         )
 
 

@@ -1,8 +1,11 @@
-"""Each configured token window's use for status (R-TOK-5): the store's one read of them.
+"""Each configured token window's use for status (R-TOK-5) and selection (R-TOK-4): the store's
+reads of them.
 
 Every token budget of the policy (`tokenBudgets` targets and scopes' token keys, R-TOK-1) is read
 with the reserve's own usage read (`usage.plan`: the same columns a reserve checks, so status shows
 exactly what the next reserve counts) plus when its first part leaves (`usage.first_leaving`).
+Selection reads the windows of `tokenBudgets`' targets the same way, the rows of those that may
+have no room for the request (`usage.leaving`), and the live learned limits (`learned.live`).
 """
 
 from __future__ import annotations
@@ -18,12 +21,15 @@ from ledger.budgets.unit import (
     Measure,
     Stage,
     UsageKey,
+    Use,
     Window,
     budgets_of,
     token_budgets,
 )
 from ledger.config import Policy, TokenLimits
-from ledger.store import usage
+from ledger.learned import LimitKind
+from ledger.routing.room import NOTHING_READ, LearnedRoom, TokenRoom
+from ledger.store import learned, usage
 
 TOKEN_MEASURES = (Measure.TOKENS, Measure.INPUT_TOKENS, Measure.OUTPUT_TOKENS)
 
@@ -78,3 +84,28 @@ def token_uses(conn: Connection, now: int, policy: Policy) -> list[TokenWindowUs
         )
         for b, k in zip(found, keys, strict=True)
     ]
+
+
+def token_room(conn: Connection, now: int, policy: Policy, input_tokens: int) -> TokenRoom:
+    """What selection needs to leave out the models a request of `input_tokens` has no token
+    room on (R-TOK-4, R-SEL-7): each window of a `tokenBudgets` target that the largest estimate
+    (the input and the whole reply allowance) does not fit, with when its parts leave, and every
+    live learned limit (under `learnLimits`). Nothing is read when neither is set."""
+    targets = [b for b in budgets_of(policy)
+               if b.stage is Stage.TOKENS and b.measure in TOKEN_MEASURES]  # fmt: skip
+    windows = []
+    read = usage.plan(now, [_key(b) for b in targets], conn.dialect.name) if targets else None
+    if read is not None:
+        values = tuple(conn.execute(*read).one())
+        most = {Measure.TOKENS: input_tokens + policy.reply_tokens,
+                Measure.INPUT_TOKENS: input_tokens, Measure.OUTPUT_TOKENS: policy.reply_tokens}
+        for budget, value in zip(targets, values, strict=True):
+            amount = most[budget.measure]
+            if int(value) + amount > budget.limit:  # some model's estimate may not fit
+                found = usage.leaving(conn, now, budget, _key(budget), Use(int(value)), amount)
+                windows.append((budget, found))
+    live = learned.live(conn, now) if policy.learn_limits else ()
+    rooms = tuple(LearnedRoom(x.model_key, LimitKind(x.kind), x.left, x.reset_ms) for x in live)
+    if not windows and not rooms:
+        return NOTHING_READ
+    return TokenRoom(tuple(windows), rooms)

@@ -9,10 +9,13 @@ from sqlalchemy import Connection, bindparam, func, select
 
 from ledger.budgets.checks import DAY_MS, DailyWindow
 from ledger.clock import iso
+from ledger.config import Policy
 from ledger.kinds import CooldownOrigin, CooldownScope
+from ledger.routing.room import NOTHING_READ, TokenRoom
 from ledger.store import probes, reads
 from ledger.store.engine import Database
 from ledger.store.schema import cooldowns, reservations, source_models, sources
+from ledger.store.token_views import token_room
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,7 @@ class SelectState:
     hourly_next_free_ms: int | None
     daily: DailyWindow | None = None
     probing: tuple[CooldownEnd, ...] = ()  # recovery probes in flight, until their deadline
+    tokens: TokenRoom = NOTHING_READ  # token windows and learned limits (R-TOK-4)
 
 
 def select_state(
@@ -158,9 +162,12 @@ def select_state(
     calls_per_hour: int,
     ceiling_micro: int | None = None,
     need_micro: int | None = None,
+    policy: Policy | None = None,
+    input_tokens: int = 0,
 ) -> SelectState:
     """Cooldowns, the source's models, the shared hourly budget and (under a cost ceiling) the
-    rolling 24 h cost, in one read transaction; `need_micro`: see `reads.daily_window`."""
+    rolling 24 h cost, in one read transaction; `need_micro`: see `reads.daily_window`. With
+    `policy`, the token room of a request of `input_tokens` too (`token_views.token_room`)."""
     with db.read() as conn:
         now = db.read_now(conn)
         used = (
@@ -176,6 +183,7 @@ def select_state(
             else reads.daily_window(conn, now, ceiling_micro, need_micro)
         )
         in_flight = probes.in_flight(conn, now)
+        tokens = NOTHING_READ if policy is None else token_room(conn, now, policy, input_tokens)
     scopes = _SCOPES
     return SelectState(
         now_ms=now,
@@ -189,6 +197,7 @@ def select_state(
         hourly_next_free_ms=next_free,
         daily=daily,
         probing=tuple(CooldownEnd(scope, target, until) for scope, target, until in in_flight),
+        tokens=tokens,
     )
 
 

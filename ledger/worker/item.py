@@ -47,6 +47,7 @@ from ledger.classify import Classification, classify_exception
 from ledger.clock import monotonic_s
 from ledger.errors import Refused, UsageError
 from ledger.kinds import AttemptRole, FailureKind, RefusalReason
+from ledger.learned import LearnedLimits, read_limits
 from ledger.providers.base import CallRequest, ProviderResponse
 from ledger.providers.registry import adapter_for
 from ledger.records import SettleResult
@@ -92,14 +93,27 @@ class _Step:
         return None if self.attempt is None else self.attempt.settled
 
 
+@dataclass
+class _Heard:
+    """The token limits the last answer of a job's calls reported (R-TOK-4), read on the call
+    clock when it arrived: settled with the attempt, whatever the handler returns."""
+
+    limits: LearnedLimits | None = None
+
+
 def _caller(
-    ledger: WorkerLedger, model: Model, clock: Callable[[], int]
+    ledger: WorkerLedger, model: Model, clock: Callable[[], int], heard: _Heard | None = None
 ) -> Callable[[CallRequest], ProviderResponse]:
     catalog = ledger.catalog
+    heard = _Heard() if heard is None else heard
+    learn = ledger.policy.learn_limits
 
     def call(request: CallRequest) -> ProviderResponse:
         provider = catalog.provider_for_call(model.provider)  # never a default host (issue 13)
-        return adapter_for(provider, ledger.env).call(request, now_ms=clock)
+        response = adapter_for(provider, ledger.env).call(request, now_ms=clock)
+        if learn and response.headers:
+            heard.limits = read_limits(response.headers, clock()) or heard.limits
+        return response
 
     return call
 
@@ -173,7 +187,7 @@ def _attempt(
         role=reservation.role,
         correction_reason=plan.correction_reason,
         max_tokens=max_tokens,
-        caller=_caller(ledger, model, clock),
+        caller=_caller(ledger, model, clock, heard := _Heard()),
         clock=clock,
         effort=None if reservation.effort is None else Effort(reservation.effort),
     )
@@ -184,7 +198,8 @@ def _attempt(
             result = handler(job)
     except CallCancelled:
         late = overran(clock(), reservation)
-        settle(attempt, cancelled(), functools.partial(ledger.settle, overran=late))
+        send = functools.partial(ledger.settle, overran=late)
+        settle(attempt, cancelled(limits=heard.limits), send)
         return _Step(attempt, cancelled=True)
     except Exception as exc:  # a failing handler is an outcome to classify, by type only
         classification = classify_exception(exc)
@@ -194,7 +209,8 @@ def _attempt(
         classification = Classification(FailureKind.UNKNOWN, "bad_handler_result")
     elif result is not None and result.ok:
         # settled without finishing: the source is done only once the commit was accepted (R-Q-1)
-        settled = settle(attempt, success(result, cost_usd=result.cost_usd), send)
+        answer = success(result, cost_usd=result.cost_usd, limits=heard.limits)
+        settled = settle(attempt, answer, send)
         if settled.must_not_commit:
             return _Step(attempt)
         return _commit(ledger, claim, result, attempt)
@@ -203,7 +219,8 @@ def _attempt(
     assert classification is not None
     usage = result if isinstance(result, HandlerResult) else None
     side_effects = usage is not None and bool(usage.side_effects)
-    settle(attempt, failed(classification, usage, side_effects=side_effects), send)
+    settle(attempt, failed(classification, usage, side_effects=side_effects,
+                           limits=heard.limits), send)  # fmt: skip
     return _Step(attempt)
 
 

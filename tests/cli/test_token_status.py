@@ -14,6 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ledger.clock import DAY_MS, iso, virtual_time
+from ledger.learned import read_limits
 from ledger.page.render import render_page
 from ledger.records import Success
 from ledger.status.document import build_status
@@ -157,3 +158,32 @@ def test_r_tok_5_no_token_budget_no_page_section(home: Path, make_ledger: Ledger
     doc = build_status(led)
     assert doc["token_budgets"] == []
     assert 'id="tokens"' not in render_page(doc)
+
+
+@pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
+def test_r_tok_4_status_shows_each_learned_limit_and_what_is_left(
+    home: Path, make_ledger: LedgerFactory, clock: Clock, ledger_db: str | None
+) -> None:
+    write_policy(home, callsPerHour=100, replyTokens=100)
+    led = make_ledger()
+    heard = led.reserve("s0", "alpha/small", input_bytes=300)
+    headers = {"x-ratelimit-remaining-tokens": "1200", "x-ratelimit-reset-tokens": "20s",
+               "x-ratelimit-limit-tokens": "30000"}  # fmt: skip
+    led.settle(heard.id, Success(10, 5, limits=read_limits(headers, clock())))
+    clock.advance(1000)
+    led.reserve("s1", "alpha/small", input_bytes=300)  # 200 granted since the reading
+    with virtual_time(clock):
+        doc = status_json(home)
+        text = cli_ok(home, "status")
+        prom = cli_ok(home, "status", "--prometheus")
+    assert doc["learned_limits"] == [{
+        "model": "alpha/small", "kind": "tokens", "remaining": 1200, "left": 1000,
+        "limit": 30000, "read_at": iso(T0), "resets_at": iso(T0 + 20_000),
+    }]  # fmt: skip
+    assert (f"learned alpha/small tokens: 1,000 left (reported 1,200 of 30,000 at {iso(T0)}); "
+            f"resets {iso(T0 + 20_000)}") in " ".join(text.split())  # fmt: skip
+    (left,) = [s for f in text_string_to_metric_families(prom) for s in f.samples
+               if f.name == "ledger_learned_tokens_left"]  # fmt: skip
+    assert (left.labels, left.value) == ({"model": "alpha/small", "kind": "tokens"}, 1000)
+    clock.advance(20_000)  # past its reset: no longer shown
+    assert build_status(led)["learned_limits"] == []

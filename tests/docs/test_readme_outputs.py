@@ -31,7 +31,10 @@ import pytest
 from click.testing import CliRunner
 from freezegun import freeze_time
 
+from ledger.api import Ledger
 from ledger.cli.main import cli
+from ledger.learned import read_limits
+from ledger.records import Success
 from tests.docs.pages import all_text
 from tests.support.shell import _shell_env
 
@@ -130,10 +133,23 @@ def _setup_auth_failure_on_openai(home: Path) -> str:
     return T0
 
 
+def _setup_learned_limit(home: Path) -> str:
+    """openai/gpt-4.1-mini answered at 08:00 that 1,200 tokens are left until 08:00:20."""
+    _catalog(home, {})
+    headers = {"x-ratelimit-remaining-tokens": "1200", "x-ratelimit-reset-tokens": "20s"}
+    with freeze_time(T0):
+        led = Ledger.open(home, env={})
+        heard = led.reserve("s1", "openai/gpt-4.1-mini")
+        led.settle(heard.id, Success(10, 5, limits=read_limits(headers, led.clock_fn())))
+        led.close()
+    return "2027-01-15T08:00:01Z"
+
+
 IN_PROCESS: dict[str, Callable[[Path], str]] = {
     "key-create-list-revoke": _setup_keys,
     "scope-in-flight-refusal": _setup_scope_in_flight,
     "cooldown-set-still-refused": _setup_auth_failure_on_openai,
+    "learned-limit-refusal": _setup_learned_limit,
 }
 
 

@@ -9,10 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ledger.budgets.unit import Stage, Use, token_budgets, token_target
 from ledger.catalog import Catalog
-from ledger.config import Policy
+from ledger.config import Policy, TokenLimits
 from ledger.kinds import CooldownScope, ExclusionReason, FailureKind
+from ledger.learned import LimitKind
 from ledger.routing.exclusion import Exclusion
+from ledger.routing.room import LearnedRoom, TokenRoom
 from ledger.routing.select import (
     RULE_ORDER,
     Selection,
@@ -43,6 +46,8 @@ NOURL: dict[str, Any] = {"provider": "nourl", "id": "x", "pricing": price(0.01, 
 EMBED: dict[str, Any] = {"provider": "vectors", "id": "e", "kind": "embedding",
                          "pricing": price(0.01, 0.01)}  # fmt: skip
 KEYS = [m.key for m in CATALOG.models]
+(ANTHROPIC_TPM,) = token_budgets(token_target("anthropic"), TokenLimits(tokens_per_minute=1000),
+                                 Stage.TOKENS)  # fmt: skip
 
 
 def run(
@@ -112,6 +117,12 @@ RULES: list[tuple[str, dict[str, Any], str, ExclusionReason]] = [
     ("R-SEL-7-probing-provider", {"snapshot": snap(probing=(
         cooldown(CooldownScope.PROVIDER, "anthropic", NOW + MIN),))}, "anthropic/claude-h",
      R.PROBING),
+    ("R-TOK-4-window", {"snapshot": snap(tokens=TokenRoom(windows=(
+        (ANTHROPIC_TPM, Use(900, ((NOW + MIN, 900),))),)))}, "anthropic/claude-h",
+     R.TOKEN_BUDGET),
+    ("R-TOK-4-learned", {"snapshot": snap(tokens=TokenRoom(learned=(
+        LearnedRoom("anthropic/claude-h", LimitKind.TOKENS, 100, NOW + MIN),)))},
+     "anthropic/claude-h", R.PROVIDER_TOKENS_EXHAUSTED),
     ("R-RES-7", {"snapshot": snap(source_models=frozenset({"openai/gpt-a", "local/llama"}))},
      "anthropic/claude-h", R.SOURCE_MODELS),
     ("R-SEL-8", {"input_tokens": 7000}, "local/llama", R.CONTEXT_TOO_SMALL),

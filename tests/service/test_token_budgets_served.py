@@ -72,7 +72,8 @@ def test_r_tok_2_gateway_token_refusal_is_429_naming_window_limit_target_with_re
 ) -> None:
     home = tmp_path / "state"
     home.mkdir(mode=0o700)
-    policy = {"callsPerHour": 1000, "replyTokens": 100,
+    # no backup (with one, the selection would send the request to a backup with room, R-TOK-4)
+    policy = {"callsPerHour": 1000, "replyTokens": 100, "crossProviderFallback": False,
               "tokenBudgets": {"acme": {"tokensPerMinute": 250}}}
     chat = {"model": "acme/a1", "messages": [{"role": "user", "content": "hello"}]}
     used = Scripted(input_tokens=100, output_tokens=100)  # the first settles at 200 tokens

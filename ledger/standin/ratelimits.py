@@ -1,0 +1,83 @@
+"""The rate-limit headers the stand-in sends (R-TOK-4): what OpenAI and Anthropic report of an
+account's token limits on their answers, so the ledger's learned limits show in tests and the demo.
+
+By default every successful answer reports a per-minute token limit (DEFAULT_TOKENS_PER_MINUTE)
+and what is left of it: the limit minus the tokens the stand-in answered for that model in the
+current wall-clock minute, reset at the minute's end. A scripted reply may say exactly what is
+left and when it resets instead (`Scripted.tokens_remaining`, `tokens_reset_s`), on any status.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+
+DEFAULT_TOKENS_PER_MINUTE = 1_000_000
+_FAMILIES = ("tokens", "input-tokens", "output-tokens")
+
+
+def go_duration(seconds: float) -> str:
+    """A reset the way OpenAI writes it: `120ms`, `20s`, `1.5s`, `6m0s`."""
+    ms = max(1, round(seconds * 1000))
+    if ms < 1000:
+        return f"{ms}ms"
+    minutes, rest = divmod(ms, 60_000)
+    secs = f"{rest // 1000}" if rest % 1000 == 0 else f"{rest / 1000:.3f}".rstrip("0")
+    return f"{minutes}m{secs}s" if minutes else f"{secs}s"
+
+
+def rfc3339(at_s: float) -> str:
+    """A reset the way Anthropic writes it: an RFC 3339 time (UTC, whole seconds rounded up)."""
+    whole = int(at_s) + (0 if at_s == int(at_s) else 1)
+    return datetime.fromtimestamp(whole, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def headers(
+    anthropic: bool,
+    remaining: dict[str, int],
+    reset_s: float,
+    now_s: float,
+    limit: int | None = None,
+) -> list[tuple[str, str]]:
+    """The answer's rate-limit headers in its format: `remaining` per family (`tokens`,
+    `input-tokens`, `output-tokens`; OpenAI reports `tokens` only), reset in `reset_s`."""
+    out: list[tuple[str, str]] = []
+    for family, left in remaining.items():
+        if anthropic:
+            name = f"anthropic-ratelimit-{family}-"
+            out += [(f"{name}remaining", str(left)), (f"{name}reset", rfc3339(now_s + reset_s))]
+            if limit is not None:
+                out.append((f"{name}limit", str(limit)))
+        elif family == "tokens":
+            out += [("x-ratelimit-remaining-tokens", str(left)),
+                    ("x-ratelimit-reset-tokens", go_duration(reset_s))]  # fmt: skip
+            if limit is not None:
+                out.append(("x-ratelimit-limit-tokens", str(limit)))
+    return out
+
+
+class TokenMeter:
+    """The tokens answered per model in the current wall-clock minute, against `limit`."""
+
+    def __init__(self, limit: int = DEFAULT_TOKENS_PER_MINUTE) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._minute = -1
+        self._spent: dict[tuple[str, str], int] = {}
+
+    def spend(self, model: str, input_tokens: int, output_tokens: int, now_s: float) -> (
+        tuple[dict[str, int], float]
+    ):
+        """Count one answer; what is left of each family and the seconds to the minute's end."""
+        minute = int(now_s // 60)
+        with self._lock:
+            if minute != self._minute:
+                self._minute, self._spent = minute, {}
+            left = {}
+            for family, tokens in (("tokens", input_tokens + output_tokens),
+                                   ("input-tokens", input_tokens),
+                                   ("output-tokens", output_tokens)):  # fmt: skip
+                spent = self._spent.get((model, family), 0) + max(0, tokens)
+                self._spent[model, family] = spent
+                left[family] = max(0, self.limit - spent)
+        return left, (minute + 1) * 60 - now_s
