@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from ledger.catalog import Provider
 from ledger.clock import now_ms
+from ledger.learned import read_limits
 from ledger.providers import (
     INVALID_RESPONSE,
     CallRequest,
@@ -95,7 +96,9 @@ def test_r_http_1_success_with_usage_and_stop_reason(standin: StandIn, api: str,
     assert (response.input_tokens, response.output_tokens) == (12, 3)
     assert response.exception is None
     assert response.error_body is None
-    assert dict(response.headers) == {}
+    # a 2xx's headers are kept, lower-cased: its rate-limit headers are learned (R-TOK-4)
+    assert response.headers["content-type"] == "application/json"
+    assert read_limits(response.headers, now_ms()) is not None
     assert 0 <= response.elapsed_ms < 5000
     (received,) = standin.requests
     assert received.model == "m"
