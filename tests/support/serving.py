@@ -23,7 +23,7 @@ import httpx
 from ledger.client import unix_transport
 
 LISTENING = re.compile(r"listening on unix:(\S+)(?: and http://([\d.]+):(\d+))?")
-START_TIMEOUT_S = 60.0
+START_TIMEOUT_S = 120.0  # a start-up on a loaded 2-core CI machine took over 60 s once
 
 
 @dataclass
