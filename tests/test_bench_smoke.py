@@ -51,6 +51,7 @@ def test_bench_quick_mode_runs_and_writes_a_table(tmp_path: Path) -> None:
         assert figure in text
     # issue 31: LiteLLM's proxy runs only in full mode; the smoke run says so and needs no litellm
     assert "| gateway: LiteLLM proxy overhead p50 | skipped |" in text
+    assert "| gateway: LiteLLM proxy time to first byte - direct (p50) | skipped |" in text
     assert "skipped in --quick mode" in text
     assert "SQLite" in text
     assert "journal mode" in text
