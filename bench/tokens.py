@@ -31,6 +31,7 @@ from bench.common import (
     per_cycle,
     ratio_row,
     side_by_side,
+    time_row,
 )
 from ledger.api import Ledger
 from ledger.clock import now_ms
@@ -80,8 +81,9 @@ def _ratios(firsts: list[float], seconds: list[float]) -> Stats:
     return Stats.of([a / b for a, b in zip(firsts, seconds, strict=True)])
 
 
-def budgets_vs_plain(root: Path, settings: Settings) -> Stats:
-    """Reserve+settle under a model's and a provider's tokensPerMinute / without token budgets."""
+def budgets_vs_plain(root: Path, settings: Settings) -> tuple[list[float], list[float]]:
+    """Seconds per reserve+settle under a model's and a provider's tokensPerMinute, and without
+    token budgets."""
     budgeted = open_ledger(make_home(root, "budgeted"), bench_policy(tokenBudgets=MINUTE_BUDGETS))
     plain = open_ledger(make_home(root, "plain"))
     try:
@@ -92,11 +94,12 @@ def budgets_vs_plain(root: Path, settings: Settings) -> Stats:
     finally:
         budgeted.close()
         plain.close()
-    return _ratios(with_budgets, without)
+    return with_budgets, without
 
 
-def scopes_vs_plain(root: Path, settings: Settings) -> Stats:
-    """A reserve under 3 scopes with a token window each / a plain reserve, on one ledger."""
+def scopes_vs_plain(root: Path, settings: Settings) -> tuple[list[float], list[float]]:
+    """Seconds per reserve under 3 scopes with a token window each, and per plain reserve, on
+    one ledger."""
     ledger = open_ledger(make_home(root, "scoped"), bench_policy(scopes=SCOPES))
     try:
         warm = max(3, settings.cycles // 10)
@@ -107,7 +110,7 @@ def scopes_vs_plain(root: Path, settings: Settings) -> Stats:
         )
     finally:
         ledger.close()
-    return _ratios(scoped, plain)
+    return scoped, plain
 
 
 def history_vs_empty(big: Path, empty: Path, settings: Settings, budgets: Any) -> Stats:
@@ -126,8 +129,9 @@ def history_vs_empty(big: Path, empty: Path, settings: Settings, budgets: Any) -
 
 def run(root: Path, settings: Settings) -> list[Row]:
     """The three ratios (the history one with a minute's and with a day's window)."""
-    budgets = budgets_vs_plain(root / "budgets", settings)
-    scoped = scopes_vs_plain(root / "scopes", settings)
+    with_budgets, without = budgets_vs_plain(root / "budgets", settings)
+    with_scopes, plain = scopes_vs_plain(root / "scopes", settings)
+    budgets, scoped = _ratios(with_budgets, without), _ratios(with_scopes, plain)
     big, empty = make_home(root, "history-big"), make_home(root, "history-empty")
     open_ledger(big).close()
     open_ledger(empty).close()
@@ -138,10 +142,15 @@ def run(root: Path, settings: Settings) -> list[Row]:
     day = history_vs_empty(big, empty, settings, DAY_BUDGETS)
     label = f"{settings.growth_rows:,} attempts / {growth.DAYS} d"
     return [
+        time_row("tokens: cycle without token budgets", Stats.of(without)),
+        time_row("tokens: cycle under a model's and a provider's tokensPerMinute",
+                 Stats.of(with_budgets)),
         ratio_row(
             "tokens: cycle under a model's and a provider's tokensPerMinute / no token budgets",
             budgets, f"<= {BUDGET_TARGET}", budgets.median <= BUDGET_TARGET,
         ),
+        time_row("tokens: plain reserve (3-scope ledger)", Stats.of(plain)),
+        time_row("tokens: reserve under 3 scopes with a token window each", Stats.of(with_scopes)),
         ratio_row(
             "tokens: reserve under 3 scopes with a token window each / plain reserve",
             scoped, f"<= {SCOPES_TARGET}", scoped.median <= SCOPES_TARGET,
