@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -40,9 +41,9 @@ def _queued(home: Path, payloads: list[str]) -> None:
     led.close()
 
 
-def _once(home: Path) -> dict[str, object]:
+def _once(home: Path) -> dict[str, Any]:
     result = CliRunner().invoke(cli, ["--home", str(home), "worker", "run", "--once", "--json"])
-    doc: dict[str, object] = json.loads(result.output)
+    doc: dict[str, Any] = json.loads(result.output)
     return doc
 
 
