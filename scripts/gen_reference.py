@@ -488,7 +488,10 @@ def standin_page() -> str:
         "Tests script their own replies with `ledger.standin.server.StandIn` and `Scripted` "
         "(status, `Retry-After`, error codes, stop reasons, slow or cut streams, resets, "
         "malformed events, the tokens a limit has left and when it resets); see "
-        "`ledger/standin/server.py`."
+        "`ledger/standin/server.py`. `StandIn(enforce_tokens=True)` also holds its token limit "
+        "(`tokens_per_minute` a `token_window_s`-second window, per model): an answer whose tokens "
+        "do not fit what is left is an HTTP 429 `rate_limit_exceeded` that says what is left and "
+        "when it resets, as a provider's own limit does."
     )
     return "\n".join(out) + "\n"
 

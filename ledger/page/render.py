@@ -234,6 +234,40 @@ def token_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+LIMIT_KIND_WORDS = {
+    "tokens": "tokens",
+    "input_tokens": "input tokens",
+    "output_tokens": "output tokens",
+}
+"""The page's words for the document's `learned_limits[].kind` values."""
+
+
+def learned_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each live reading of a provider's token limit (the document's `learned_limits`): its
+    provider and model id, what the answer reported left (of its limit when it said), what is
+    left for the next reservation (less the estimates granted since) as a share of what it
+    reported, whether nothing is left and the seconds until it resets."""
+    rows = []
+    for x in doc.get("learned_limits") or []:
+        provider, _, model_id = x["model"].partition("/")
+        left = max(0, x["left"])
+        of = x["limit"] if x["limit"] is not None else x["remaining"]
+        words = LIMIT_KIND_WORDS.get(x["kind"], x["kind"])
+        rows.append({
+            **x,
+            "provider": provider,
+            "model_id": model_id,
+            "words": words,
+            "reported_text": f"{x['remaining']:,}" + (
+                "" if x["limit"] is None else f" of {x['limit']:,}"),
+            "left_text": f"{left:,} {words} left",
+            "pct": _percent(of - left, of) if of > 0 else 100.0,
+            "full": x["left"] <= 0,
+            "resets_s": _seconds_between(doc["now"], x["resets_at"]),
+        })  # fmt: skip
+    return rows
+
+
 def view(
     doc: dict[str, Any], home: str | None = None, db_url_given: bool = False
 ) -> dict[str, Any]:
@@ -260,6 +294,7 @@ def view(
         "q": queue_view(doc),
         "recent": recent_view(doc),
         "tokens": token_rows(doc),
+        "learned": learned_rows(doc),
         "health": health_rows(doc["health"]) if "health" in doc else None,
         "stale": [w for w in doc["policy"]["writers"] if w.get("live")],
     }

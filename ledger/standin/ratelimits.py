@@ -5,6 +5,8 @@ By default every successful answer reports a per-minute token limit (DEFAULT_TOK
 and what is left of it: the limit minus the tokens the stand-in answered for that model in the
 current wall-clock minute, reset at the minute's end. A scripted reply may say exactly what is
 left and when it resets instead (`Scripted.tokens_remaining`, `tokens_reset_s`), on any status.
+Enforcing (`StandIn(enforce_tokens=True)`), the stand-in answers 429 instead of a success whose
+tokens do not fit what is left of the window, as a provider holding a token rate limit does.
 """
 
 from __future__ import annotations
@@ -57,10 +59,12 @@ def headers(
 
 
 class TokenMeter:
-    """The tokens answered per model in the current wall-clock minute, against `limit`."""
+    """The tokens answered per model in the current wall-clock window (a minute unless
+    `window_s` says otherwise), against `limit`."""
 
-    def __init__(self, limit: int = DEFAULT_TOKENS_PER_MINUTE) -> None:
+    def __init__(self, limit: int = DEFAULT_TOKENS_PER_MINUTE, window_s: float = 60.0) -> None:
         self.limit = limit
+        self.window_s = window_s
         self._lock = threading.Lock()
         self._minute = -1
         self._spent: dict[tuple[str, str], int] = {}
@@ -68,8 +72,8 @@ class TokenMeter:
     def spend(self, model: str, input_tokens: int, output_tokens: int, now_s: float) -> (
         tuple[dict[str, int], float]
     ):
-        """Count one answer; what is left of each family and the seconds to the minute's end."""
-        minute = int(now_s // 60)
+        """Count one answer; what is left of each family and the seconds to the window's end."""
+        minute = int(now_s // self.window_s)
         with self._lock:
             if minute != self._minute:
                 self._minute, self._spent = minute, {}
@@ -80,4 +84,19 @@ class TokenMeter:
                 spent = self._spent.get((model, family), 0) + max(0, tokens)
                 self._spent[model, family] = spent
                 left[family] = max(0, self.limit - spent)
-        return left, (minute + 1) * 60 - now_s
+        return left, (minute + 1) * self.window_s - now_s
+
+    def take(self, model: str, tokens: int, now_s: float) -> tuple[bool, int, float]:
+        """Enforcing: count an answer of `tokens` when it fits what is left of the window (True),
+        else count nothing (False); what is left of `tokens` after, and the seconds to the
+        window's end."""
+        window = int(now_s // self.window_s)
+        with self._lock:
+            if window != self._minute:
+                self._minute, self._spent = window, {}
+            spent = self._spent.get((model, "tokens"), 0)
+            fits = spent + max(0, tokens) <= self.limit
+            if fits:
+                spent += max(0, tokens)
+                self._spent[model, "tokens"] = spent
+        return fits, max(0, self.limit - spent), (window + 1) * self.window_s - now_s

@@ -16,7 +16,9 @@ prompt: every handler waits on the stop event, so a delayed or trickling reply e
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
+import math
 import socket
 import threading
 import time
@@ -124,6 +126,18 @@ def _cache(reply: Scripted) -> tuple[int, int]:
     return reply.cache_write_tokens, reply.cache_read_tokens
 
 
+class Metered(NamedTuple):
+    """One answer the enforcing meter decided (`StandIn(enforce_tokens=True)`): the request's
+    body, whether it was answered (False: a 429), the tokens left after it, when that window
+    resets and when it was decided (wall-clock seconds)."""
+
+    body: Any
+    answered: bool
+    left: int
+    reset_at_s: float
+    at_s: float
+
+
 class ReceivedRequest(NamedTuple):
     """One request the stand-in received; secret header values are replaced by REDACTED."""
 
@@ -143,10 +157,16 @@ class StandIn:
         port: int = 0,
         keep_alive: bool = False,
         tokens_per_minute: int | None = ratelimits.DEFAULT_TOKENS_PER_MINUTE,
+        enforce_tokens: bool = False,
+        token_window_s: float = 60.0,
     ) -> None:
         self.default = default or Scripted()
         # the token limit its successes report (R-TOK-4); None: no rate-limit headers
-        self.meter = None if tokens_per_minute is None else ratelimits.TokenMeter(tokens_per_minute)
+        self.meter = (None if tokens_per_minute is None
+                      else ratelimits.TokenMeter(tokens_per_minute, token_window_s))  # fmt: skip
+        # answer 429 instead of a success that does not fit what is left of the window
+        self.enforce_tokens = enforce_tokens and self.meter is not None
+        self._metered: list[Metered] = []
         # HTTP/1.1 keep-alive for fault-free replies (a real provider's connections are reused);
         # off by default: every reply closes its connection, as the fault tests expect
         self.keep_alive = keep_alive
@@ -256,6 +276,31 @@ class StandIn:
         """The parsed JSON request bodies, aligned with `requests` (test use only)."""
         with self._lock:
             return list(self._bodies)
+
+    @property
+    def metered(self) -> list[Metered]:
+        """The enforcing meter's decisions so far, in the order taken (test use only)."""
+        with self._lock:
+            return list(self._metered)
+
+    def meter_reply(self, reply: Scripted, model: str, body: Any) -> Scripted:
+        """Enforcing: `reply` with what is left of the window after it, or a 429 saying what is
+        left when its tokens do not fit (any other reply is sent as scripted)."""
+        meter = self.meter
+        if not self.enforce_tokens or meter is None or reply.status >= 300:
+            return reply
+        if reply.tokens_remaining is not None:
+            return reply
+        tokens = (reply.input_tokens + reply.cache_write_tokens + reply.cache_read_tokens
+                  + reply.output_tokens)  # fmt: skip
+        now = time.time()
+        answered, left, reset_s = meter.take(model, tokens, now)
+        with self._lock:
+            self._metered.append(Metered(body, answered, left, now + reset_s, now))
+        if answered:
+            return dataclasses.replace(reply, tokens_remaining=left, tokens_reset_s=reset_s)
+        return Scripted(status=429, error_code="rate_limit_exceeded", tokens_remaining=left,
+                        tokens_reset_s=reset_s, retry_after=str(max(1, math.ceil(reset_s))))
 
     def record(self, request: ReceivedRequest, body: Any) -> None:
         """Remember one received request."""
@@ -402,7 +447,7 @@ class _Handler(BaseHTTPRequestHandler):
             status, code = refusal or (400, None)
             self._send(status, error_json(anthropic, status, code, message="rejected request"))
             return
-        reply = standin.next_reply(model)
+        reply = standin.meter_reply(standin.next_reply(model), model, body)
         self._keep = standin.keep_alive and _fault_free(reply)
         if reply.delay_s > 0 and standin.stopping.wait(reply.delay_s):
             return

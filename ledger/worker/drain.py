@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ledger.errors import DatabaseUnreachableError, ServiceUnreachableError, StoreError
+from ledger.kinds import ExclusionReason, RefusalReason
 from ledger.store import queue as store_queue
 from ledger.telemetry import queue_item
 from ledger.worker.handler import Handler, default_worker_id
@@ -144,6 +145,29 @@ def _compact_step(ledger: WorkerLedger) -> int:
     return ledger.compact(COMPACT_BATCH)
 
 
+TOKEN_REFUSALS = frozenset(
+    {RefusalReason.TOKEN_BUDGET.value, RefusalReason.PROVIDER_TOKENS_EXHAUSTED.value}
+)
+_TOKEN_EXCLUSIONS = frozenset(
+    {ExclusionReason.TOKEN_BUDGET.value, ExclusionReason.PROVIDER_TOKENS_EXHAUSTED.value}
+)
+
+
+def _tokens_full(ledger: WorkerLedger, item: ItemReport) -> tuple[bool, int | None]:
+    """After an item that found no token room (refused `token_budget` or
+    `provider_tokens_exhausted`, or left without a route): whether the smallest request (no
+    input, no source) has no route either with a token window or learned limit among what leaves
+    its models out, and when one frees. Then every other due source of the pass would be left out
+    alike (they route over the same models, and a larger request needs more room): the pass
+    ends, as on the hourly budget, instead of claiming and releasing each of them."""
+    if item.refusal not in TOKEN_REFUSALS and item.outcome is not ItemOutcome.UNROUTABLE:
+        return False, None
+    smallest = ledger.select(None, input_bytes=0)
+    if smallest.routes:
+        return False, None
+    return any(e.reason in _TOKEN_EXCLUSIONS for e in smallest.excluded), smallest.retry_at_ms
+
+
 def _limit_reached(summary: DrainSummary, max_items: int | None) -> bool:
     return max_items is not None and summary.items >= max_items
 
@@ -186,6 +210,14 @@ def _drain_pass(
         state.productive |= item.reserved and item.outcome is not ItemOutcome.CANCELLED
         state.hint(item.retry_at_ms)
         if item.refusal in GLOBAL_REFUSALS:  # every other source would be refused alike
+            break
+        try:
+            tokens_full, frees_at = _tokens_full(ledger, item)
+        except UNREACHABLE as error:  # the item is done; the next pass asks again
+            reach.lost(error)
+            break
+        if tokens_full:  # every other source would find no token room alike
+            state.hint(frees_at)
             break
         if item.outcome is ItemOutcome.CANCELLED:
             state.stop = True

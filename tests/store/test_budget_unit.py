@@ -11,7 +11,6 @@ The pure part (budgets_of, check) is pinned against the policy's budgets as sect
 
 from __future__ import annotations
 
-import multiprocessing
 import time
 from collections import Counter
 from pathlib import Path
@@ -28,7 +27,7 @@ from ledger.kinds import RefusalReason
 from ledger.store import Store, usage
 from tests.support.backends import BACKENDS, db_url, rows
 from tests.support.ledgers import T0, TEST_CATALOG
-from tests.support.procs import BarrierLike, QueueLike, write_home
+from tests.support.procs import BarrierLike, Frozen, QueueLike, race, write_home
 
 PROCESSES = 16
 ATTEMPTS = 3  # per process: 48 attempts against N = 7
@@ -38,16 +37,6 @@ MINUTE_BUDGET = Budget(Window.ROLLING_MINUTE, Measure.CALLS, GLOBAL, N, REASON)
 MINUTE_KEY = (Window.ROLLING_MINUTE, Measure.CALLS, unit.Dimension.GLOBAL, "")
 SEEDED = (T0 - 40_000, T0 - 20_000)  # granted before the race, inside its minute
 FREES = T0 + 20_000  # the minute past the older one: room for one more
-
-
-class Frozen:
-    """The ledger's clock, stopped at one millisecond (picklable for spawned children)."""
-
-    def __init__(self, ms: int) -> None:
-        self.ms = ms
-
-    def __call__(self) -> int:
-        return self.ms
 
 
 def open_minute_ledger(home: str, db: str | None, at_ms: int) -> Ledger:
@@ -108,26 +97,15 @@ def minute_racer(
     out.put({"granted": granted, "refused": refused, "errors": errors})
 
 
-def race(home: Path, db: str | None, *, broken: bool) -> tuple[list[int], list[Any], list[str]]:
+def run_race(home: Path, db: str | None, *, broken: bool) -> tuple[list[int], list[Any], list[str]]:
     """Release PROCESSES spawned racers together; granted ids, refusals, errors."""
     write_home(home, TEST_CATALOG, callsPerHour=10_000, sourceCalls=5)
     for n, at in enumerate(SEEDED):  # the window already holds two older grants
         led = open_minute_ledger(str(home), db, at)  # (the first open builds the schema)
         led.reserve(f"seed-{n}", "alpha/small", input_bytes=100)
         led.close()
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(PROCESSES)
-    out = ctx.Queue()
-    procs = [
-        ctx.Process(target=minute_racer, args=(str(home), barrier, tag, broken, out, db))
-        for tag in range(PROCESSES)
-    ]
-    for proc in procs:
-        proc.start()
-    reports: list[dict[str, Any]] = [out.get(timeout=180) for _ in procs]
-    for proc in procs:
-        proc.join(timeout=60)
-        assert proc.exitcode == 0
+    reports = race(minute_racer, PROCESSES, lambda tag, barrier, out: (
+        str(home), barrier, tag, broken, out, db))
     granted = [rid for report in reports for rid in report["granted"]]
     refused = [tuple(r) for report in reports for r in report["refused"]]
     errors = [err for report in reports for err in report["errors"]]
@@ -139,7 +117,7 @@ def test_issue_43_a_budget_defined_only_through_the_unit_holds_across_16_process
     tmp_path: Path, ledger_db: str | None
 ) -> None:
     home = tmp_path / "state"
-    granted, refused, errors = race(home, ledger_db, broken=False)
+    granted, refused, errors = run_race(home, ledger_db, broken=False)
     assert errors == []
     assert len(granted) == N - len(SEEDED)
     # every other attempt: the budget's own reason, free again when the oldest grant leaves
@@ -169,7 +147,7 @@ def test_issue_43_a_budget_defined_only_through_the_unit_holds_across_16_process
 def test_issue_43_the_race_harness_sees_a_budget_read_outside_the_reserve(
     tmp_path: Path,
 ) -> None:
-    granted, _, errors = race(tmp_path / "state", None, broken=True)
+    granted, _, errors = run_race(tmp_path / "state", None, broken=True)
     assert errors == []
     assert len(granted) > N - len(SEEDED)  # stale reads overshoot: the harness can tell
 

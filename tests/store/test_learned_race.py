@@ -6,9 +6,7 @@ shrinks, so a request refused earlier would be refused now too)."""
 
 from __future__ import annotations
 
-import multiprocessing
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,10 +15,9 @@ from ledger.errors import LedgerError, Refused
 from ledger.kinds import RefusalReason
 from ledger.learned import read_limits
 from ledger.records import Success
-from tests.store.test_token_race import Frozen
 from tests.support.backends import BACKENDS, db_url, rows
 from tests.support.ledgers import T0, TEST_CATALOG
-from tests.support.procs import BarrierLike, QueueLike, write_home
+from tests.support.procs import BarrierLike, Frozen, QueueLike, race, write_home
 
 PROCESSES = 16
 ATTEMPTS = 3
@@ -28,7 +25,7 @@ LEFT = 9_000  # what the provider said is left
 REPLY = 500  # replyTokens: every estimate is its input bound + 500
 
 
-def racer(home: str, db: str | None, barrier: BarrierLike, tag: int, out: QueueLike) -> None:
+def racer(home: str, db: str | None, tag: int, barrier: BarrierLike, out: QueueLike) -> None:
     granted: list[int] = []
     refused: list[tuple[str, int]] = []
     errors: list[str] = []
@@ -60,17 +57,8 @@ def test_r_tok_4_sixteen_processes_cannot_each_spend_the_same_remainder(
     headers = {"x-ratelimit-remaining-tokens": str(LEFT), "x-ratelimit-reset-tokens": "20s"}
     led.settle(heard.id, Success(10, 5, limits=read_limits(headers, T0)))
     led.close()
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(PROCESSES)
-    out = ctx.Queue()
-    procs = [ctx.Process(target=racer, args=(str(home), ledger_db, barrier, tag, out))
-             for tag in range(PROCESSES)]
-    for proc in procs:
-        proc.start()
-    reports: list[dict[str, Any]] = [out.get(timeout=180) for _ in procs]
-    for proc in procs:
-        proc.join(timeout=60)
-        assert proc.exitcode == 0
+    reports = race(racer, PROCESSES, lambda tag, barrier, out: (
+        str(home), ledger_db, tag, barrier, out))
     assert [e for r in reports for e in r["errors"]] == []
     granted = [rid for r in reports for rid in r["granted"]]
     refused = [tuple(x) for r in reports for x in r["refused"]]

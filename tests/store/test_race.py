@@ -8,17 +8,15 @@ checks every limit afterwards from the database.
 
 from __future__ import annotations
 
-import multiprocessing
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from ledger.api import Ledger
 from tests.support.backends import BACKENDS, db_url, rows
 from tests.support.ledgers import TEST_CATALOG
-from tests.support.procs import contention_worker, race_worker, write_home
+from tests.support.procs import contention_worker, race, race_worker, write_home
 
 PROCESSES = 6
 ATTEMPTS = 12  # per process: 72 attempts against K = 20
@@ -35,23 +33,8 @@ def run_race(
     """Release PROCESSES spawned racers together; return granted ids, refusals and errors."""
     write_home(home, TEST_CATALOG, callsPerHour=K, sourceCalls=1)
     Ledger.open(home, db, env={}).close()  # the migrations build the schema before the race
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(PROCESSES)
-    out = ctx.Queue()
-    procs = [
-        ctx.Process(
-            target=race_worker,
-            args=(str(home), barrier, tag, ATTEMPTS, broken, out),
-            kwargs={"db": db},
-        )
-        for tag in range(PROCESSES)
-    ]
-    for proc in procs:
-        proc.start()
-    reports: list[dict[str, Any]] = [out.get(timeout=180) for _ in procs]
-    for proc in procs:
-        proc.join(timeout=60)
-        assert proc.exitcode == 0
+    reports = race(race_worker, PROCESSES, lambda tag, barrier, out: (
+        str(home), barrier, tag, ATTEMPTS, broken, out, db))
     granted = [rid for report in reports for rid in report["granted"]]
     refused: Counter[str] = Counter()
     for report in reports:
@@ -101,21 +84,8 @@ def test_r_db_2_contention_mixed_reserve_settle_never_overshoots(
     home = tmp_path / "state"
     write_home(home, TEST_CATALOG, **LIMITS)
     Ledger.open(home, ledger_db, env={}).close()
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(CONTENDERS)
-    out = ctx.Queue()
-    procs = [
-        ctx.Process(target=contention_worker,
-                    args=(str(home), barrier, seed, OPERATIONS, SOURCES, MODELS, out),
-                    kwargs={"db": ledger_db})
-        for seed in range(CONTENDERS)
-    ]
-    for proc in procs:
-        proc.start()
-    reports: list[dict[str, Any]] = [out.get(timeout=180) for _ in procs]
-    for proc in procs:
-        proc.join(timeout=60)
-        assert proc.exitcode == 0
+    reports = race(contention_worker, CONTENDERS, lambda seed, barrier, out: (
+        str(home), barrier, seed, OPERATIONS, SOURCES, MODELS, out, ledger_db))
     # no caller saw an unhandled `database is locked` (nor a clean BusyError with a 10 s timeout)
     assert [err for report in reports for err in report["errors"]] == []
     granted = [tuple(g) for report in reports for g in report["granted"]]

@@ -5,9 +5,7 @@ clock frozen the window only fills, so a request refused earlier would be refuse
 
 from __future__ import annotations
 
-import multiprocessing
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -16,7 +14,7 @@ from ledger.errors import LedgerError, Refused
 from ledger.kinds import RefusalReason
 from tests.support.backends import BACKENDS, db_url, rows
 from tests.support.ledgers import T0, TEST_CATALOG
-from tests.support.procs import BarrierLike, QueueLike, write_home
+from tests.support.procs import BarrierLike, Frozen, QueueLike, race, write_home
 
 PROCESSES = 16
 ATTEMPTS = 3
@@ -24,17 +22,7 @@ LIMIT = 9_000  # tokens per minute on provider alpha
 REPLY = 500  # replyTokens: every estimate is its input bound + 500
 
 
-class Frozen:
-    """The ledger's clock, stopped at one millisecond (picklable for spawned children)."""
-
-    def __init__(self, ms: int) -> None:
-        self.ms = ms
-
-    def __call__(self) -> int:
-        return self.ms
-
-
-def racer(home: str, db: str | None, barrier: BarrierLike, tag: int, out: QueueLike) -> None:
+def racer(home: str, db: str | None, tag: int, barrier: BarrierLike, out: QueueLike) -> None:
     granted: list[int] = []
     refused: list[tuple[str, int]] = []
     errors: list[str] = []
@@ -63,17 +51,8 @@ def test_r_tok_2_sixteen_processes_never_overshoot_nor_under_grant_a_token_windo
     write_home(home, TEST_CATALOG, callsPerHour=10_000, sourceCalls=5, replyTokens=REPLY,
                tokenBudgets={"alpha": {"tokensPerMinute": LIMIT}})
     Ledger.open(home, ledger_db, env={}, clock=Frozen(T0)).close()  # the schema, once
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(PROCESSES)
-    out = ctx.Queue()
-    procs = [ctx.Process(target=racer, args=(str(home), ledger_db, barrier, tag, out))
-             for tag in range(PROCESSES)]
-    for proc in procs:
-        proc.start()
-    reports: list[dict[str, Any]] = [out.get(timeout=180) for _ in procs]
-    for proc in procs:
-        proc.join(timeout=60)
-        assert proc.exitcode == 0
+    reports = race(racer, PROCESSES, lambda tag, barrier, out: (
+        str(home), ledger_db, tag, barrier, out))
     assert [e for r in reports for e in r["errors"]] == []
     granted = [rid for r in reports for rid in r["granted"]]
     refused = [tuple(x) for r in reports for x in r["refused"]]

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import multiprocessing
+import os
 import random
 import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -22,8 +24,9 @@ from typing import Any, Protocol
 
 from ledger.api import Ledger
 from ledger.classify import classify_kind
+from ledger.client import LedgerClient
 from ledger.errors import LedgerError, Refused
-from ledger.records import Cancelled, Failed, Outcome, Success
+from ledger.records import Cancelled, Failed, Outcome, Reservation, Success
 from ledger.store import Store, reads
 from ledger.store.reservations import ReserveRequest
 
@@ -64,6 +67,37 @@ class QueueLike(Protocol):
     def put(self, obj: Any, block: bool = True, timeout: float | None = None) -> None: ...
 
 
+class Frozen:
+    """The ledger's clock, stopped at one millisecond (picklable for spawned children)."""
+
+    def __init__(self, ms: int) -> None:
+        self.ms = ms
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+def race(
+    target: Callable[..., None],
+    count: int,
+    args: Callable[[int, BarrierLike, QueueLike], tuple[Any, ...]],
+    timeout_s: float = 180,
+) -> list[dict[str, Any]]:
+    """Spawn `count` processes running `target(*args(tag, barrier, out))`, all released by one
+    barrier; every child's report (one each, put on `out`), once each has exited 0."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(count)
+    out = ctx.Queue()
+    procs = [ctx.Process(target=target, args=args(tag, barrier, out)) for tag in range(count)]
+    for proc in procs:
+        proc.start()
+    reports: list[dict[str, Any]] = [out.get(timeout=timeout_s) for _ in procs]
+    for proc in procs:
+        proc.join(timeout=60)
+        assert proc.exitcode == 0
+    return reports
+
+
 def write_home(home: Path, catalog: dict[str, Any], **policy: Any) -> None:
     """Write catalog.json and recovery.json into a state directory (children read them at start)."""
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -75,6 +109,88 @@ def open_ledger(home: str, db: str | None = None) -> Ledger:
     """Open the ledger as a worker would: policy and catalog from the state directory, the
     database from `--db` when given (the PostgreSQL contract cases), else ledger.db."""
     return Ledger.open(home, db, env={})
+
+
+def cli_argv(home: str, db: str | None, *args: str) -> list[str]:
+    """`python -m ledger --home HOME [--db DB] ARGS…` as an operator would run it."""
+    argv = [sys.executable, "-m", "ledger", "--home", home]
+    if db is not None:
+        argv += ["--db", db]
+    return [*argv, *args]
+
+
+Reserve = Callable[[str, str, int, Sequence[str]], tuple[int, int | None, int | None]]
+
+
+def reserver(how: str, target: str, db: str | None) -> Reserve:
+    """A function (source, model, input_bytes, scopes) -> (id, estimate_micro, estimate_tokens)
+    raising `Refused` (its message carries the refusal's detail), through one of the three ways
+    a job reserves: "library" (target: the state directory), "client" (`LedgerClient` on a
+    service; target: its socket) or "cli" (`ledger reserve --json`, a process per call; target:
+    the state directory)."""
+    if how == "library":
+        led = Ledger.open(target, db, env={})
+
+        def by_library(source: str, model: str, size: int, scopes: Sequence[str]) -> Any:
+            return _triple(led.reserve(source, model, input_bytes=size, scopes=scopes))
+
+        return by_library
+    if how == "client":
+        client = LedgerClient(target, home=target)
+
+        def by_client(source: str, model: str, size: int, scopes: Sequence[str]) -> Any:
+            return _triple(client.reserve(source, model, input_bytes=size, scopes=scopes))
+
+        return by_client
+
+    def by_cli(source: str, model: str, size: int, scopes: Sequence[str]) -> Any:
+        argv = cli_argv(target, db, "reserve", source, "--model", model, "--input-bytes",
+                        str(size), "--json")  # fmt: skip
+        for scope in scopes:
+            argv += ["--scope", scope]
+        done = subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ))
+        doc = json.loads(done.stdout)
+        if done.returncode == 3:
+            raise Refused(doc["error"]["code"], doc["error"]["message"])
+        if done.returncode != 0:
+            raise LedgerError(f"exit {done.returncode}")
+        return int(doc["id"]), None, doc.get("estimate_tokens")
+
+    return by_cli
+
+
+def _triple(res: Reservation) -> tuple[int, int | None, int | None]:
+    return res.id, res.estimate_micro, res.estimate_tokens
+
+
+def planned_racer(
+    how: str,
+    target: str,
+    db: str | None,
+    tag: int,
+    plan: Sequence[tuple[str, int, Sequence[str]]],
+    barrier: BarrierLike,
+    out: QueueLike,
+) -> None:
+    """Reserve each planned (model, input bytes, scopes) once every racer is ready, through
+    `how` (see `reserver`). Reports granted ids by plan index and each refusal's plan index,
+    reason and message."""
+    granted: list[tuple[int, int]] = []
+    refused: list[tuple[int, str, str]] = []
+    errors: list[str] = []
+    try:
+        reserve = reserver(how, target, db)
+        barrier.wait(timeout=300)
+        for i, (model, size, scopes) in enumerate(plan):
+            try:
+                granted.append((i, reserve(f"race-{how}-{tag}-{i}", model, size, scopes)[0]))
+            except Refused as refusal:
+                refused.append((i, refusal.reason, refusal.message))
+            except LedgerError as error:
+                errors.append(f"{type(error).__name__}: {error.message}")
+    except Exception as error:  # reported, never swallowed: the parent asserts there are none
+        errors.append(f"{type(error).__name__}: {error}")
+    out.put({"how": how, "tag": tag, "granted": granted, "refused": refused, "errors": errors})
 
 
 def break_transaction_scope(delay_s: float) -> None:

@@ -8,11 +8,7 @@ or the `ledger reserve` command in a subprocess of its own per call.
 
 from __future__ import annotations
 
-import json
-import os
 import random
-import subprocess
-import sys
 import time
 from collections import Counter
 from typing import Any
@@ -20,8 +16,8 @@ from typing import Any
 from ledger.api import Ledger
 from ledger.client import LedgerClient
 from ledger.errors import LedgerError, Refused
-from ledger.records import Cancelled, Reservation, Success
-from tests.support.procs import BarrierLike, QueueLike
+from ledger.records import Cancelled, Success
+from tests.support.procs import BarrierLike, QueueLike, reserver
 
 MODEL = "alpha/small"
 
@@ -64,41 +60,13 @@ def burst_child(
 
 def _reserver(how: str, target: str, db: str | None) -> Any:
     """A function (source, scopes) -> (id, estimate), raising Refused for a refusal."""
-    if how == "library":
-        led = Ledger.open(target, db, env={})
+    reserve = reserver(how, target, db)
 
-        def by_library(source: str, scopes: list[str]) -> tuple[int, int | None]:
-            return _pair(led.reserve(source, MODEL, scopes=scopes))
+    def on_model(source: str, scopes: list[str]) -> tuple[int, int | None]:
+        rid, micro, _ = reserve(source, MODEL, 0, scopes)
+        return rid, micro
 
-        return by_library
-    if how == "client":
-        client = LedgerClient(target, home=target)
-
-        def by_client(source: str, scopes: list[str]) -> tuple[int, int | None]:
-            return _pair(client.reserve(source, MODEL, scopes=scopes))
-
-        return by_client
-
-    def by_cli(source: str, scopes: list[str]) -> tuple[int, int | None]:
-        argv = [sys.executable, "-m", "ledger", "--home", target]
-        if db is not None:
-            argv += ["--db", db]
-        argv += ["reserve", source, "--model", MODEL, "--json"]
-        for scope in scopes:
-            argv += ["--scope", scope]
-        done = subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ))
-        doc = json.loads(done.stdout)
-        if done.returncode == 3:
-            raise Refused(doc["error"]["code"])
-        if done.returncode != 0:
-            raise LedgerError(f"exit {done.returncode}")
-        return int(doc["id"]), None  # the parent reads every estimate from the database
-
-    return by_cli
-
-
-def _pair(res: Reservation) -> tuple[int, int | None]:
-    return res.id, res.estimate_micro
+    return on_model
 
 
 def in_flight_child(
