@@ -223,7 +223,7 @@ class StatusData:
 def status_data(db: Database, calls_per_hour: int, policy: Policy | None = None) -> StatusData:
     """Read the whole status picture in one short deferred read transaction (the policy's
     scopes' use too, when it is given)."""
-    with db.read() as conn:
+    with db.read(long=True) as conn:
         now = db.read_now(conn)
         used, next_free = reads.hourly_usage(conn, now, calls_per_hour)
         cooling = active_cooldowns(conn, now)
