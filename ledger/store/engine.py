@@ -44,7 +44,7 @@ from ledger.errors import (
 )
 from ledger.home import sqlite_file
 from ledger.store import dialects, sqlite_driver
-from ledger.store.checkpoint import Checkpointer, writer_pragmas
+from ledger.store.checkpoint import Checkpointer, connection_pragmas
 from ledger.store.hot import Hot
 from ledger.store.schema import clock
 from ledger.store.writelock import WriteLock, lock_path
@@ -257,7 +257,7 @@ class Database:
                 with contextlib.suppress(sqlite_driver.OperationalError):
                     cur.execute(f"PRAGMA journal_mode = {self.journal_mode}")
             if self.journal_mode == "wal":
-                for pragma in writer_pragmas():
+                for pragma in connection_pragmas():
                     cur.execute(pragma)
         finally:
             cur.close()
