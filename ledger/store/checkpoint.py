@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -67,6 +68,9 @@ SIZE_LIMIT = 8 * 1024 * 1024
 BUSY_TRIES = 5
 BUSY_PAUSE_S = 0.002
 """A long read finding another copy under way tries again this often, this long apart."""
+FREE_TRIES = 8
+"""Copies a long read makes, each followed by a look for the write lock free, before it waits
+for its turn on the lock."""
 LOCK_WAIT_MS = 250
 """A checkpoint's turn on the write lock: given up when the lock does not change hands this long."""
 _TOUCH = "SELECT count(*) FROM sqlite_master"  # opens the log and its index (no checkpoint)
@@ -96,6 +100,33 @@ def copied(result: Result) -> bool:
     """Every frame of the log is in the database file (nothing held the copy back)."""
     busy, log, done = result
     return not busy and log >= 0 and done == log
+
+
+def log_index(path: Path) -> tuple[int, int] | None:
+    """(frames in the log, frames copied) as the log's index says (the -shm file's header:
+    `mxFrame` at byte 16, `nBackfill` at byte 96, in the machine's byte order; a format SQLite
+    documents and keeps), or None without one. A plain file read, no lock: a hint for when a
+    checkpoint is worth trying, never a reason to trust a frame."""
+    try:
+        fd = os.open(f"{path}-shm", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        header = os.pread(fd, 100, 0)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(header) < 100:
+        return None
+    (frames,) = struct.unpack_from("=I", header, 16)
+    (done,) = struct.unpack_from("=I", header, 96)
+    return frames, done
+
+
+def _all_copied(path: Path) -> bool:
+    index = log_index(path)
+    return index is not None and index[1] >= index[0]
 
 
 def catch_up(conn: Any) -> Result:
@@ -211,11 +242,40 @@ class Checkpointer:
     @contextlib.contextmanager
     def restart_point(self, raw: Any) -> Iterator[None]:
         """Around the start of a long read's snapshot on `raw` (no transaction open on it yet):
-        when the log is long, copy it and let the snapshot begin, under the write lock, on a
-        fully copied log, so that this read never holds the log's restart back."""
+        when the log is long, copy it, then begin the snapshot on the fully copied log with the
+        write lock held, so no commit slips in between and this read never holds the log's
+        restart back. The lock is taken only when it is free right after a copy and the log is
+        still fully copied then (held for the begin alone: no copy, no sync under it), up to
+        `FREE_TRIES` times (or at once when another copy is still running); after that the reader
+        takes it in turn and copies under it the few frames committed since its last copy."""
+        index = log_index(self.path)
+        if index is None or index[0] < RESTART_FRAMES:  # a short log: nothing to do here
+            yield
+            return
+        for _ in range(FREE_TRIES):
+            result = self._copy_busy(raw)
+            if result[0]:  # another copy still runs (a slow disk): copy in turn, below
+                break
+            if not copied(result):  # an older snapshot holds it back: not now
+                yield
+                return
+            with self.lock.held_if_free() as held:
+                if held and _all_copied(self.path):
+                    self.restarts += 1
+                    yield  # the caller begins its snapshot here; the lock goes when it has
+                    return
+        with self._turn() as held:
+            if held and (_all_copied(self.path) or copied(self._copy_busy(raw))):
+                self.restarts += 1  # committed since the last copy: copied under the lock
+            yield  # the caller begins its snapshot here; the lock goes when it has
+
+    def _copy_busy(self, raw: Any) -> Result:
+        """`catch_up`, tried again a few times while another copy runs (this process's thread,
+        or another process's: it ends within milliseconds); busy (first item 1) if it still
+        runs then, or a checkpoint failed."""
         result: Result = (1, -1, -1)
-        for attempt in range(BUSY_TRIES):  # busy: another copy runs (this process's thread,
-            if attempt:  # another process's): it ends in a few milliseconds
+        for attempt in range(BUSY_TRIES):
+            if attempt:
                 time.sleep(BUSY_PAUSE_S)
             try:
                 result = catch_up(raw)
@@ -223,14 +283,7 @@ class Checkpointer:
                 break
             if not result[0]:
                 break
-        if result[1] < RESTART_FRAMES or not copied(result):
-            yield
-            return
-        with self._turn() as held:
-            if held:
-                with contextlib.suppress(sqlite_driver.Error):
-                    self.restarts += copied(passive(raw))
-            yield  # the caller begins its snapshot here; the lock goes when it has
+        return result
 
     def close(self) -> None:
         """Stop this process's thread (its connection closes with it)."""
