@@ -169,15 +169,16 @@ class Checkpointer:
     # --- writers: the background copy ------------------------------------------------------
 
     def committed(self) -> None:
-        """A write transaction of this process committed: count it, now and then wake the copy
-        (the first commit starts the thread and opens its connection, once per process)."""
+        """A write transaction of this process committed: count it, and every `COPY_EVERY`
+        commits wake the copy (the first wake starts the thread and opens its connection, once
+        per process: a one-shot command that commits a few times never starts one)."""
         if self._pid != os.getpid():
             self._reset()
-        if self._thread is None:
-            self._start()
         self._commits += 1
         if self._commits >= COPY_EVERY:
             self._commits = 0
+            if self._thread is None:
+                self._start()
             self._wake.set()
 
     def _start(self) -> None:

@@ -250,7 +250,10 @@ def test_r_db_3_close_stops_the_copy_thread(home: Path) -> None:
     needs_wal()
     write_policy(home, defaultModel="alpha/small", callsPerHour=1000)
     led = Ledger.open(home, env={})
-    cycle(led, 0)
+    cycle(led, 0)  # a few commits (a one-shot command's): no thread yet
+    assert not any(t.name == "ledger-checkpoint" for t in threading.enumerate())
+    for i in range(1, checkpoint.COPY_EVERY):
+        cycle(led, i)
     assert any(t.name == "ledger-checkpoint" for t in threading.enumerate())
     led.close()
     assert not any(
