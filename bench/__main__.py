@@ -34,6 +34,7 @@ from bench import (
     service,
     simulate,
     simulate_memory,
+    tokens,
     worker_overhead,
 )
 from bench.common import Row, Settings
@@ -60,6 +61,7 @@ FIGURES: dict[str, Callable[[Path, Settings], list[Row]]] = {
     "checkpoint-truncate": checkpoint.run_truncating,
     "fleet-serve": fleet_serve.run,
     "client": client.run,
+    "tokens": tokens.run,
 }
 
 

@@ -37,11 +37,14 @@ DAYS = 60
 TARGET_RATIO = 1.2
 STATUS_TARGET_S = 0.3
 COMPACT_BATCH = 5_000
+ESTIMATE_TOKENS = (667, 4096)  # what a reserve of 2,000 bytes on a bench model estimates
+OVERRUN_SHARE = 0.05  # of the successes: their output above the estimate
 _STATUSES = ("succeeded",) * 16 + ("failed", "failed", "cancelled", "expired")
 
 
 def build_history(db_path: Path, rows: int, now: int, days: int = DAYS, seed: int = 7) -> None:
-    """Insert `rows` historic attempts (4 per source, up to 2 models each) spread over `days`."""
+    """Insert `rows` historic attempts (4 per source, up to 2 models each) spread over `days`,
+    each with the token estimate a reserve makes (R-TOK-2) and a few successes' usage above it."""
     rng = random.Random(seed)
     conn = sqlite_driver.connect(db_path, isolation_level=None)
     conn.execute("PRAGMA synchronous = OFF")  # building the fixture only; never measured
@@ -66,8 +69,8 @@ def build_history(db_path: Path, rows: int, now: int, days: int = DAYS, seed: in
             "INSERT INTO reservations (source_id, model_key, provider, role, created_ms,"
             " deadline_ms, input_bytes, estimate_micro, status, settled_ms, duration_ms, kind,"
             " late, side_effects, input_tokens, output_tokens, actual_micro, cost_micro,"
-            " policy_fp) VALUES (?, ?, ?, ?, ?, ?, 2000, 9000, ?, ?, ?, ?, 0, 0, ?, ?, ?, ?,"
-            " 'history')",
+            " policy_fp, estimate_input_tokens, estimate_output_tokens) VALUES (?, ?, ?, ?, ?, ?,"
+            " 2000, 9000, ?, ?, ?, ?, 0, 0, ?, ?, ?, ?, 'history', ?, ?)",
             batch_res,
         )
         batch_sources.clear()
@@ -87,6 +90,8 @@ def build_history(db_path: Path, rows: int, now: int, days: int = DAYS, seed: in
             duration = rng.randrange(200, 30_000)
             settled = None if status == "expired" else t + duration
             tokens = (500, 200) if status == "succeeded" else (None, None)
+            if status == "succeeded" and rng.random() < OVERRUN_SHARE:
+                tokens = (500, ESTIMATE_TOKENS[1] + 300)  # usage above the estimate (R-TOK-3)
             actual = 900 if status == "succeeded" else None
             batch_res.append(
                 (
@@ -104,6 +109,7 @@ def build_history(db_path: Path, rows: int, now: int, days: int = DAYS, seed: in
                     tokens[1],
                     actual,
                     actual if actual is not None else 9000,
+                    *ESTIMATE_TOKENS,
                 )
             )
             t += duration + 1

@@ -1,10 +1,15 @@
 """LiteLLM's proxy as a subprocess for the `gateway` figure: no database, loopback only.
 
-A bench-only tool, never a dependency of ledger: install it with `INSTALL` below
-(plain pip, into the same environment as the bench; the click pin keeps the project's own, which
-litellm would otherwise upgrade past, and the tests turn click 8.5's warnings into errors).
-`available()` says whether the `litellm`
-command is on PATH; the proxy is always stopped when the `with` block ends.
+A bench-only tool, never a dependency of ledger, and never installed into the project's own
+environment (whose packages must equal constraints.txt): install it in a venv of its own and put
+that venv's `bin` at the end of PATH for the bench run, as `INSTALL` below says:
+
+    python -m venv /tmp/llvenv && /tmp/llvenv/bin/pip install 'litellm[proxy]' 'click<8.5'
+    PATH=$PATH:/tmp/llvenv/bin python -m bench --only gateway
+
+`available()` says whether the `litellm` command is on PATH (its script runs on its own venv's
+Python); the proxy starts without the bench's PYTHONPATH, so a worktree's packages never shadow
+its own, and is always stopped when the `with` block ends.
 """
 
 from __future__ import annotations
@@ -21,8 +26,11 @@ from pathlib import Path
 
 import httpx
 
-INSTALL = "pip install 'litellm[proxy]' 'click<8.5'"
-"""How to install it: the pin keeps the project's click (litellm would upgrade it past the pin)."""
+INSTALL = (
+    "python -m venv /tmp/llvenv && /tmp/llvenv/bin/pip install 'litellm[proxy]' 'click<8.5', "
+    "then run the bench with PATH=$PATH:/tmp/llvenv/bin"
+)
+"""How to install it: a venv of its own, never the project's environment."""
 READY_TIMEOUT_S = 240.0  # importing litellm and starting uvicorn is slow on a loaded machine
 STOP_TIMEOUT_S = 20.0
 DUMMY_KEY = "sk-bench-dummy"  # the stand-in ignores it; LiteLLM's OpenAI client wants one
@@ -88,6 +96,7 @@ def litellm_proxy(workdir: Path, model_name: str, model_id: str, api_base: str) 
     }
     for name in ("DATABASE_URL", "LITELLM_MASTER_KEY"):  # no database, no key: a bare proxy
         env.pop(name, None)
+    env.pop("PYTHONPATH", None)  # the proxy runs on its own venv's packages alone
     command = [exe, "--config", str(config), "--port", str(port), "--host", "127.0.0.1"]
     with log_path.open("wb") as log:
         proc = subprocess.Popen(

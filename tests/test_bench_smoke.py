@@ -47,10 +47,15 @@ def test_bench_quick_mode_runs_and_writes_a_table(tmp_path: Path) -> None:
         "checkpoint (candidate: writer's checkpoint(TRUNCATE) above 4.0 MiB): -wal file size",
         "client: LedgerClient cycle / in-process cycle, alternating every 10 cycles",
         "client: LedgerClient cycle / in-process cycle, each side's 10 cycles in one block",
+        # SPEC section 22: what token budgets add to a reserve
+        "tokens: cycle under a model's and a provider's tokensPerMinute / no token budgets",
+        "tokens: reserve under 3 scopes with a token window each / plain reserve",
+        "tokens: budgeted cycle on 5,000 attempts / 60 d vs empty (tokensPerMinute)",
     ):
         assert figure in text
     # issue 31: LiteLLM's proxy runs only in full mode; the smoke run says so and needs no litellm
     assert "| gateway: LiteLLM proxy overhead p50 | skipped |" in text
+    assert "| gateway: LiteLLM proxy time to first byte - direct (p50) | skipped |" in text
     assert "skipped in --quick mode" in text
     assert "SQLite" in text
     assert "journal mode" in text
@@ -63,8 +68,10 @@ def test_bench_quick_mode_runs_and_writes_a_table(tmp_path: Path) -> None:
         assert "fleet contention: PostgreSQL / SQLite (2 processes)" in text
         # issue 46 item 4: two services on one database, the hourly budget exact
         assert "fleet-serve: 2 services / 1, total cycles/s" in text
-        assert "| fleet-serve: reservations in the hour (database count) vs callsPerHour L=200 " \
+        assert (
+            "| fleet-serve: reservations in the hour (database count) vs callsPerHour L=200 "
             "| 200 | 2 rounds | = L exactly | yes |" in text
+        )
     else:
         skipped = "| fleet-serve: ledger serve processes on one PostgreSQL database | skipped |"
         assert skipped in text
@@ -174,3 +181,33 @@ def test_issue_31_gateway_ab_runs_two_services_on_two_code_trees(
     assert "A = HEAD (worktree), B = the working tree; 2 pairs" in out
     assert "paired median" in out
     assert worktrees() == before
+
+
+def test_r_tok_2_tokens_bench_quick_rows_measure_every_ratio(tmp_path: Path) -> None:
+    """The token budgets' figure (SPEC section 22) in its quick form: every ratio is measured
+    (a number with its goal), none failed, and the history it compares carries token estimates
+    with some usage above them (what R-TOK-3's overrun read must find)."""
+    import sqlite3 as stdlib_sqlite
+
+    from bench import growth, tokens
+    from bench.common import Settings, make_home, open_ledger
+    from ledger.clock import now_ms
+
+    rows = [row for row in tokens.run(tmp_path / "tokens", Settings.make(quick=True)) if row.target]
+    assert [row.target for row in rows] == ["<= 1.15", "<= 1.25", "<= 1.2", "<= 1.2"]
+    for row in rows:
+        assert row.figure.startswith("tokens: ")
+        assert row.value.endswith("x")
+        assert float(row.value[:-1]) > 0
+        assert row.met is not None
+    home = make_home(tmp_path, "history")
+    open_ledger(home).close()
+    growth.build_history(home / "ledger.db", 400, now_ms())
+    conn = stdlib_sqlite.connect(home / "ledger.db")
+    estimates, over = conn.execute(
+        "SELECT min(estimate_input_tokens + estimate_output_tokens),"
+        " sum(output_tokens > estimate_output_tokens) FROM reservations"
+    ).fetchone()
+    conn.close()
+    assert estimates == sum(growth.ESTIMATE_TOKENS)
+    assert over > 0

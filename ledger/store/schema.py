@@ -140,6 +140,8 @@ reservations = Table(
     Index("ix_reservations_source", "source_id", "status"),
     Index("ix_reservations_open", "status", "deadline_ms"),
     Index("ix_reservations_model", "model_key", "created_ms"),
+    # R-TOK-3 (revision 0014): a token window's overruns are the rows settled inside it
+    Index("ix_reservations_settled", "settled_ms", "created_ms"),
 )
 
 cooldowns = Table(

@@ -20,7 +20,8 @@ from typing import Any
 from sqlalchemy import Connection, Select, and_, bindparam, case, func, literal, select
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import ColumnElement
-from sqlalchemy.types import Boolean
+from sqlalchemy.sql.visitors import InternalTraversal
+from sqlalchemy.types import Boolean, String
 
 from ledger.budgets.unit import Budget, Dimension, Measure, UsageKey, Use, Window
 from ledger.clock import DAY_MS, HOUR_MS
@@ -31,6 +32,7 @@ from ledger.store.schema import cost_hours, reservation_scopes, reservations, sc
 _R = reservations.c
 _RS = reservation_scopes.c
 _SCH = scope_cost_hours.c
+
 
 class _GlobMatch(ColumnElement[bool]):
     """`model_key GLOB :p` on SQLite, `model_key LIKE :p ESCAPE '\\'` on PostgreSQL: the
@@ -43,21 +45,58 @@ class _GlobMatch(ColumnElement[bool]):
         self.pattern = pattern
 
 
+class _UnindexedGlobMatch(_GlobMatch):
+    """The same match on a `model_key` no index serves (`_Unindexed`)."""
+
+    inherit_cache = True
+
+
+def _model_key_sql(element: _GlobMatch, compiler: Any, sqlite: bool, **kw: Any) -> str:
+    column = compiler.process(_R.model_key, **kw)
+    if not isinstance(element, _UnindexedGlobMatch):
+        return str(column)
+    return f"+{column}" if sqlite else f"({column} || '')"
+
+
 @compiles(_GlobMatch, "sqlite")
 def _glob_sqlite(element: _GlobMatch, compiler: Any, **kw: Any) -> str:
-    column = compiler.process(_R.model_key, **kw)
+    column = _model_key_sql(element, compiler, True, **kw)
     return f"({column} GLOB {compiler.process(element.pattern, **kw)})"
 
 
 @compiles(_GlobMatch)
 def _glob_like(element: _GlobMatch, compiler: Any, **kw: Any) -> str:
-    column = compiler.process(_R.model_key, **kw)
+    column = _model_key_sql(element, compiler, False, **kw)
     return f"({column} LIKE {compiler.process(element.pattern, **kw)} ESCAPE '\\')"
+
+
+class _Unindexed(ColumnElement[Any]):
+    """A column's value that no index serves, so that a planner takes the one index left (with
+    or without statistics): `+col` on SQLite (its documented no-op that disqualifies a term);
+    elsewhere `(col || '')` for text and a number as it is (PostgreSQL already prefers the
+    settle time's two-sided range, and filters a number inside that index)."""
+
+    inherit_cache = True
+    _traverse_internals = [("element", InternalTraversal.dp_clauseelement)]  # noqa: RUF012
+
+    def __init__(self, element: Any) -> None:
+        self.element = element
+        self.type = element.type
+
+
+@compiles(_Unindexed, "sqlite")
+def _unindexed_sqlite(element: _Unindexed, compiler: Any, **kw: Any) -> str:
+    return f"+{compiler.process(element.element, **kw)}"
+
+
+@compiles(_Unindexed)
+def _unindexed_other(element: _Unindexed, compiler: Any, **kw: Any) -> str:
+    column = compiler.process(element.element, **kw)
+    return f"({column} || '')" if isinstance(element.type, String) else str(column)
 
 
 SHAPE = tuple[Window, Measure, Dimension]
 """A usage key without its target: what decides the query."""
-
 
 
 def _count() -> Any:
@@ -139,13 +178,15 @@ def _dim_filter(dim: Dimension, target: Any) -> Any:
     """The reservations a dimension's target holds (a scope's: joined through its rows)."""
     if dim is Dimension.GLOB:
         return _glob_match(target)
-    column = {
-        Dimension.SOURCE: _R.source_id,
-        Dimension.PROVIDER: _R.provider,
-        Dimension.MODEL: _R.model_key,
-        Dimension.SCOPE: _RS.scope,
-    }.get(dim)
+    column = _DIM_COLUMNS.get(dim, _RS.scope if dim is Dimension.SCOPE else None)
     return None if column is None else column == target
+
+
+_DIM_COLUMNS = {
+    Dimension.SOURCE: _R.source_id,
+    Dimension.PROVIDER: _R.provider,
+    Dimension.MODEL: _R.model_key,
+}
 
 
 def _rows(dim: Dimension, *columns: Any) -> Select[Any]:
@@ -221,15 +262,43 @@ def _excess(measure: Measure) -> Any:
     return case((over > 0, over), else_=0)
 
 
+SETTLED_INDEX = "ix_reservations_settled"
+"""(settled_ms, created_ms): the rows settled inside a window, granted before it (revision 0014)."""
+
+
+def _settled_since(dim: Dimension, target: Any, since: Any, now: Any, *columns: Any) -> Select[Any]:
+    """The rows of `target` granted in the day before `since` and settled after it, read from the
+    index on the settle time (SETTLED_INDEX): only the rows settled in the window are looked at
+    however busy the ledger. The target's and the grant time's terms are `_Unindexed`, so that
+    no planner (statistics or not) prefers the target's index and a day of its grants. Every
+    time is the ledger's (never ahead of `now`), so a row settled after `since` was settled by
+    `now`: the two-sided range shows a planner how few rows that is. A scope's rows are the
+    ones whose scope row (its primary key) names it."""
+    found: Any = None
+    if dim is Dimension.SCOPE:
+        on = and_(_RS.reservation_id == _R.id, _RS.scope == target)
+        query = select(*columns).select_from(reservations.join(reservation_scopes, on))
+    else:
+        query = select(*columns).select_from(reservations)
+        if dim is Dimension.GLOB:
+            pattern = target if isinstance(target, ColumnElement) else literal(target)
+            found = _UnindexedGlobMatch(pattern)
+        elif (column := _DIM_COLUMNS.get(dim)) is not None:
+            found = _Unindexed(column) == target
+    created = _Unindexed(_R.created_ms)
+    window = (
+        _R.settled_ms > since, _R.settled_ms <= now, created > since - DAY_MS, created <= since
+    )  # fmt: skip
+    return query.where(*window) if found is None else query.where(found, *window)
+
+
 def _overrun(dim: Dimension, measure: Measure, target: Any, since: Any) -> Any:
     """R-TOK-3: the excess of usage over the estimate also counts at the settle time, so an
     overrun settled after its grant left the window still delays the next grants. Rows granted
     up to a day before the window are looked at (a reservation settles within its deadline,
-    expiry or not, long before that; the index on created_ms bounds the scan)."""
-    created = _created(dim)
-    settled = and_(_R.settled_ms > since, created > since - DAY_MS, created <= since)
+    expiry or not, long before that), found by their settle time (`_settled_since`)."""
     total = func.coalesce(func.sum(_excess(measure)), 0)
-    return _rows(dim, total).where(_where(dim, target, settled)).scalar_subquery()
+    return _settled_since(dim, target, since, bindparam("u_now"), total).scalar_subquery()
 
 
 @cache
@@ -312,7 +381,12 @@ def leaving(
 
 
 def _tokens_leaving(
-    conn: Connection, now: int, length: int, measure: Measure, dim: Dimension, target: Any,
+    conn: Connection,
+    now: int,
+    length: int,
+    measure: Measure,
+    dim: Dimension,
+    target: Any,
     use: Use,
 ) -> Use:
     """Every part of a token window with when it leaves (R-TOK-3): a grant counts its usage
@@ -321,20 +395,17 @@ def _tokens_leaving(
     those tokens once."""
     created = _created(dim)
     since = now - length
-    in_window = created > since
-    overrun = and_(_R.settled_ms > since, created > since - DAY_MS, created <= since)
-    rows = conn.execute(
-        _rows(dim, created, _R.settled_ms, _TOKEN_PARTS[measure](), _excess(measure)).where(
-            _where(dim, target, in_window | overrun)
-        )
-    )
+    columns = (_R.created_ms, _R.settled_ms, _TOKEN_PARTS[measure](), _excess(measure))
+    granted = _rows(dim, *columns).where(_where(dim, target, created > since))
+    settled_in = _settled_since(dim, target, since, now, *columns)
     parts: list[tuple[int, int]] = []
-    for at, settled, counted, excess in rows:
-        over = int(excess or 0)
-        if int(at) > since:
-            parts.append((int(at) + length, int(counted or 0) - over))
-        if over and settled is not None:
-            parts.append((max(int(settled), int(at)) + length, over))
+    for query in (granted, settled_in):
+        for at, settled, counted, excess in conn.execute(query):
+            over = int(excess or 0)
+            if int(at) > since:
+                parts.append((int(at) + length, int(counted or 0) - over))
+            if over and settled is not None:
+                parts.append((max(int(settled), int(at)) + length, over))
     return Use(use.used, tuple(sorted(p for p in parts if p[1] > 0)))
 
 
@@ -351,10 +422,9 @@ def first_leaving(conn: Connection, now: int, usage_key: UsageKey) -> int | None
     created = _created(dim)
     since = now - length
     granted = _rows(dim, func.min(created)).where(_where(dim, target, created > since))
-    over = _rows(dim, func.min(_R.settled_ms)).where(_where(
-        dim, target, _R.settled_ms > since, created > since - DAY_MS, created <= since,
-        _excess(measure) > 0,
-    ))
+    over = _settled_since(dim, target, since, now, func.min(_R.settled_ms)).where(
+        _excess(measure) > 0
+    )
     first = conn.execute(select(granted.scalar_subquery(), over.scalar_subquery())).one()
     times = [int(at) + length for at in first if at is not None]
     return min(times) if times else None
@@ -368,9 +438,7 @@ def hour_use(count: int, next_free_ms: int | None, limit: int) -> Use:
     return Use(count, () if next_free_ms is None else ((next_free_ms, count + 1 - limit),))
 
 
-def from_source(
-    source: str, calls: int, models: int, time_used_ms: int
-) -> Mapping[UsageKey, Use]:
+def from_source(source: str, calls: int, models: int, time_used_ms: int) -> Mapping[UsageKey, Use]:
     """A source's lifetime counters (`reads.source_budget`, archived history included)."""
     return {
         (Window.LIFETIME, Measure.CALLS, Dimension.SOURCE, source): Use(calls),
