@@ -44,6 +44,7 @@ from ledger.errors import (
 )
 from ledger.home import sqlite_file
 from ledger.store import dialects, sqlite_driver
+from ledger.store.checkpoint import Checkpointer, connection_pragmas
 from ledger.store.hot import Hot
 from ledger.store.schema import clock
 from ledger.store.writelock import WriteLock, lock_path
@@ -135,6 +136,7 @@ def translate(error: BaseException) -> LedgerError:
 
 _BEGIN_WRITE = "BEGIN IMMEDIATE"
 _BEGIN_READ = "BEGIN DEFERRED"
+_TOUCH = "SELECT newest_ms FROM clock WHERE id = 1"
 _RECONNECT_PAUSE_S = 0.2  # between attempts to reach a PostgreSQL server that went away
 _WALL: BindParameter[int] = bindparam("wall", type_=BigInteger)
 _READ_CLOCK = select(clock.c.newest_ms).where(clock.c.id == 1)
@@ -201,6 +203,13 @@ class Database:
             and not wal_is_safe(sqlite_driver.library_version())
             else None
         )
+        # WAL checkpoints off the reserve path (ledger/store/checkpoint.py)
+        wal_file = sqlite_file(url) if self.is_sqlite and not self.throwaway else None
+        self.checkpointer = (
+            Checkpointer(wal_file, self.write_lock, busy_timeout_ms)
+            if wal_file is not None and self.journal_mode == "wal"
+            else None
+        )
         self._reached = False  # a session was opened once: a later refusal is an outage
         event.listen(self.engine, "connect", self._on_connect_record_pid)
         event.listen(self.engine, "connect", self._on_reached)
@@ -247,6 +256,9 @@ class Database:
                 # another process may hold it open; the mode in force is reported by status
                 with contextlib.suppress(sqlite_driver.OperationalError):
                     cur.execute(f"PRAGMA journal_mode = {self.journal_mode}")
+            if self.journal_mode == "wal":
+                for pragma in connection_pragmas():
+                    cur.execute(pragma)
         finally:
             cur.close()
 
@@ -289,10 +301,11 @@ class Database:
             raise translate(error) from error
 
     @contextmanager
-    def read(self) -> Iterator[Connection]:
-        """One short deferred read transaction."""
+    def read(self, *, long: bool = False) -> Iterator[Connection]:
+        """One short deferred read transaction. `long`: a read that may take a while (the
+        status document): its snapshot starts where the WAL can start over (checkpoint.py)."""
         try:
-            with self._opened(write=False) as (conn, _now):
+            with self._opened(write=False, long=long) as (conn, _now):
                 yield conn
         except exc.DBAPIError as error:
             raise translate(error) from error
@@ -300,7 +313,7 @@ class Database:
             raise translate(error) from error
 
     @contextmanager
-    def _opened(self, *, write: bool) -> Iterator[tuple[Connection, int]]:
+    def _opened(self, *, write: bool, long: bool = False) -> Iterator[tuple[Connection, int]]:
         """A begun transaction (a write: its lock taken and the ledger time read, else 0).
 
         Opening it writes nothing durable, so a PostgreSQL session found dropped meanwhile (a
@@ -316,7 +329,10 @@ class Database:
                 if write:
                     conn.execution_options(ledger_write=True)
                     stack.enter_context(self.write_lock.held())
-                stack.enter_context(conn.begin())
+                if long and self.checkpointer is not None:
+                    self._begin_long_read(conn, stack)
+                else:
+                    stack.enter_context(conn.begin())
                 now = self._ledger_now(conn) if write else 0
             except exc.DBAPIError as error:
                 with contextlib.suppress(exc.DBAPIError):  # a rollback on a dead session
@@ -330,7 +346,17 @@ class Database:
                 raise
             with stack:  # committed when the caller's block ends, rolled back if it raises
                 yield conn, now
+            if write and self.checkpointer is not None:
+                self.checkpointer.committed()
             return
+
+    def _begin_long_read(self, conn: Connection, stack: ExitStack) -> None:
+        """Begin a read's snapshot at a restart point of the WAL (checkpoint.py)."""
+        assert self.checkpointer is not None
+        raw = conn.connection.driver_connection
+        with self.checkpointer.restart_point(raw):
+            stack.enter_context(conn.begin())
+            raw.execute(_TOUCH).fetchall()  # the snapshot starts here, not at the first read
 
     def _reconnect_wait(self, error: exc.DBAPIError, since: float) -> bool:
         """Whether to open the transaction again after `error`, having paused before it."""
@@ -379,5 +405,7 @@ class Database:
         return now_ms() + self.server_offset_ms
 
     def dispose(self) -> None:
-        """Close pooled connections."""
+        """Close pooled connections (and stop the checkpoint thread)."""
+        if self.checkpointer is not None:
+            self.checkpointer.close()
         self.engine.dispose()

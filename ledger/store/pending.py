@@ -108,13 +108,13 @@ class PendingDatabase(Database):
             return self._empty
 
     @contextmanager
-    def read(self) -> Iterator[Connection]:
+    def read(self, *, long: bool = False) -> Iterator[Connection]:
         """A read of the empty ledger while nothing is recorded, else of the database."""
         if self.pending:
             with self._guard, self._empty_ledger().read() as conn:
                 yield conn
             return
-        with super().read() as conn:
+        with super().read(long=long) as conn:
             yield conn
 
     def read_now(self, conn: Connection) -> int:

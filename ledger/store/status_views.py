@@ -190,7 +190,7 @@ class QueueData:
 
 @dataclass(frozen=True)
 class StatusData:
-    """Everything status reads, taken in one read transaction at ledger time `now_ms`."""
+    """Everything status reads at ledger time `now_ms` (a few short read transactions)."""
 
     now_ms: int
     cooldowns: list[CooldownRow]
@@ -221,50 +221,76 @@ class StatusData:
 
 
 def status_data(db: Database, calls_per_hour: int, policy: Policy | None = None) -> StatusData:
-    """Read the whole status picture in one short deferred read transaction (the policy's
-    scopes' use too, when it is given)."""
-    with db.read() as conn:
+    """Read the whole status picture at one ledger time, in a few short deferred read
+    transactions (the policy's scopes' use too, when it is given).
+
+    Each scan of the 24 h window gets a snapshot of its own, and every snapshot starts where the
+    WAL can start over (`Database.read(long=True)`): a reader that builds this document back to
+    back then never pins the log for longer than one group of reads (issue 46 item 2). What must
+    agree is read together: the budgets, cooldowns and health with the state they describe; the
+    hours with the daily totals they partition. Between groups only commits that landed
+    meanwhile can differ, and every group counts at the same ledger time `now`."""
+    with db.read(long=True) as conn:  # what a reserve checks now, and the health it explains
         now = db.read_now(conn)
         used, next_free = reads.hourly_usage(conn, now, calls_per_hour)
         cooling = active_cooldowns(conn, now)
-        return StatusData(
-            now_ms=now,
-            cooldowns=cooling,
-            hourly_used=used,
-            hourly_next_free_ms=next_free,
-            daily=daily_usage(conn, now),
-            history=day_totals(conn),
-            source_counts=source_counts(conn),
-            sources=source_summaries(conn, now),
-            recent=recent_attempts(conn, now),
-            outcomes=model_outcomes(conn, now),
-            hours=hour_outcomes(conn, now),
-            failovers=recent_failovers(conn, now),
-            notices=recent_notices(conn),
-            writers=[PolicyWriter(*row) for row in policy_writers(conn, now)],
-            health=health_view(
-                now,
-                [(c.scope, c.target, c.until_ms) for c in cooling],
-                probe_states(conn),
-                health_counters(conn),
-                hour_counts(conn, now),
-            ),
-            backend=db.engine.dialect.name,
-            sqlite_library=sqlite_driver.LIBRARY if db.is_sqlite else None,
-            sqlite_version=sqlite_driver.library_version() if db.is_sqlite else None,
-            journal_mode=_journal_mode(conn) if db.is_sqlite else None,
-            # what this ledger asks of the linked library (R-DB-3a); the value stored when the
-            # database was created may predate the durable rollback journal
-            journal_mode_chosen=db.journal_mode if db.is_sqlite else None,
-            revision=read_revision(conn),  # a plain read: status never loads alembic
-            scopes=[] if policy is None else scopes.status_uses(conn, now, policy),
-            queue=queue_data(conn, now),
-            refusals=refusal_counts.last_hour(conn, now),
-            token_budgets=[] if policy is None else token_uses(conn, now, policy),
-            learned_limits=(
-                learned.live(conn, now) if policy is None or policy.learn_limits else ()
-            ),
+        health_now = health_view(
+            now,
+            [(c.scope, c.target, c.until_ms) for c in cooling],
+            probe_states(conn),
+            health_counters(conn),
+            hour_counts(conn, now),
         )
+        history = day_totals(conn)
+        counts = source_counts(conn)
+        summaries = source_summaries(conn, now)
+        recent = recent_attempts(conn, now)
+        notices_now = recent_notices(conn)
+        journal_mode = _journal_mode(conn) if db.is_sqlite else None
+        revision = read_revision(conn)  # a plain read: status never loads alembic
+        scope_uses = [] if policy is None else scopes.status_uses(conn, now, policy)
+        queue = queue_data(conn, now)
+        refusals = refusal_counts.last_hour(conn, now)
+        tokens = [] if policy is None else token_uses(conn, now, policy)
+        learned_now = learned.live(conn, now) if policy is None or policy.learn_limits else ()
+    with db.read(long=True) as conn:  # the hours partition the window the daily totals count
+        daily = daily_usage(conn, now)
+        hours = hour_outcomes(conn, now)
+    with db.read(long=True) as conn:
+        outcomes = model_outcomes(conn, now)
+    with db.read(long=True) as conn:
+        writers = [PolicyWriter(*row) for row in policy_writers(conn, now)]
+        failovers = recent_failovers(conn, now)
+    return StatusData(
+        now_ms=now,
+        cooldowns=cooling,
+        hourly_used=used,
+        hourly_next_free_ms=next_free,
+        daily=daily,
+        history=history,
+        source_counts=counts,
+        sources=summaries,
+        recent=recent,
+        outcomes=outcomes,
+        hours=hours,
+        failovers=failovers,
+        notices=notices_now,
+        writers=writers,
+        health=health_now,
+        backend=db.engine.dialect.name,
+        sqlite_library=sqlite_driver.LIBRARY if db.is_sqlite else None,
+        sqlite_version=sqlite_driver.library_version() if db.is_sqlite else None,
+        journal_mode=journal_mode,
+        # what this ledger asks of the linked library (R-DB-3a); the value stored when the
+        # database was created may predate the durable rollback journal
+        journal_mode_chosen=db.journal_mode if db.is_sqlite else None,
+        revision=revision,
+        scopes=scope_uses,
+        queue=queue,
+        refusals=refusals,
+        token_budgets=tokens,
+        learned_limits=learned_now,
+    )
 
 
 def queue_data(conn: Connection, now: int, limit: int = QUEUE_OLDEST_LIMIT) -> QueueData:

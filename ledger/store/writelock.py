@@ -332,6 +332,25 @@ class WriteLock:
                 _release(fd)
 
 
+    @contextlib.contextmanager
+    def held_if_free(self) -> Iterator[bool]:
+        """Hold the lock for the block if it is free right now, else yield False at once: no
+        wait and no place in the queue (for work that is worth doing only when no writer is
+        mid-transaction: the WAL checkpoints of ledger/store/checkpoint.py). Counts a turn."""
+        path = self.path
+        fd = None if path is None else _flock_now(path)
+        if fd is None:
+            yield False
+            return
+        owner = os.getpid()
+        try:
+            take_turn(fd)
+            yield True
+        finally:
+            if os.getpid() == owner:
+                _release(fd)
+
+
 # Little-endian 8-byte counters at the start of the lock file: turns, tickets, the pass mark.
 _TURNS_AT = 0
 _PASS_AT = 16  # the ticket drawn next when a stalled writer was last gone around

@@ -1,5 +1,5 @@
 """R-DIAG-6 (issue 24 item 4): health per provider and per model in status text, JSON and
-Prometheus, read in the same transaction as the rest of status."""
+Prometheus, read in the same transaction as the cooldowns and counters it is made of."""
 
 from __future__ import annotations
 
@@ -134,19 +134,34 @@ def test_r_diag_6_health_in_text_and_prometheus(
 def test_r_diag_6_health_is_read_in_the_status_transaction(
     health_scene: dict[str, int], make_ledger: LedgerFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Health is read in the same transaction as the cooldowns, probes and counters it is made
+    of (status reads its scans of the 24 h window in snapshots of their own: issue 46)."""
+    from ledger.store import status_views
+
     led = make_ledger(defaultModel="alpha/small", callsPerHour=100)
-    opened = []
+    opened: list[int] = []
+    seen: dict[str, int] = {}
     real_read = type(led.db).read
 
-    def counting_read(self: Any) -> Any:
+    def counting_read(self: Any, **kwargs: Any) -> Any:
         opened.append(1)
-        return real_read(self)
+        return real_read(self, **kwargs)
+
+    def noting(name: str) -> Any:
+        real = getattr(status_views, name)
+
+        def noted(*args: Any, **kwargs: Any) -> Any:
+            seen[name] = len(opened)
+            return real(*args, **kwargs)
+
+        return noted
 
     monkeypatch.setattr(type(led.db), "read", counting_read)
-    from ledger.store.status_views import status_data
+    for name in ("active_cooldowns", "probe_states", "health_counters", "hour_counts"):
+        monkeypatch.setattr(status_views, name, noting(name))
 
-    data = status_data(led.db, 100)
-    assert len(opened) == 1  # health comes with everything else, in one read transaction
+    data = status_views.status_data(led.db, 100)
+    assert set(seen.values()) == {1}  # health's inputs, in the first read transaction
     assert {(h.scope.value, h.target) for h in data.health} >= {("model", "beta/mid")}
     doc = build_status(led)
     assert [row[:3] for row in _health_table(render_text(doc))] == SCENE_TABLE
