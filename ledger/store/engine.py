@@ -354,6 +354,7 @@ class Database:
         """Begin a read's snapshot at a restart point of the WAL (checkpoint.py)."""
         assert self.checkpointer is not None
         raw = conn.connection.driver_connection
+        assert raw is not None  # a pooled connection that is open
         with self.checkpointer.restart_point(raw):
             stack.enter_context(conn.begin())
             raw.execute(_TOUCH).fetchall()  # the snapshot starts here, not at the first read

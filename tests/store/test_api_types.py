@@ -43,7 +43,7 @@ class Spy:
             return wrapped
 
         db.write = counting(write)  # type: ignore[method-assign]
-        db.read = counting(read)  # type: ignore[method-assign]
+        db.read = counting(read)  # type: ignore[method-assign,assignment]
 
 
 def rows(home: Path) -> tuple[int, ...]:

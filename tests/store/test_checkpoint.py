@@ -234,7 +234,8 @@ def test_r_db_3_without_readers_the_copy_thread_starts_the_log_over(
     assert len(salts) > 1
     assert frames < checkpoint.FALLBACK_FRAMES
     ckpt = led.db.checkpointer
-    assert ckpt is not None and ckpt.copies > 0
+    assert ckpt is not None
+    assert ckpt.copies > 0
 
 
 def test_r_db_3_connections_keep_synchronous_full_and_the_fallback(wal_ledger: Ledger) -> None:
