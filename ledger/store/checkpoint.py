@@ -68,9 +68,9 @@ SIZE_LIMIT = 8 * 1024 * 1024
 BUSY_TRIES = 5
 BUSY_PAUSE_S = 0.002
 """A long read finding another copy under way tries again this often, this long apart."""
-FREE_WAIT_S = 0.05
-"""How long a long read keeps copying and looking for the write lock free (or another copy to
-end) before it waits for its turn on the lock: a reader may wait, a reserve should not."""
+FREE_TRIES = 4
+"""Copies a long read makes, each followed by a look for the write lock free, before it waits
+for its turn on the lock and copies under it (where no writer is mid-commit)."""
 LOCK_WAIT_MS = 250
 """A checkpoint's turn on the write lock: given up when the lock does not change hands this long."""
 _TOUCH = "SELECT count(*) FROM sqlite_master"  # opens the log and its index (no checkpoint)
@@ -246,27 +246,23 @@ class Checkpointer:
         when the log is long, copy it, then begin the snapshot on the fully copied log with the
         write lock held, so no commit slips in between and this read never holds the log's
         restart back. The lock is taken only when it is free right after a copy and the log is
-        still fully copied then (held for the begin alone: no copy, no sync under it), trying for
-        `FREE_WAIT_S` (also while another copy runs); after that the reader takes the lock in
-        turn and copies under it the few frames committed since its last copy."""
+        still fully copied then (held for the begin alone: no copy, no sync under it), up to
+        `FREE_TRIES` times; a copy held back or busy is tried again (most often a writer caught
+        between its commit and the end of its own snapshot). After that the reader takes the lock
+        in turn and copies under it the few frames committed since its last copy."""
         index = log_index(self.path)
         if index is None or index[0] < RESTART_FRAMES:  # a short log: nothing to do here
             yield
             return
-        deadline = time.monotonic() + FREE_WAIT_S
-        while True:
-            result = self._copy_busy(raw)
-            if not result[0] and not copied(result):  # an older snapshot holds it back
-                yield
-                return
-            if not result[0]:  # copied: begin the snapshot now if no writer is mid-commit
+        for _ in range(FREE_TRIES):
+            # held back is most often a writer caught between its commit and the end of its
+            # snapshot (a moment): try again, and under the lock below, where no writer is
+            if copied(self._copy_busy(raw)):  # begin now if no writer is mid-commit
                 with self.lock.held_if_free() as held:
                     if held and _all_copied(self.path):
                         self.restarts += 1
                         yield  # the caller begins its snapshot here; the lock goes when it has
                         return
-            if time.monotonic() >= deadline:  # writers back to back, or another copy runs
-                break
         with self._turn() as held:
             if held and (_all_copied(self.path) or copied(self._copy_busy(raw))):
                 self.restarts += 1  # what was committed since the last copy, copied under it
