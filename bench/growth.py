@@ -42,6 +42,18 @@ OVERRUN_SHARE = 0.05  # of the successes: their output above the estimate
 _STATUSES = ("succeeded",) * 16 + ("failed", "failed", "cancelled", "expired")
 
 
+_HOUR = "(created_ms - created_ms % 3600000)"
+_HOUR_TOTALS = (
+    "INSERT INTO cost_hours (hour_start_ms, cost_micro, attempts)"
+    f" SELECT {_HOUR}, sum(coalesce(cost_micro, 0)), count(*) FROM reservations GROUP BY {_HOUR}",
+    "INSERT INTO token_hours (hour_start_ms, model_key, provider, input_tokens, output_tokens)"
+    f" SELECT {_HOUR}, model_key, provider,"
+    " sum(CASE WHEN input_tokens IS NULL THEN estimate_input_tokens ELSE input_tokens END),"
+    " sum(coalesce(output_tokens, estimate_output_tokens))"
+    f" FROM reservations GROUP BY {_HOUR}, model_key, provider",
+)
+
+
 def build_history(db_path: Path, rows: int, now: int, days: int = DAYS, seed: int = 7) -> None:
     """Insert `rows` historic attempts (4 per source, up to 2 models each) spread over `days`,
     each with the token estimate a reserve makes (R-TOK-2) and a few successes' usage above it."""
@@ -69,8 +81,8 @@ def build_history(db_path: Path, rows: int, now: int, days: int = DAYS, seed: in
             "INSERT INTO reservations (source_id, model_key, provider, role, created_ms,"
             " deadline_ms, input_bytes, estimate_micro, status, settled_ms, duration_ms, kind,"
             " late, side_effects, input_tokens, output_tokens, actual_micro, cost_micro,"
-            " policy_fp, estimate_input_tokens, estimate_output_tokens) VALUES (?, ?, ?, ?, ?, ?,"
-            " 2000, 9000, ?, ?, ?, ?, 0, 0, ?, ?, ?, ?, 'history', ?, ?)",
+            " policy_fp, estimate_input_tokens, estimate_output_tokens, overrun_ms) VALUES (?, ?,"
+            " ?, ?, ?, ?, 2000, 9000, ?, ?, ?, ?, 0, 0, ?, ?, ?, ?, 'history', ?, ?, ?)",
             batch_res,
         )
         batch_sources.clear()
@@ -110,6 +122,7 @@ def build_history(db_path: Path, rows: int, now: int, days: int = DAYS, seed: in
                     actual,
                     actual if actual is not None else 9000,
                     *ESTIMATE_TOKENS,
+                    settled if (tokens[1] or 0) > ESTIMATE_TOKENS[1] else None,
                 )
             )
             t += duration + 1
@@ -118,6 +131,8 @@ def build_history(db_path: Path, rows: int, now: int, days: int = DAYS, seed: in
         if len(batch_res) >= 20_000:
             flush()
     flush()
+    for statement in _HOUR_TOTALS:  # what reserve and settle keep: every hour's totals
+        conn.execute(statement)
     conn.execute("UPDATE clock SET newest_ms = max(newest_ms, ?)", (now,))
     conn.execute("COMMIT")
     conn.execute("ANALYZE")

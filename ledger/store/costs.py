@@ -1,10 +1,12 @@
-"""The cost a reservation counts (R-RES-2, R-SC-1): its hour totals and the actual cost of
-reported usage. Every write of a reservation's cost_micro moves its creation hour's cost_hours
-total (and its scopes') by the same amount in the same transaction, so the rolling 24 h cost read
-from those totals stays exact."""
+"""The cost and tokens a reservation counts (R-RES-2, R-SC-1, R-TOK-3): its hour totals and the
+actual cost of reported usage. Every write of a reservation's cost_micro moves its creation hour's
+cost_hours total (and its scopes') by the same amount in the same transaction, so the rolling 24 h
+cost read from those totals stays exact; every write of its token usage moves its hour's
+token_hours row (and its scopes' token totals) the same way, so a day's token window does too."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sqlalchemy import (
@@ -22,6 +24,7 @@ from ledger.store import reads, scopes
 from ledger.store.hot import Hot
 from ledger.store.schema import (
     cost_hours,
+    token_hours,
 )
 
 _ADD_HOUR_COST = (
@@ -49,12 +52,91 @@ def add_hour_cost(conn: Connection, created_ms: int, cost: int, attempts: int) -
         )
 
 
-def cost_changed(conn: Connection, row: Row[Any], cost: int | None) -> None:
-    """Settle replaced the stored cost (the estimate) with `cost`: move its hour total along."""
-    delta = (cost or 0) - (row.cost_micro or 0)
+_TH = token_hours.c
+_HOT_ADD_HOUR_TOKENS = Hot(
+    update(token_hours)
+    .where(
+        _TH.hour_start_ms == bindparam("b_hour"),
+        _TH.model_key == bindparam("b_model"),
+        _TH.provider == bindparam("b_provider"),
+    )
+    .values(
+        input_tokens=_TH.input_tokens + bindparam("b_in"),
+        output_tokens=_TH.output_tokens + bindparam("b_out"),
+    )
+)
+_HOT_INSERT_HOUR_TOKENS = Hot(insert(token_hours))
+
+
+def add_hour_tokens(
+    conn: Connection, created_ms: int, model_key: str, provider: str, tokens: tuple[int, int]
+) -> None:
+    """Add (input, output) tokens to the token_hours row of the hour a reservation was created
+    in, its model and provider (same transaction): keeps each row equal to the token parts of
+    those reservations (`token_parts`, R-TOK-3)."""
+    hour = reads.hour_start(created_ms)
+    params = {
+        "b_hour": hour, "b_model": model_key, "b_provider": provider,
+        "b_in": tokens[0], "b_out": tokens[1],
+    }  # fmt: skip
+    if _HOT_ADD_HOUR_TOKENS.rowcount(conn, params) == 0:  # the hour's first of this model
+        _HOT_INSERT_HOUR_TOKENS.rowcount(
+            conn,
+            {
+                "hour_start_ms": hour,
+                "model_key": model_key,
+                "provider": provider,
+                "input_tokens": tokens[0],
+                "output_tokens": tokens[1],
+            },
+        )
+
+
+def token_parts(get: Callable[[str], Any]) -> tuple[int, int]:
+    """The (input, output) tokens a reservation counts in a token window (R-TOK-3): its usage
+    once settled with usage (prompt-cache reads and writes on the input side: a provider's token
+    limit counts them), else its estimate; `get` reads a column by name."""
+    inp, out = get("input_tokens"), get("output_tokens")
+    if inp is None:
+        in_part = int(get("estimate_input_tokens") or 0)
+    else:
+        cached = int(get("cache_read_tokens") or 0) + int(get("cache_write_tokens") or 0)
+        in_part = int(inp) + cached
+    out_part = int(get("estimate_output_tokens") or 0) if out is None else int(out)
+    return in_part, out_part
+
+
+def with_overrun(row: Row[Any], usage: Mapping[str, Any], now: int) -> dict[str, Any]:
+    """`usage` (the columns a settle writes) with `overrun_ms`: the settle time when the usage
+    goes above the estimate on the input or the output side (R-TOK-3), else None."""
+    r = row._mapping
+    merged = {**r, **usage}
+    in_part, out_part = token_parts(merged.get)
+    over = in_part > int(r["estimate_input_tokens"] or 0) or out_part > int(
+        r["estimate_output_tokens"] or 0
+    )
+    return {**usage, "overrun_ms": now if over else None}
+
+
+def cost_changed(
+    conn: Connection, row: Row[Any], cost: int | None, usage: Mapping[str, Any] | None = None
+) -> None:
+    """Settle replaced the stored cost (the estimate) with `cost` and wrote `usage`'s columns:
+    move its hour totals of cost and tokens (and its scopes') along."""
+    r = row._mapping
+    created, rid = int(r["created_ms"]), int(r["id"])
+    delta = (cost or 0) - (r["cost_micro"] or 0)
     if delta:
-        add_hour_cost(conn, int(row.created_ms), delta, 0)
-        scopes.cost_changed(conn, int(row.id), int(row.created_ms), delta)  # R-SC-1
+        add_hour_cost(conn, created, delta, 0)
+    tokens = (0, 0)
+    if usage:
+        before = token_parts(r.get)
+        after = token_parts({**r, **usage}.get)
+        tokens = (after[0] - before[0], after[1] - before[1])
+        if tokens != (0, 0):
+            add_hour_tokens(conn, created, str(r["model_key"]), str(r["provider"]), tokens)
+    if delta or tokens != (0, 0):
+        scopes.cost_changed(conn, rid, created, delta, tokens)  # R-SC-1
 
 
 def usage_columns(

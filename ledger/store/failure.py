@@ -29,7 +29,7 @@ from ledger.policy_table import Decision, FailureContext, InteractivePace, decid
 from ledger.records import Failed, SettleResult
 from ledger.store import health, probes, reads
 from ledger.store.cooldowns import upsert_cooldown
-from ledger.store.costs import cost_changed, usage_columns
+from ledger.store.costs import cost_changed, usage_columns, with_overrun
 from ledger.store.notices import record_notice, record_pause
 from ledger.store.pool_choice import settle_lease
 from ledger.store.schema import (
@@ -100,7 +100,7 @@ def settle_failure(
         ),
         jitter,
     )
-    usage = usage_columns(model, outcome)
+    usage = with_overrun(row, usage_columns(model, outcome), now)
     actual = usage["actual_micro"]
     cost = actual if actual is not None else r["estimate_micro"]
     actions = list(decision.actions)
@@ -127,7 +127,7 @@ def settle_failure(
             **base,
         )
     )
-    cost_changed(conn, row, cost)
+    cost_changed(conn, row, cost, usage)
     for action in decision.cooldowns:
         upsert_cooldown(
             conn,

@@ -132,6 +132,9 @@ reservations = Table(
     # R-TOK-2 (revision 0012): the token estimate a token window counts until usage settles
     Column("estimate_input_tokens", BigInteger, nullable=False, server_default=text("0")),
     Column("estimate_output_tokens", BigInteger, nullable=False, server_default=text("0")),
+    # R-TOK-3 (revision 0015): the settle time of a reservation whose usage went above its
+    # estimate (input or output), else NULL; only these rows are in ix_reservations_overrun
+    Column("overrun_ms", BigInteger, nullable=True),
     CheckConstraint(
         "status IN ('open', 'succeeded', 'failed', 'cancelled', 'expired')", name="status"
     ),
@@ -140,8 +143,14 @@ reservations = Table(
     Index("ix_reservations_source", "source_id", "status"),
     Index("ix_reservations_open", "status", "deadline_ms"),
     Index("ix_reservations_model", "model_key", "created_ms"),
-    # R-TOK-3 (revision 0014): a token window's overruns are the rows settled inside it
-    Index("ix_reservations_settled", "settled_ms", "created_ms"),
+    # R-TOK-3 (revision 0015): a token window's overruns, found by their settle time
+    Index(
+        "ix_reservations_overrun",
+        "overrun_ms",
+        "created_ms",
+        sqlite_where=text("overrun_ms IS NOT NULL"),
+        postgresql_where=text("overrun_ms IS NOT NULL"),
+    ),
 )
 
 cooldowns = Table(
@@ -295,6 +304,25 @@ scope_cost_hours = Table(
     Column("hour_start_ms", BigInteger, primary_key=True, autoincrement=False),
     Column("cost_micro", BigInteger, nullable=False),
     Column("calls", BigInteger, nullable=False, server_default=ZERO),
+    # R-TOK-3 (revision 0015): the tokens its reservations count, kept like token_hours
+    Column("input_tokens", BigInteger, nullable=False, server_default=ZERO),
+    Column("output_tokens", BigInteger, nullable=False, server_default=ZERO),
+    CheckConstraint("hour_start_ms % 3600000 = 0", name="hour_aligned"),
+)
+
+# Per-hour token totals (R-TOK-3, revision 0015), per model key and provider: reserve adds a
+# grant's token estimate to the hour it was created in, settle adds what its usage changes (the
+# usage once settled with usage, prompt-cache tokens on the input side, else the estimate), both in
+# their write transaction. So for every hour, model and provider the totals equal the rows' token
+# parts, and a day's token window reads at most one partial hour of rows plus these totals.
+token_hours = Table(
+    "token_hours",
+    metadata,
+    Column("hour_start_ms", BigInteger, primary_key=True, autoincrement=False),
+    Column("model_key", String(300), primary_key=True),
+    Column("provider", String(100), primary_key=True),
+    Column("input_tokens", BigInteger, nullable=False),
+    Column("output_tokens", BigInteger, nullable=False),
     CheckConstraint("hour_start_ms % 3600000 = 0", name="hour_aligned"),
 )
 

@@ -87,7 +87,11 @@ _SETTLED_COST = (
             select(_RS.scope).where(_RS.reservation_id == bindparam("b_id")).scalar_subquery()
         ),
     )
-    .values(cost_micro=_SCH.cost_micro + bindparam("b_cost"))
+    .values(
+        cost_micro=_SCH.cost_micro + bindparam("b_cost"),
+        input_tokens=_SCH.input_tokens + bindparam("b_in"),
+        output_tokens=_SCH.output_tokens + bindparam("b_out"),
+    )
 )
 _HOT_SETTLED_COST = Hot(_SETTLED_COST)
 
@@ -102,7 +106,12 @@ def _add_scopes_cost(count: int) -> Any:
             _SCH.scope.in_([bindparam(f"b_scope_{i}") for i in range(count)]),
             _SCH.hour_start_ms == bindparam("b_hour"),
         )
-        .values(cost_micro=_SCH.cost_micro + bindparam("b_cost"), calls=_SCH.calls + 1)
+        .values(
+            cost_micro=_SCH.cost_micro + bindparam("b_cost"),
+            calls=_SCH.calls + 1,
+            input_tokens=_SCH.input_tokens + bindparam("b_in"),
+            output_tokens=_SCH.output_tokens + bindparam("b_out"),
+        )
     )
 
 
@@ -250,10 +259,15 @@ def _hour_frees_at(conn: Connection, now: int, name: str, count: int, limit: int
 
 
 def record(
-    conn: Connection, reservation_id: int, names: Iterable[str], now: int, cost: int | None
+    conn: Connection,
+    reservation_id: int,
+    names: Iterable[str],
+    now: int,
+    cost: int | None,
+    tokens: tuple[int, int] = (0, 0),
 ) -> None:
-    """The granted reservation's scope rows, and its cost and one call in each scope's hour
-    totals, in the reserving transaction."""
+    """The granted reservation's scope rows, and its cost, one call and its (input, output)
+    token estimate in each scope's hour totals, in the reserving transaction."""
     scopes = list(names)
     if not scopes:
         return
@@ -261,23 +275,40 @@ def record(
     params: dict[str, Any] = {f"b_scope_{i}": name for i, name in enumerate(scopes)}
     rows = [{"reservation_id": reservation_id, "scope": n, "created_ms": now} for n in scopes]
     conn.execute(_INSERT_SCOPE_ROW, rows)
-    params.update(b_hour=hour, b_cost=cost or 0)
+    params.update(b_hour=hour, b_cost=cost or 0, b_in=tokens[0], b_out=tokens[1])
     if conn.execute(_add_scopes_cost(len(scopes)), params).rowcount == len(scopes):
         return  # every scope had its hour's row: one statement
     params["b_scopes"] = scopes
     have = set(conn.execute(_HOUR_ROWS, params).scalars())
     missing = [  # the scopes' first reservation this hour
-        {"scope": s, "hour_start_ms": hour, "cost_micro": cost or 0, "calls": 1}
+        {
+            "scope": s,
+            "hour_start_ms": hour,
+            "cost_micro": cost or 0,
+            "calls": 1,
+            "input_tokens": tokens[0],
+            "output_tokens": tokens[1],
+        }
         for s in scopes
         if s not in have
     ]
     conn.execute(_INSERT_SCOPE_COST, missing)
 
 
-def cost_changed(conn: Connection, reservation_id: int, created_ms: int, delta: int) -> None:
-    """A settle replaced a reservation's cost: move its scopes' hour totals by `delta` (the
-    caller's write transaction; a reservation under no scope changes no row)."""
-    params = {"b_hour": reads.hour_start(created_ms), "b_id": reservation_id, "b_cost": delta}
+def cost_changed(
+    conn: Connection,
+    reservation_id: int,
+    created_ms: int,
+    delta: int,
+    tokens: tuple[int, int] = (0, 0),
+) -> None:
+    """A settle replaced a reservation's cost and token usage: move its scopes' hour totals by
+    `delta` and the (input, output) `tokens` (the caller's write transaction; a reservation under
+    no scope changes no row)."""
+    params = {
+        "b_hour": reads.hour_start(created_ms), "b_id": reservation_id, "b_cost": delta,
+        "b_in": tokens[0], "b_out": tokens[1],
+    }  # fmt: skip
     _HOT_SETTLED_COST.rowcount(conn, params)
 
 

@@ -28,7 +28,7 @@ from ledger.kinds import (
 from ledger.policy_table import InteractivePace
 from ledger.records import Cancelled, Failed, Outcome, SettleResult, Success
 from ledger.store import health, learned, probes, reads
-from ledger.store.costs import cost_changed, usage_columns
+from ledger.store.costs import cost_changed, usage_columns, with_overrun
 from ledger.store.failure import held_probes, settle_failure
 from ledger.store.hot import Hot
 from ledger.store.notices import record_notice
@@ -54,7 +54,7 @@ _HOT_SUCCEEDED = Hot(
     _UPDATE_RESERVATION,
     keys=(
         "status", "input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens",
-        "actual_micro", "cost_micro", "settled_ms", "duration_ms", "late",
+        "actual_micro", "cost_micro", "settled_ms", "duration_ms", "late", "overrun_ms",
     ),
 )  # fmt: skip
 _CLEAR_STRIKES = delete(transport_strikes).where(
@@ -104,6 +104,8 @@ def settle(
         # usage seen before the cut (R-GW-7) is recorded; the cost moves only when it is complete
         usage = usage_columns(model, outcome) if outcome.usage_seen else {}
         actual = usage.get("actual_micro")
+        if usage:
+            usage = with_overrun(row, usage, now)
         cost = actual if actual is not None else row.cost_micro
         marked = {"subkind": "usage_estimated"} if outcome.usage_estimated else {}
         conn.execute(
@@ -118,7 +120,7 @@ def settle(
                 **base,
             )
         )
-        cost_changed(conn, row, cost)
+        cost_changed(conn, row, cost, usage)
         return SettleResult(
             reservation_id,
             row.source_id,
@@ -143,7 +145,7 @@ def _settle_success(
     base: dict[str, object],
 ) -> SettleResult:
     r = row._mapping
-    usage = usage_columns(model, outcome)
+    usage = with_overrun(row, usage_columns(model, outcome), now)
     actual = usage["actual_micro"]
     cost = actual if actual is not None else r["estimate_micro"]
     values = {
@@ -157,7 +159,7 @@ def _settle_success(
         conn.execute(_UPDATE_RESERVATION, {**values, "subkind": "usage_estimated"})
     else:
         _HOT_SUCCEEDED.rowcount(conn, values)
-    cost_changed(conn, row, cost)
+    cost_changed(conn, row, cost, usage)
     if not late:
         settle_lease(conn, now, row, success=True)
     actions: list[str] = []

@@ -6,9 +6,11 @@ as the shared state, `reads.shared_state`), and `leaving` reads, for a refusal o
 refused budget's window frees. A rolling hour or 24 h of the whole ledger or of a scope sums its
 partial first hour row by row and every later hour from its hour totals (cost_hours,
 scope_cost_hours, kept equal to the rows by every write), so at most an hour of rows is read
-however busy the ledger; every other rolling window counts its rows (covering index on
-created_ms). Two usages come from reads of their own: the shared rolling hour's count (with the
-cooldowns, `reads.shared_state`) and a source's lifetime counters (`reads.source_budget`).
+however busy the ledger; so does a day's token window of a model, provider, glob or scope
+(token_hours, scope_cost_hours); every other rolling window counts its rows (covering index on
+created_ms). A token window's usage above estimates is read from the small index of overruns.
+Two usages come from reads of their own: the shared rolling hour's count (with the cooldowns,
+`reads.shared_state`) and a source's lifetime counters (`reads.source_budget`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,13 @@ from ledger.budgets.unit import Budget, Dimension, Measure, UsageKey, Use, Windo
 from ledger.clock import DAY_MS, HOUR_MS
 from ledger.kinds import AttemptStatus
 from ledger.store.reads import hour_start
-from ledger.store.schema import cost_hours, reservation_scopes, reservations, scope_cost_hours
+from ledger.store.schema import (
+    cost_hours,
+    reservation_scopes,
+    reservations,
+    scope_cost_hours,
+    token_hours,
+)
 
 _R = reservations.c
 _RS = reservation_scopes.c
@@ -40,9 +48,14 @@ class _GlobMatch(ColumnElement[bool]):
 
     inherit_cache = True
     type = Boolean()
+    _traverse_internals = [  # noqa: RUF012
+        ("pattern", InternalTraversal.dp_clauseelement),
+        ("column", InternalTraversal.dp_clauseelement),
+    ]
 
-    def __init__(self, pattern: Any) -> None:
+    def __init__(self, pattern: Any, column: Any = None) -> None:
         self.pattern = pattern
+        self.column = _R.model_key if column is None else column
 
 
 class _UnindexedGlobMatch(_GlobMatch):
@@ -52,7 +65,7 @@ class _UnindexedGlobMatch(_GlobMatch):
 
 
 def _model_key_sql(element: _GlobMatch, compiler: Any, sqlite: bool, **kw: Any) -> str:
-    column = compiler.process(_R.model_key, **kw)
+    column = compiler.process(element.column, **kw)
     if not isinstance(element, _UnindexedGlobMatch):
         return str(column)
     return f"+{column}" if sqlite else f"({column} || '')"
@@ -207,10 +220,50 @@ def _where(dim: Dimension, target: Any, *more: Any) -> Any:
     return and_(*more) if found is None else and_(found, *more)
 
 
+_TH = token_hours.c
+_HOUR_TOKENS: dict[Measure, Callable[[Any], Any]] = {
+    Measure.TOKENS: lambda c: c.input_tokens + c.output_tokens,
+    Measure.INPUT_TOKENS: lambda c: c.input_tokens,
+    Measure.OUTPUT_TOKENS: lambda c: c.output_tokens,
+}
+"""A token measure's part of an hour totals row (token_hours, scope_cost_hours)."""
+_TOKEN_HOUR_TARGETS: dict[Dimension, Callable[[Any], Any]] = {
+    Dimension.MODEL: lambda target: _TH.model_key == target,
+    Dimension.PROVIDER: lambda target: _TH.provider == target,
+    Dimension.GLOB: lambda target: _GlobMatch(target, _TH.model_key),
+    Dimension.SCOPE: lambda target: _SCH.scope == target,
+}
+
+
+def _token_day(measure: Measure, dim: Dimension, i: int) -> Any | None:
+    """R-TOK-3: a day's token window of a model, provider, glob or scope: the partial first
+    hour's grants row by row plus every later hour from its totals (token_hours, or the scope's
+    scope_cost_hours), which every write keeps equal to the rows' token parts; the overrun part
+    as for any token window. None when the window is not a day's."""
+    if dim not in _TOKEN_HOUR_TARGETS:
+        return None
+    target: Any = bindparam(f"u{i}_target")
+    since: Any = bindparam(f"u{i}_since")
+    boundary: Any = bindparam(f"u{i}_boundary")
+    counted = func.coalesce(_BY_ROW[measure](), 0)
+    partial = _rows(dim, counted).where(
+        _where(dim, target, _created(dim) > since, _created(dim) < boundary)
+    )
+    columns = _SCH if dim is Dimension.SCOPE else _TH
+    full = select(func.coalesce(func.sum(_HOUR_TOKENS[measure](columns)), 0)).where(
+        columns.hour_start_ms >= boundary, _TOKEN_HOUR_TARGETS[dim](target)
+    )
+    overrun = _overrun(dim, measure, target, since)
+    return partial.scalar_subquery() + full.scalar_subquery() + overrun
+
+
 def _bucketed(shape: SHAPE, i: int) -> Any | None:
-    """The rolling hour's count or 24 h cost of the ledger or a scope from its hour totals plus
-    the partial first hour's rows (exactly the rows' SUM); None when no hour totals hold it."""
+    """The rolling hour's count or 24 h cost of the ledger or a scope, or a day's token window,
+    from its hour totals plus the partial first hour's rows (exactly the rows' SUM); None when
+    no hour totals hold it."""
     window, measure, dim = shape
+    if window is Window.ROLLING_DAY and measure in _TOKEN_PARTS:
+        return _token_day(measure, dim, i)
     if window not in (Window.ROLLING_HOUR, Window.ROLLING_DAY) or dim not in (
         Dimension.GLOBAL,
         Dimension.SCOPE,
@@ -262,18 +315,20 @@ def _excess(measure: Measure) -> Any:
     return case((over > 0, over), else_=0)
 
 
-SETTLED_INDEX = "ix_reservations_settled"
-"""(settled_ms, created_ms): the rows settled inside a window, granted before it (revision 0014)."""
+OVERRUN_INDEX = "ix_reservations_overrun"
+"""(overrun_ms, created_ms) of only the rows whose usage went above the estimate (revision 0015):
+a token window's usage above the estimates counted at its settle time (R-TOK-3)."""
 
 
 def _settled_since(dim: Dimension, target: Any, since: Any, now: Any, *columns: Any) -> Select[Any]:
-    """The rows of `target` granted in the day before `since` and settled after it, read from the
-    index on the settle time (SETTLED_INDEX): only the rows settled in the window are looked at
-    however busy the ledger. The target's and the grant time's terms are `_Unindexed`, so that
-    no planner (statistics or not) prefers the target's index and a day of its grants. Every
-    time is the ledger's (never ahead of `now`), so a row settled after `since` was settled by
-    `now`: the two-sided range shows a planner how few rows that is. A scope's rows are the
-    ones whose scope row (its primary key) names it."""
+    """The rows of `target` granted in the day before `since` whose usage went above their
+    estimate and that settled after it, read from the partial index of such rows
+    (OVERRUN_INDEX): however busy the ledger, only overruns settled in the window are looked at.
+    The target's and the grant time's terms are `_Unindexed`, so that no planner (statistics or
+    not) prefers the target's index and a day of its grants. Every time is the ledger's (never
+    ahead of `now`), so a row settled after `since` was settled by `now`: the two-sided range
+    shows a planner how few rows that is (and implies the index's `overrun_ms IS NOT NULL`). A
+    scope's rows are the ones whose scope row (its primary key) names it."""
     found: Any = None
     if dim is Dimension.SCOPE:
         on = and_(_RS.reservation_id == _R.id, _RS.scope == target)
@@ -287,7 +342,7 @@ def _settled_since(dim: Dimension, target: Any, since: Any, now: Any, *columns: 
             found = _Unindexed(column) == target
     created = _Unindexed(_R.created_ms)
     window = (
-        _R.settled_ms > since, _R.settled_ms <= now, created > since - DAY_MS, created <= since
+        _R.overrun_ms > since, _R.overrun_ms <= now, created > since - DAY_MS, created <= since
     )  # fmt: skip
     return query.where(*window) if found is None else query.where(found, *window)
 
@@ -422,7 +477,7 @@ def first_leaving(conn: Connection, now: int, usage_key: UsageKey) -> int | None
     created = _created(dim)
     since = now - length
     granted = _rows(dim, func.min(created)).where(_where(dim, target, created > since))
-    over = _settled_since(dim, target, since, now, func.min(_R.settled_ms)).where(
+    over = _settled_since(dim, target, since, now, func.min(_R.overrun_ms)).where(
         _excess(measure) > 0
     )
     first = conn.execute(select(granted.scalar_subquery(), over.scalar_subquery())).one()

@@ -1,7 +1,8 @@
 """R-TOK-3: a token window's overrun part (usage above the estimate, counted at its settle time)
-reads only the rows settled inside the window, from the index on the settle time, on both
-backends and without statistics; before revision 0014 it read a day of the target's grants on
-every reserve (16,700 rows a reserve at a million attempts over 60 days).
+reads only the overruns settled inside the window, from their partial index, on both backends
+and without statistics; before revision 0014 it read a day of the target's grants on every
+reserve (16,700 rows a reserve at a million attempts over 60 days), before revision 0015 every
+row settled in the window. A day's window reads its whole hours from token_hours.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import bindparam, select, text
 
 from ledger.budgets.unit import Dimension, Measure, Window
 from ledger.store import usage
@@ -29,36 +30,39 @@ KEYS = [
 _PG_ROWS = """
 INSERT INTO reservations (source_id, model_key, provider, role, created_ms, deadline_ms,
   input_bytes, status, settled_ms, input_tokens, output_tokens, cost_micro, policy_fp,
-  estimate_input_tokens, estimate_output_tokens)
+  estimate_input_tokens, estimate_output_tokens, overrun_ms)
 SELECT 's0', 'alpha/small', 'alpha', 'primary', :t0 - g * 1000, :t0 - g * 1000 + 120000, 300,
-  'succeeded', :t0 - g * 1000 + 500, 100, 150, 0, 'plan', 100, 100
+  'succeeded', :t0 - g * 1000 + 500, 100, 150, 0, 'plan', 100, 100,
+  CASE WHEN g % 50 = 0 THEN :t0 - g * 1000 + 500 END
 FROM generate_series(1, 20000) g
 """
 
 
-def _overrun_plan(url: str, key: Any) -> str:
-    """The plan of the overrun part (the second scalar subquery) of `key`'s window read."""
+def _plan(url: str, key: Any, overrun_only: bool) -> str:
+    """The plan of `key`'s window read, or of its overrun part alone."""
     engine = make_engine(url, busy_timeout_ms=10_000)
     try:
         with engine.connect() as conn:
             planned = usage.plan(T0, [key], engine.dialect.name)
             assert planned is not None
             stmt, params = planned
+            if overrun_only:
+                target: Any = bindparam("u0_target")
+                since: Any = bindparam("u0_since")
+                stmt = select(usage._overrun(key[2], key[1], target, since).label("u0"))
             compiled = stmt.compile(dialect=engine.dialect)
             bound = compiled.construct_params(params)
             if engine.dialect.name == "sqlite":
                 args = tuple(bound[name] for name in compiled.positiontup or ())
                 found = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {compiled}", args)
-                lines = [str(r[-1]) for r in found]
-                return "\n".join(lines[lines.index("SCALAR SUBQUERY 2") :])
-            plan = [str(r[0]) for r in conn.exec_driver_sql(f"EXPLAIN {compiled}", bound)]
-            return "\n".join(plan[next(i for i, line in enumerate(plan) if "InitPlan 2" in line) :])
+                return "\n".join(str(r[-1]) for r in found)
+            return "\n".join(str(r[0]) for r in conn.exec_driver_sql(f"EXPLAIN {compiled}", bound))
     finally:
         engine.dispose()
 
 
 @pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
-def test_r_tok_3_the_overrun_read_uses_the_settle_time_index_without_statistics(
+def test_r_tok_3_the_overrun_read_uses_the_overrun_index_without_statistics(
     make_ledger: LedgerFactory, clock: Clock, home: Path, ledger_db: str | None
 ) -> None:
     led = make_ledger(callsPerHour=1000, sourceCalls=100_000, scopes={"night": {}})
@@ -71,7 +75,9 @@ def test_r_tok_3_the_overrun_read_uses_the_settle_time_index_without_statistics(
             conn.execute(text(_PG_ROWS), {"t0": T0})
         engine.dispose()
     for key in KEYS:
-        plan = _overrun_plan(url, key)
-        assert usage.SETTLED_INDEX in plan, (key, plan)
+        plan = _plan(url, key, overrun_only=True)
+        assert usage.OVERRUN_INDEX in plan, (key, plan)
         assert "ix_reservations_model" not in plan, (key, plan)
         assert "ix_reservations_created" not in plan, (key, plan)
+    day = _plan(url, KEYS[-1], overrun_only=False)
+    assert "token_hours" in day, day

@@ -1,0 +1,371 @@
+"""R-TOK-3, R-DB-2: a day's token window read from hour totals is exactly the rows' own sum.
+
+Reserve adds a grant's token estimate to its hour's token_hours row (per model and provider) and
+to its scopes' scope_cost_hours rows; settle adds what the usage changes and marks an overrun's
+settle time (`overrun_ms`), all in their write transactions. These tests check, for random
+histories of grants, successes, failures and cancellations with usage below and above the
+estimates (prompt-cache tokens included), that the totals equal the rows and that every day
+window a reserve reads (a model's, a provider's, a glob's, a scope's; all tokens, input, output)
+equals the plain definition computed from the rows: usage once settled (else the estimate) of
+the grants inside the window, plus the usage above the estimate of grants before it settled
+inside it. A fixed history runs on both backends; the property on SQLite.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from fnmatch import fnmatchcase
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import inspect, select, text
+
+from ledger.api import Ledger
+from ledger.budgets.unit import Dimension, Measure, UsageKey, Window
+from ledger.catalog import Catalog
+from ledger.classify import classify_kind
+from ledger.config import Policy
+from ledger.errors import NotFoundError, UsageError
+from ledger.records import Cancelled, Failed, Success
+from ledger.store import migrate, usage
+from ledger.store.costs import token_parts
+from ledger.store.schema import reservation_scopes, reservations, scope_cost_hours, token_hours
+from tests.support.backends import BACKENDS
+from tests.support.ledgers import T0, TEST_CATALOG, Clock, LedgerFactory
+
+HOUR, DAY = 3_600_000, 86_400_000
+CATALOG = Catalog.model_validate(TEST_CATALOG)
+MODELS = ("alpha/small", "alpha/big", "beta/mid", "gamma/g1")
+SCOPES = ("night", "team")
+POLICY: dict[str, Any] = {
+    "callsPerHour": 10**6,
+    "sourceCalls": 10**6,
+    "sourceTimeMs": 10**12,
+    "timeoutMs": 60_000,
+    "replyTokens": 100,
+    "scopes": {name: {} for name in SCOPES},
+}
+TARGETS: tuple[tuple[Dimension, str], ...] = (
+    (Dimension.MODEL, "alpha/small"),
+    (Dimension.MODEL, "beta/mid"),
+    (Dimension.PROVIDER, "alpha"),
+    (Dimension.PROVIDER, "gamma"),
+    (Dimension.GLOB, "alpha/*"),
+    (Dimension.GLOB, "*/g?"),
+    (Dimension.SCOPE, "night"),
+    (Dimension.SCOPE, "team"),
+)
+KEYS: list[UsageKey] = [
+    (Window.ROLLING_DAY, measure, dim, target)
+    for measure in (Measure.TOKENS, Measure.INPUT_TOKENS, Measure.OUTPUT_TOKENS)
+    for dim, target in TARGETS
+]
+
+
+def _rows(led: Ledger) -> tuple[list[Any], dict[int, set[str]]]:
+    with led.db.read() as conn:
+        rows = list(conn.execute(select(reservations)))
+        under: dict[int, set[str]] = {}
+        for rid, scope in conn.execute(
+            select(reservation_scopes.c.reservation_id, reservation_scopes.c.scope)
+        ):
+            under.setdefault(int(rid), set()).add(str(scope))
+    return rows, under
+
+
+def _part(row: Any, measure: Measure) -> tuple[int, int]:
+    """(counted, estimate) of one row for a measure."""
+    m = row._mapping
+    inp, out = token_parts(m.get)
+    est = (int(m["estimate_input_tokens"]), int(m["estimate_output_tokens"]))
+    if measure is Measure.INPUT_TOKENS:
+        return inp, est[0]
+    if measure is Measure.OUTPUT_TOKENS:
+        return out, est[1]
+    return inp + out, est[0] + est[1]
+
+
+def _holds(row: Any, under: dict[int, set[str]], dim: Dimension, target: str) -> bool:
+    if dim is Dimension.MODEL:
+        return bool(row.model_key == target)
+    if dim is Dimension.PROVIDER:
+        return bool(row.provider == target)
+    if dim is Dimension.GLOB:
+        return fnmatchcase(row.model_key, target)
+    return target in under.get(int(row.id), set())
+
+
+def plain(led: Ledger, now: int) -> list[int]:
+    """The definition, from the rows: grants inside (now - 24 h, now] count their usage (else
+    their estimate); grants of the day before that count their usage above the estimate if they
+    settled inside the window."""
+    rows, under = _rows(led)
+    since = now - DAY
+    out = []
+    for _, measure, dim, target in KEYS:
+        total = 0
+        for row in rows:
+            if not _holds(row, under, dim, target):
+                continue
+            counted, estimate = _part(row, measure)
+            if row.created_ms > since:
+                total += counted
+            elif row.created_ms > since - DAY and since < (row.settled_ms or 0) <= now:
+                total += max(0, counted - estimate)
+        out.append(total)
+    return out
+
+
+def read(led: Ledger, now: int) -> list[int]:
+    """What a reserve reads (usage.plan)."""
+    with led.db.read() as conn:
+        planned = usage.plan(now, KEYS, conn.dialect.name)
+        assert planned is not None
+        return [int(v) for v in conn.execute(*planned).one()]
+
+
+def totals(led: Ledger) -> tuple[dict[Any, tuple[int, int]], dict[Any, tuple[int, int]]]:
+    """(token_hours, scope_cost_hours' tokens) as stored, rows of zero left out."""
+    with led.db.read() as conn:
+        models = {
+            (int(h), str(m), str(p)): (int(i), int(o))
+            for h, m, p, i, o in conn.execute(select(token_hours))
+        }
+        sch = scope_cost_hours.c
+        scoped = {
+            (int(h), str(s)): (int(i), int(o))
+            for s, h, i, o in conn.execute(
+                select(sch.scope, sch.hour_start_ms, sch.input_tokens, sch.output_tokens)
+            )
+        }
+    return (
+        {k: v for k, v in models.items() if v != (0, 0)},
+        {k: v for k, v in scoped.items() if v != (0, 0)},
+    )
+
+
+def totals_from_rows(led: Ledger) -> tuple[dict[Any, tuple[int, int]], dict[Any, tuple[int, int]]]:
+    rows, under = _rows(led)
+    models: dict[Any, tuple[int, int]] = {}
+    scoped: dict[Any, tuple[int, int]] = {}
+    for row in rows:
+        hour = int(row.created_ms) - int(row.created_ms) % HOUR
+        inp, out = token_parts(row._mapping.get)
+        keys: list[tuple[dict[Any, tuple[int, int]], tuple[Any, ...]]] = [
+            (models, (hour, row.model_key, row.provider))
+        ]
+        keys += [(scoped, (hour, s)) for s in under.get(int(row.id), ())]
+        for table, key in keys:
+            i, o = table.get(key, (0, 0))
+            table[key] = (i + inp, o + out)
+    return (
+        {k: v for k, v in models.items() if v != (0, 0)},
+        {k: v for k, v in scoped.items() if v != (0, 0)},
+    )
+
+
+def overruns_marked(led: Ledger) -> None:
+    """`overrun_ms` is the settle time exactly when the usage went above an estimate."""
+    rows, _ = _rows(led)
+    for row in rows:
+        inp, out = token_parts(row._mapping.get)
+        over = inp > row.estimate_input_tokens or out > row.estimate_output_tokens
+        expected = row.settled_ms if over and row.settled_ms is not None else None
+        assert row.overrun_ms == expected, row
+
+
+def assert_exact(led: Ledger, now: int) -> None:
+    assert read(led, now) == plain(led, now)
+
+
+Op = tuple[str, int, int, int, int]
+STEPS = (1, 59_999, HOUR - 1, HOUR, HOUR + 1, 5 * HOUR, DAY - 1, DAY, DAY + 1)
+ops: st.SearchStrategy[Op] = st.one_of(
+    st.tuples(
+        st.just("clock"), st.sampled_from(STEPS) | st.integers(1, 2 * DAY), st.just(0),
+        st.just(0), st.just(0),
+    ),
+    st.tuples(
+        st.just("reserve"), st.integers(0, len(MODELS) - 1), st.integers(0, 3000),
+        st.integers(0, 3), st.just(0),
+    ),
+    st.tuples(
+        st.just("success"), st.integers(0, 99), st.integers(0, 3000), st.integers(0, 300),
+        st.integers(0, 1500),
+    ),
+    st.tuples(
+        st.just("failed"), st.integers(0, 99), st.integers(0, 3000), st.just(0), st.just(0)
+    ),
+    st.tuples(
+        st.just("cancel"), st.integers(0, 99), st.integers(0, 3000), st.integers(0, 300),
+        st.integers(0, 1),
+    ),
+)  # fmt: skip
+
+
+def apply(led: Ledger, clock: Clock, op: Op, ids: list[int]) -> None:
+    kind, a, b, c, d = op
+    if kind == "clock":
+        clock.advance(a)
+        return
+    if kind == "reserve":
+        under = tuple(s for bit, s in enumerate(SCOPES) if c >> bit & 1)
+        ids.append(led.reserve(f"s{len(ids)}", MODELS[a], input_bytes=b, scopes=under).id)
+        return
+    if not ids:
+        return
+    outcome: Success | Failed | Cancelled
+    if kind == "success":  # d: prompt-cache reads on top of the input
+        outcome = Success(b, c, cache_read_tokens=d or None)
+    elif kind == "failed":
+        outcome = Failed(classify_kind("unknown"), input_tokens=b, output_tokens=None)
+    elif d:  # usage seen before the cut
+        outcome = Cancelled(input_tokens=b, output_tokens=c, cache_write_tokens=c)
+    else:
+        outcome = Cancelled()
+    with suppress(UsageError, NotFoundError):  # already settled
+        led.settle(ids[a % len(ids)], outcome)
+
+
+def check_all(led: Ledger, newest: int, offsets: list[int]) -> None:
+    assert totals(led) == totals_from_rows(led)
+    overruns_marked(led)
+    for offset in (0, *offsets):
+        assert_exact(led, newest + offset)
+
+
+@cache
+def template_db() -> bytes:
+    """A database built once by the migrations; each example starts from a copy."""
+    with tempfile.TemporaryDirectory() as tmp:
+        Ledger.open(tmp, catalog=CATALOG, env={}).close()
+        return (Path(tmp) / "ledger.db").read_bytes()
+
+
+@contextmanager
+def scratch_ledger(clock: Clock) -> Iterator[Ledger]:
+    home = Path(tempfile.mkdtemp(prefix="ledger-tokhours-"))
+    (home / "ledger.db").write_bytes(template_db())
+    (home / "ledger.db").chmod(0o600)
+    led = Ledger.open(
+        home, policy=Policy.model_validate(POLICY), catalog=CATALOG, env={}, clock=clock,
+        jitter=lambda: 0.0,
+    )  # fmt: skip
+    try:
+        yield led
+    finally:
+        led.close()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@given(
+    history=st.lists(ops, max_size=40),
+    offsets=st.lists(st.sampled_from(STEPS) | st.integers(1, 2 * DAY), max_size=5),
+)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_r_tok_3_day_windows_from_hour_totals_equal_the_rows_for_random_histories(
+    history: list[Op], offsets: list[int]
+) -> None:
+    clock = Clock(T0 + 1234)
+    with scratch_ledger(clock) as led:
+        ids: list[int] = []
+        newest = clock.ms
+        for op in history:
+            apply(led, clock, op, ids)
+            newest = max(newest, clock.ms)
+            assert_exact(led, newest)  # what the next reserve would read
+        check_all(led, newest, offsets)
+
+
+def _fixed_history(seed: int, size: int) -> list[Op]:
+    """A reproducible history across two days: grants, settles above and below the estimates."""
+    rng = random.Random(seed)
+    out: list[Op] = []
+    for _ in range(size):
+        roll = rng.random()
+        if roll < 0.15:
+            out.append(("clock", rng.choice((*STEPS, rng.randint(1, 3 * HOUR))), 0, 0, 0))
+        elif roll < 0.55:
+            out.append(("reserve", rng.randrange(len(MODELS)), rng.randint(0, 3000),
+                        rng.randrange(4), 0))  # fmt: skip
+        elif roll < 0.8:
+            out.append(("success", rng.randrange(99), rng.randint(0, 3000), rng.randint(0, 300),
+                        rng.choice((0, 0, 800))))  # fmt: skip
+        elif roll < 0.9:
+            out.append(("failed", rng.randrange(99), rng.randint(0, 3000), 0, 0))
+        else:
+            out.append(("cancel", rng.randrange(99), rng.randint(0, 3000), rng.randint(0, 300),
+                        rng.randrange(2)))  # fmt: skip
+    return out
+
+
+@pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
+def test_r_tok_3_day_windows_exact_on_both_backends(
+    make_ledger: LedgerFactory, clock: Clock, ledger_db: str | None
+) -> None:
+    led = make_ledger(**POLICY)
+    ids: list[int] = []
+    newest = clock.ms
+    for n, op in enumerate(_fixed_history(45, 160)):
+        apply(led, clock, op, ids)
+        newest = max(newest, clock.ms)
+        if n % 20 == 0:
+            assert_exact(led, newest)
+    check_all(led, newest, [1, HOUR, DAY - 1, DAY, DAY + 1, 2 * DAY])
+
+
+GRANTS = (0, 1, HOUR - 1, HOUR, HOUR + 1, 2 * HOUR - 1, 5 * HOUR + 7, DAY - HOUR)
+
+
+@pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
+def test_r_tok_3_day_window_edges_on_hour_boundaries(
+    make_ledger: LedgerFactory, clock: Clock, ledger_db: str | None
+) -> None:
+    """Grants on and beside hour boundaries, the window read a millisecond before, at and after
+    each one leaves it: the partial first hour and the first whole hour meet exactly."""
+    led = make_ledger(**POLICY)
+    ids = []
+    for n, at in enumerate(GRANTS):
+        clock.ms = T0 + at
+        under = (SCOPES[n % 2],)
+        ids.append(led.reserve(f"e{n}", MODELS[n % 2], input_bytes=300 + n, scopes=under).id)
+    clock.ms = T0 + DAY - 1
+    for n, rid in enumerate(ids[:4]):  # two settle above their estimates, two below
+        led.settle(rid, Success(input_tokens=5000 if n % 2 else 1, output_tokens=2))
+    for at in GRANTS:
+        for now in (T0 + at + DAY - 1, T0 + at + DAY, T0 + at + DAY + 1):
+            assert_exact(led, max(now, clock.ms))
+    check_all(led, clock.ms, [1, HOUR, 2 * HOUR, DAY])
+
+
+@pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
+def test_r_db_5_revision_0015_fills_the_token_totals_from_the_rows(
+    make_ledger: LedgerFactory, clock: Clock, ledger_db: str | None
+) -> None:
+    """A ledger of revision 0014 with history (this one downgraded to it: the totals and the
+    overrun marks gone) upgrades to totals and marks equal to its rows, and reads exactly."""
+    led = make_ledger(**POLICY)
+    ids: list[int] = []
+    for op in _fixed_history(7, 120):
+        apply(led, clock, op, ids)
+    newest = clock.ms
+    expected = totals_from_rows(led)
+    assert any(row.overrun_ms is not None for row in _rows(led)[0])  # the history has overruns
+    migrate.downgrade(led.db, "0014")
+    with led.db.engine.connect() as conn:
+        columns = conn.execute(text("SELECT * FROM reservations LIMIT 0")).keys()
+        assert "overrun_ms" not in columns
+        assert "token_hours" not in inspect(conn).get_table_names()
+    migrate.upgrade(led.db)
+    assert totals(led) == expected
+    overruns_marked(led)
+    for offset in (0, 1, HOUR, DAY - 1, DAY, DAY + 1):
+        assert_exact(led, newest + offset)
