@@ -327,8 +327,9 @@ def _run_item(
         refusal = first.refused
         assert refusal is not None
         return ItemReport(
-            source, ItemOutcome.REFUSED, refusal=refusal.reason, retry_at_ms=refusal.retry_at_ms
-        )
+            source, ItemOutcome.REFUSED, refusal=refusal.reason, retry_at_ms=refusal.retry_at_ms,
+            scope=refusal.scope,
+        )  # fmt: skip
     attempts = [first.attempt.report()]
     done = _end_of(first, attempts, source)
     if done is not None:
