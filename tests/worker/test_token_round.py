@@ -22,6 +22,11 @@ from ledger.clock import now_ms
 from ledger.learned import read_limits
 from ledger.records import Success
 from ledger.standin.server import StandIn
+from ledger.worker.drain import drain
+from ledger.worker.handler import Job
+from ledger.worker.queue import HandlerResult
+from tests.support.backends import BACKENDS
+from tests.support.ledgers import LedgerFactory
 from tests.support.queue_setup import db_rows, open_ledger, standin_home
 
 USED = 2_024  # 1,000 input tokens (3,000 bytes) + the 1,024-token reply allowance
@@ -153,3 +158,28 @@ def test_r_tok_1_a_scope_window_only_a_large_payload_misses_keeps_the_round_goin
     doc = _once(home)
     assert doc["done"] == 2  # both small payloads of the scope were served after the large one
     assert len(standin.requests) == 2
+
+
+@pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
+def test_r_tok_1_the_claim_skips_a_full_scopes_sources_on_both_backends(
+    make_ledger: LedgerFactory,
+) -> None:
+    """The library's drain: the scope's window holds one estimate (100 + 100 tokens) of 250;
+    after a source of it is refused, the pass claims none of its other sources, while the
+    source of no scope is served: one refusal in the pass that served it, one in the next
+    (unproductive) pass, never one per queued source."""
+    led = make_ledger(defaultModel="alpha/small", replyTokens=100, sourceCalls=100,
+                      scopes={"batch": {"tokensPerMinute": 250}})  # fmt: skip
+    led.reserve("earlier", "alpha/small", input_bytes=300, scopes=["batch"])
+    for n in range(4):
+        led.add_source(f"batch-{n}", "x", scopes=["batch"])
+    led.add_source("zz-free", "x")
+    served: list[str] = []
+
+    def handler(job: Job) -> HandlerResult:
+        served.append(job.source_id)
+        return HandlerResult.success()
+
+    summary = drain(led, handler, worker_id="w", max_items=10)
+    assert served == ["zz-free"]
+    assert (summary.items, summary.done, summary.refused) == (3, 1, 2)
