@@ -2,7 +2,9 @@
 smallest request (no route has room for its reply allowance), every other due source would find
 the same, so the pass ends after the first such item, as it does on the hourly call budget,
 instead of claiming and releasing each queued source. A window that only a large payload does
-not fit leaves the round going for the sources that fit.
+not fit leaves the round going for the sources that fit. A scope's token window (R-TOK-1) full
+for the smallest request ends the round for the sources added under that scope only: the pass
+claims none of them after, and goes on with the others.
 
 p1/m1's reply allowance is 1,024 tokens (its maxOutputTokens); one shared window over every model
 (`p*/*`) holds the fleet's tokens per minute."""
