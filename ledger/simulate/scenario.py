@@ -125,7 +125,8 @@ RATE_LIMITED_LATENCY_MS = 100
 class Profile(_Strict):
     """Typical behaviour of a provider or model; `tokensPerMinute` is the provider's OWN limit
     (not the ledger's): a call whose tokens would take the target's last minute over it is
-    answered 429 with the Retry-After at which enough of the minute frees."""
+    answered 429 with the Retry-After at which enough of the minute frees, and every answer
+    reports what is left of the minute in the provider's rate-limit headers."""
 
     latency: Latency | None = None
     tokens: Tokens | None = None
