@@ -54,6 +54,7 @@ from ledger.store.batch import Answered, Step
 from ledger.store.compact import compact_step
 from ledger.store.pending import open_database
 from ledger.store.reservations import PoolPlan, ReserveRequest
+from ledger.store.token_views import TokenWindowUse, read_token_uses
 from ledger.store.views import select_state
 from ledger.targets import Target, parse_target
 from ledger.tokens import estimate_tokens, tokens_for_bytes
@@ -491,15 +492,26 @@ class Ledger:
         return self.db.clock_fn
 
     def claim(
-        self, worker_id: str, *, checked_before: int | None = None
+        self,
+        worker_id: str,
+        *,
+        checked_before: int | None = None,
+        skip_scopes: Iterable[str] = (),
     ) -> store_queue.Claim | None:
-        """Lease the due source checked longest ago to `worker_id` for leaseMs (R-Q-2)."""
+        """Lease the due source checked longest ago to `worker_id` for leaseMs (R-Q-2); with
+        `checked_before`, none added under any of `skip_scopes`."""
         check_str(worker_id, "worker_id")
         if checked_before is not None:
             check_int(checked_before, "checked_before")
+        skip = frozenset(check_scope_names(skip_scopes, self.policy))
         return store_queue.claim(
-            self.db, worker_id, self.policy.lease_ms, checked_before=checked_before
-        )
+            self.db, worker_id, self.policy.lease_ms, checked_before=checked_before,
+            skip_scopes=skip,
+        )  # fmt: skip
+
+    def token_windows(self) -> list[TokenWindowUse]:
+        """Every token window the policy sets, with its use now (R-TOK-5's status rows)."""
+        return read_token_uses(self.db, self.policy)
 
     def renew(
         self, source: str, worker_id: str, *, cover_until_ms: int = 0, unpaused: bool = False

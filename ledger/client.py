@@ -42,6 +42,7 @@ from ledger.routing.exclusion import Exclusion
 from ledger.routing.pools import CandidateView, Lease, PoolView
 from ledger.routing.select import Route, Selection
 from ledger.store.queue import Claim, CommitFailure, QueueTimes
+from ledger.store.token_views import TokenWindowUse
 from ledger.targets import Effort, parse_target
 
 SOCKET_NAME = "ledger.sock"
@@ -519,12 +520,29 @@ class LedgerClient:
         """A catalog model or a usage error (as `Ledger.model`)."""
         return self.catalog.require_model(key)
 
-    def claim(self, worker_id: str, *, checked_before: int | None = None) -> Claim | None:
+    def claim(
+        self, worker_id: str, *, checked_before: int | None = None,
+        skip_scopes: Iterable[str] = (),
+    ) -> Claim | None:
         """Lease the due source checked longest ago (as `Ledger.claim`)."""
         body: dict[str, Any] = {"worker_id": worker_id}
         if checked_before is not None:
             body["checked_before"] = checked_before
+        skip = sorted(set(skip_scopes))
+        if skip:
+            body["skip_scopes"] = skip
         return claim_of(self._call("POST", "/v1/queue/claim", body))
+
+    def token_windows(self) -> list[TokenWindowUse]:
+        """Every token window the policy sets, with its use now (as `Ledger.token_windows`:
+        the status document's `token_budgets`)."""
+        return [
+            TokenWindowUse(
+                str(w["kind"]), str(w["scope"] if w["kind"] == "scope" else w["target"]),
+                str(w["window"]), int(w["limit"]), int(w["used"]), parse_iso_ms(w["frees_at"]),
+            )
+            for w in self.status().get("token_budgets") or ()
+        ]  # fmt: skip
 
     def renew(
         self, source: str, worker_id: str, *, cover_until_ms: int = 0, unpaused: bool = False

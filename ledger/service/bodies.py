@@ -175,6 +175,8 @@ class ClaimBody(Body):
 
     worker_id: Key
     checked_before: Annotated[StrictInt, Field(ge=0, le=2**62)] | None = None
+    # none added under these scopes (their token window is full for the worker's pass)
+    skip_scopes: Annotated[list[Key], Field(max_length=100)] = []
 
 
 class LeaseBody(Body):

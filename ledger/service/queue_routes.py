@@ -27,9 +27,10 @@ BODY_ERRORS = errors(*WITH_BODY)
 @router.post("/claim", operation_id="claim", response_model=ClaimOut, responses=BODY_ERRORS)
 def claim(body: ClaimBody, ledger: LedgerDep) -> JSONResponse:
     """Lease the due source checked longest ago (`{"claim": null}` when nothing is due)."""
-    return JSONResponse(
-        claim_json(ledger.claim(body.worker_id, checked_before=body.checked_before))
+    claimed = ledger.claim(
+        body.worker_id, checked_before=body.checked_before, skip_scopes=body.skip_scopes
     )
+    return JSONResponse(claim_json(claimed))
 
 
 @router.post("/renew", operation_id="renew", response_model=HeldOut, responses=BODY_ERRORS)

@@ -108,12 +108,15 @@ class _Handler:
     behaviour: Behaviour
     clock: VirtualClock
     sizes: dict[str, int]
+    anthropic: frozenset[str] = frozenset()
+    """The providers speaking Anthropic's format (their answers' rate-limit headers are its)."""
     unobserved: int = 0
 
     def __call__(self, job: Job) -> HandlerResult:
-        reply, observed = self.behaviour.reply(job.route, job.model.provider, self.clock.now())
+        provider = job.model.provider
+        reply, observed = self.behaviour.reply(job.route, provider, self.clock.now())
         self.unobserved += not observed
-        return call_result(job, reply, self.clock)
+        return call_result(job, reply, self.clock, anthropic=provider in self.anthropic)
 
     def input_bytes(self, payload_ref: str | None) -> int:
         """The recorded (or described) request size of the source."""
@@ -199,6 +202,13 @@ def simulated_env(catalog: Catalog) -> dict[str, str]:
     }
 
 
+def anthropic_providers(catalog: Catalog) -> frozenset[str]:
+    """The catalog's providers speaking Anthropic's Messages format."""
+    return frozenset(
+        name for name, p in catalog.providers.items() if p.api == "anthropic-messages"
+    )
+
+
 def run_policy(
     workload: Workload,
     policy: Policy,
@@ -229,7 +239,7 @@ def run_policy(
         ledger = _throwaway_ledger(Path(tmp), policy, catalog, clock, jitter)
         try:
             feeder = _Feeder(workload.arrivals)
-            handler = _Handler(behaviour, clock, sizes)
+            handler = _Handler(behaviour, clock, sizes, anthropic_providers(catalog))
             stopper = VirtualStopper(clock, feeder, ledger, end_ms, skip_idle)
 
             def on_item(item: ItemReport, _summary: DrainSummary) -> None:

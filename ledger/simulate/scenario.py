@@ -5,9 +5,11 @@ under `targets`); windows of behaviour per provider or model (`anthropic` answer
 probability 0.3 from 10:00 to 10:40; `openai/gpt-4.1` answers 429 with Retry-After 30 for 20
 minutes; a provider times out for 40 minutes); a provider's or model's own tokens-per-minute
 limit (`targets.*.tokensPerMinute`: a call that would take its last minute over it is answered
-429, so a policy's `tokenBudgets` can be tried against it); and arrivals (an even or Poisson rate
-between two times, bursts at a time). Times are `HH:MM` or `HH:MM:SS` after the start's midnight
-(`26:30` is 02:30 the next day). `ledger simulate schema` prints the JSON Schema.
+429, so a policy's `tokenBudgets` can be tried against it, and every answer reports what is left
+of it in the provider's rate-limit headers, so the ledger's learned limits act); and arrivals
+(an even or Poisson rate between two times, bursts at a time). Times are `HH:MM` or `HH:MM:SS`
+after the start's midnight (`26:30` is 02:30 the next day). `ledger simulate schema` prints the
+JSON Schema.
 
 Invariant: validation fails closed with the fixed messages of `ledger.validation` (never a
 value); expansion is pure and draws randomness only from the seeded `random.Random` it is given.
@@ -15,6 +17,7 @@ value); expansion is pure and draws randomness only from the seeded `random.Rand
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import re
@@ -29,7 +32,7 @@ from ledger.clock import parse_duration_ms
 from ledger.config import ScopeName
 from ledger.errors import UsageError
 from ledger.kinds import FailureKind
-from ledger.simulate.provider import Reply
+from ledger.simulate.provider import Reply, TokenReading
 from ledger.simulate.workload import DEFAULT_INPUT_BYTES, Arrival, Workload
 
 SCENARIO_FORMAT = "ledger-scenario"
@@ -122,7 +125,8 @@ RATE_LIMITED_LATENCY_MS = 100
 class Profile(_Strict):
     """Typical behaviour of a provider or model; `tokensPerMinute` is the provider's OWN limit
     (not the ledger's): a call whose tokens would take the target's last minute over it is
-    answered 429 with the Retry-After at which enough of the minute frees."""
+    answered 429 with the Retry-After at which enough of the minute frees, and every answer
+    reports what is left of the minute in the provider's rate-limit headers."""
 
     latency: Latency | None = None
     tokens: Tokens | None = None
@@ -323,12 +327,25 @@ class _TokenMinute:
         self._calls.append((at_ms, tokens))
         self._used += tokens
 
+    def reading(self, at_ms: int) -> TokenReading | None:
+        """What the provider reports of this limit on an answer at `at_ms` (not before the last
+        call counted): the tokens left of the rolling minute and when it is whole again (the
+        last counted call leaves it), as OpenAI and Anthropic report a reset; None while it
+        holds nothing."""
+        used = sum(t for made, t in self._calls if made > at_ms - TOKEN_WINDOW_MS)
+        if used == 0:
+            return None
+        last = self._calls[-1][0]
+        return TokenReading(max(0, self.limit - used), last + TOKEN_WINDOW_MS, self.limit)
+
 
 class ScenarioBehaviour:
     """Answers from a scenario: the first window active on the model or its provider fails the
     call with its probability; otherwise a call that would take the model's or its provider's
     own `tokensPerMinute` over answers 429 (Retry-After: when enough frees); otherwise a healthy
-    reply with the target's profile."""
+    reply with the target's profile. Every answer of a target with a `tokensPerMinute` reports
+    what is left of it as the answer arrives (the tightest when both the model and its provider
+    have one)."""
 
     def __init__(self, scenario: Scenario, rng: random.Random) -> None:
         self._scenario = scenario
@@ -349,13 +366,25 @@ class ScenarioBehaviour:
 
     def reply(self, model: str, provider: str, at_ms: int) -> tuple[Reply, bool]:
         """The call's outcome at `at_ms`; every target counts as described."""
+        reply = self._outcome(model, provider, at_ms)
+        minutes = [m for m in (self._minutes.get(model), self._minutes.get(provider)) if m]
+        if not minutes:
+            return reply, True
+        answered = at_ms + reply.latency_ms
+        readings = [r for r in (m.reading(answered) for m in minutes) if r is not None]
+        if not readings:
+            return reply, True
+        tightest = min(readings, key=lambda r: (r.left, -r.reset_at_ms))
+        return dataclasses.replace(reply, reading=tightest), True
+
+    def _outcome(self, model: str, provider: str, at_ms: int) -> Reply:
         latency, tokens = self._profile(model, provider)
         rng = self._rng
         for window, start, end in self._windows:
             if window.target in (model, provider) and start <= at_ms < end:
                 if window.probability >= 1 or rng.random() < window.probability:
                     drawn = (window.latency or latency).draw(rng)
-                    return window.reply(drawn, tokens.draw(rng)), True
+                    return window.reply(drawn, tokens.draw(rng))
                 break
         used = tokens.draw(rng)
         healthy = Reply(latency_ms=latency.draw(rng), input_tokens=used[0], output_tokens=used[1])
@@ -363,12 +392,11 @@ class ScenarioBehaviour:
         waits = [m.retry_after_ms(at_ms, sum(used)) for m in minutes]
         if any(w is not None for w in waits):
             wait = max(w for w in waits if w is not None)
-            limited = Reply(FailureKind.RATE_LIMIT, latency_ms=RATE_LIMITED_LATENCY_MS,
-                            retry_after_ms=wait, status=429)
-            return limited, True
+            return Reply(FailureKind.RATE_LIMIT, latency_ms=RATE_LIMITED_LATENCY_MS,
+                         retry_after_ms=wait, status=429)  # fmt: skip
         for minute in minutes:
             minute.count(at_ms, sum(used))
-        return healthy, True
+        return healthy
 
 
 def scenario_workload(scenario: Scenario, seed: int) -> Workload:

@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    BindParameter,
     ColumnElement,
     Connection,
     Row,
@@ -36,7 +37,7 @@ from ledger.store.notices import record_pause
 from ledger.store.pending import rehearsed
 from ledger.store.reads import source_budget
 from ledger.store.reservations import apply_to_source
-from ledger.store.schema import reservations, sources
+from ledger.store.schema import reservations, source_scopes, sources
 from ledger.store.views import active_cooldowns
 
 _QUEUED = SourceState.QUEUED.value
@@ -123,6 +124,21 @@ _NEXT_DUE_UNCHECKED = (
     .order_by(*_CLAIM_ORDER)
     .limit(1)
 )
+_SKIP_SCOPES: BindParameter[str] = bindparam("skip_scopes", expanding=True)
+# the same, leaving out the sources added under any of `skip_scopes` (a scope whose token window
+# is full for the pass, R-TOK-2)
+_NEXT_DUE_UNCHECKED_OUTSIDE = (
+    select(sources)
+    .where(
+        _due(_NOW),
+        sources.c.last_checked_ms <= bindparam("checked_before"),
+        ~exists().where(
+            source_scopes.c.source_id == sources.c.id, source_scopes.c.scope.in_(_SKIP_SCOPES)
+        ),
+    )
+    .order_by(*_CLAIM_ORDER)
+    .limit(1)
+)
 _LEASE = (
     update(sources)
     .where(sources.c.id == bindparam("b_id"))
@@ -138,17 +154,27 @@ _HAS_WORK = select(
 
 @rehearsed
 def claim(
-    db: Database, worker_id: str, lease_ms: int, *, checked_before: int | None = None
+    db: Database,
+    worker_id: str,
+    lease_ms: int,
+    *,
+    checked_before: int | None = None,
+    skip_scopes: frozenset[str] = frozenset(),
 ) -> Claim | None:
     """Lease the due source with the oldest `last_checked_ms` (tie: id), or None (one write txn).
 
     `checked_before` limits the claim to sources not looked at since that ledger time, so one
-    drain pass visits each source at most once.
+    drain pass visits each source at most once; with it, `skip_scopes` leaves out the sources
+    added under any of those scopes (their token window is full for the rest of the pass).
     """
     with db.write() as txn:
         now = txn.now
         if checked_before is None:
             row = txn.conn.execute(_NEXT_DUE, {"now": now}).first()
+        elif skip_scopes:
+            params = {"now": now, "checked_before": checked_before,
+                      "skip_scopes": sorted(skip_scopes)}  # fmt: skip
+            row = txn.conn.execute(_NEXT_DUE_UNCHECKED_OUTSIDE, params).first()
         else:
             row = txn.conn.execute(
                 _NEXT_DUE_UNCHECKED, {"now": now, "checked_before": checked_before}

@@ -30,6 +30,7 @@ from ledger.config import Policy, TokenLimits
 from ledger.learned import LimitKind
 from ledger.routing.room import NOTHING_READ, LearnedRoom, TokenRoom
 from ledger.store import learned, usage
+from ledger.store.engine import Database
 
 TOKEN_MEASURES = (Measure.TOKENS, Measure.INPUT_TOKENS, Measure.OUTPUT_TOKENS)
 
@@ -84,6 +85,12 @@ def token_uses(conn: Connection, now: int, policy: Policy) -> list[TokenWindowUs
         )
         for b, k in zip(found, keys, strict=True)
     ]
+
+
+def read_token_uses(db: Database, policy: Policy) -> list[TokenWindowUse]:
+    """`token_uses` now, in a read transaction of its own (the worker's claiming round)."""
+    with db.read() as conn:
+        return token_uses(conn, db.read_now(conn), policy)
 
 
 def token_room(conn: Connection, now: int, policy: Policy, input_tokens: int) -> TokenRoom:

@@ -36,6 +36,9 @@ class _Pass:
     productive: bool = False
     wake_ms: int | None = None
     stop: bool = False
+    full_scopes: set[str] = field(default_factory=set)
+    """Scopes whose token window has no room for even the smallest request: the rest of the
+    pass claims none of their sources."""
 
     def hint(self, at_ms: int | None) -> None:
         if at_ms is not None:
@@ -168,6 +171,38 @@ def _tokens_full(ledger: WorkerLedger, item: ItemReport) -> tuple[bool, int | No
     return any(e.reason in _TOKEN_EXCLUSIONS for e in smallest.excluded), smallest.retry_at_ms
 
 
+_SMALLEST_AMOUNT = {
+    "tokensPerMinute": True,  # input (none) and reply allowance
+    "tokensPerDay": True,
+    "outputTokensPerMinute": True,
+    "inputTokensPerMinute": False,  # no input: only a window already over its limit is full
+}
+
+
+def _scope_tokens_full(ledger: WorkerLedger, item: ItemReport) -> tuple[bool, int | None]:
+    """After an item refused `token_budget` by a scope's token window (R-TOK-1, R-SC-1):
+    whether that window has no room for even the smallest request (no input, the smallest reply
+    allowance of the models offered for it), and when its first part leaves. Then every other
+    source added under the scope would be refused alike: the rest of the pass claims none of
+    them, and the sources of other scopes still go."""
+    if item.refusal != RefusalReason.TOKEN_BUDGET.value or item.scope is None:
+        return False, None
+    models = [r for r in ledger.select(None, input_bytes=0).routes if "/" in r
+              and not r.startswith("pool/")]  # fmt: skip
+    allowance = min(
+        (ledger.model(r).reply_reservation(ledger.policy.reply_tokens) for r in models),
+        default=0,
+    )
+    full = [
+        w for w in ledger.token_windows()
+        if w.kind == "scope" and w.name == item.scope
+        and w.used + (allowance if _SMALLEST_AMOUNT.get(w.window, False) else 0) > w.limit
+    ]  # fmt: skip
+    if not full:
+        return False, None
+    return True, max((w.frees_at_ms for w in full if w.frees_at_ms is not None), default=None)
+
+
 def _limit_reached(summary: DrainSummary, max_items: int | None) -> bool:
     return max_items is not None and summary.items >= max_items
 
@@ -188,7 +223,10 @@ def _drain_pass(
         reach.release_orphans(ledger)
     seen: set[str] = set()
     while started is not None and not stopper.requested and not _limit_reached(summary, max_items):
-        claim = reach.poll(lambda: ledger.claim(worker, checked_before=started), None)
+        next_claim = functools.partial(
+            ledger.claim, worker, checked_before=started, skip_scopes=frozenset(state.full_scopes)
+        )
+        claim = reach.poll(next_claim, None)
         if claim is None:
             break
         if claim.source_id in seen:  # same-millisecond edge: never twice in one pass
@@ -219,6 +257,15 @@ def _drain_pass(
         if tokens_full:  # every other source would find no token room alike
             state.hint(frees_at)
             break
+        try:
+            scope_full, frees_at = _scope_tokens_full(ledger, item)
+        except UNREACHABLE as error:
+            reach.lost(error)
+            break
+        if scope_full:  # every other source of the scope would find no token room alike
+            assert item.scope is not None
+            state.full_scopes.add(item.scope)
+            state.hint(frees_at)
         if item.outcome is ItemOutcome.CANCELLED:
             state.stop = True
             break

@@ -11,7 +11,9 @@ Handler contract: ``handler(job: Job) -> HandlerResult``.
   and returns the raw ``ProviderResponse``. The deadline is kept in ledger time: the time left
   is measured from the reservation (``job.remaining_ms()``), never from the local wall clock,
   and a call that outlives it is settled ``late`` (R-HTTP-3, R-RES-11). A handler may use its
-  own client instead (bounded by ``job.remaining_ms()``) and report facts.
+  own client instead (bounded by ``job.remaining_ms()``) and report facts; it passes each raw
+  answer to ``job.observe(response)`` so the worker learns the token limits its rate-limit
+  headers report (``call`` does this itself).
 - ``HandlerResult.success(response, commit=...)``: a usable result (usage from the response).
   ``commit`` is called only after the worker settled the attempt in time (a late result,
   R-RES-11, is never handed over) and only while the worker still holds its lease. The source is
@@ -70,6 +72,10 @@ class Job:
     """Ledger time as seen during this call (reservation time + elapsed), for `remaining_ms`."""
     effort: Effort | None = None
     """This route's reasoning effort (R-RT-2), sent by `call` as R-RT-3 says."""
+    listener: Callable[[ProviderResponse], None] | None = field(
+        default=None, repr=False, compare=False
+    )
+    """The worker's reader of an answer's rate-limit headers (R-TOK-4), behind `observe`."""
 
     def remaining_ms(self) -> int:
         """Milliseconds left before the reservation's deadline (R-HTTP-3), for a handler's own
@@ -79,9 +85,17 @@ class Job:
             raise RuntimeError("this job has no call clock")
         return max(0, self.deadline_ms - clock())
 
+    def observe(self, response: ProviderResponse) -> None:
+        """Hand the worker a raw answer, so it learns the token limits its rate-limit headers
+        report (R-TOK-4; kept with the attempt's settle). `call` does this itself; a handler
+        calling the provider with its own client passes each raw answer here."""
+        if self.listener is not None:
+            self.listener(response)
+
     def call(self, messages: Sequence[Message]) -> ProviderResponse:
-        """Call the route with the built-in adapter, within the reservation's deadline."""
-        return self.caller(
+        """Call the route with the built-in adapter, within the reservation's deadline; the
+        answer's rate-limit headers are read (`observe`)."""
+        response = self.caller(
             CallRequest(
                 model_id=self.model.id,
                 messages=tuple(messages),
@@ -91,6 +105,8 @@ class Job:
                 effort=self.effort,
             )
         )
+        self.observe(response)
+        return response
 
 
 Handler = Callable[[Job], HandlerResult]

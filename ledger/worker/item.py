@@ -102,20 +102,29 @@ class _Heard:
 
 
 def _caller(
-    ledger: WorkerLedger, model: Model, clock: Callable[[], int], heard: _Heard | None = None
+    ledger: WorkerLedger, model: Model, clock: Callable[[], int]
 ) -> Callable[[CallRequest], ProviderResponse]:
     catalog = ledger.catalog
-    heard = _Heard() if heard is None else heard
-    learn = ledger.policy.learn_limits
 
     def call(request: CallRequest) -> ProviderResponse:
         provider = catalog.provider_for_call(model.provider)  # never a default host (issue 13)
-        response = adapter_for(provider, ledger.env).call(request, now_ms=clock)
-        if learn and response.headers:
-            heard.limits = read_limits(response.headers, clock()) or heard.limits
-        return response
+        return adapter_for(provider, ledger.env).call(request, now_ms=clock)
 
     return call
+
+
+def _listener(
+    ledger: WorkerLedger, clock: Callable[[], int], heard: _Heard
+) -> Callable[[ProviderResponse], None]:
+    """What `Job.observe` does with an answer: keep the token limits its headers report, read on
+    the call clock as it arrives (none under `"learnLimits": false`)."""
+    learn = ledger.policy.learn_limits
+
+    def observe(response: ProviderResponse) -> None:
+        if learn and response.headers:
+            heard.limits = read_limits(response.headers, clock()) or heard.limits
+
+    return observe
 
 
 def _call_clock(wall: Callable[[], int]) -> Callable[[int], Callable[[], int]]:
@@ -187,7 +196,8 @@ def _attempt(
         role=reservation.role,
         correction_reason=plan.correction_reason,
         max_tokens=max_tokens,
-        caller=_caller(ledger, model, clock, heard := _Heard()),
+        caller=_caller(ledger, model, clock),
+        listener=_listener(ledger, clock, heard := _Heard()),
         clock=clock,
         effort=None if reservation.effort is None else Effort(reservation.effort),
     )
@@ -317,8 +327,9 @@ def _run_item(
         refusal = first.refused
         assert refusal is not None
         return ItemReport(
-            source, ItemOutcome.REFUSED, refusal=refusal.reason, retry_at_ms=refusal.retry_at_ms
-        )
+            source, ItemOutcome.REFUSED, refusal=refusal.reason, retry_at_ms=refusal.retry_at_ms,
+            scope=refusal.scope,
+        )  # fmt: skip
     attempts = [first.attempt.report()]
     done = _end_of(first, attempts, source)
     if done is not None:

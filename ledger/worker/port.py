@@ -3,7 +3,7 @@ both provide it, so `ledger worker run` runs against either (R-SRV-7)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from ledger.catalog import Catalog, Model
@@ -11,6 +11,7 @@ from ledger.config import Policy
 from ledger.kinds import AttemptRole, FailureKind
 from ledger.records import Outcome, Reservation, SettleResult
 from ledger.store.queue import Claim, CommitFailure, QueueTimes
+from ledger.store.token_views import TokenWindowUse
 
 if TYPE_CHECKING:
     from ledger.routing.select import Selection
@@ -63,7 +64,12 @@ class WorkerLedger(Protocol):
         tried: frozenset[str] = frozenset(),
     ) -> Selection: ...
 
-    def claim(self, worker_id: str, *, checked_before: int | None = None) -> Claim | None: ...
+    def claim(
+        self, worker_id: str, *, checked_before: int | None = None,
+        skip_scopes: Iterable[str] = (),
+    ) -> Claim | None: ...
+
+    def token_windows(self) -> list[TokenWindowUse]: ...
 
     def renew(
         self, source: str, worker_id: str, *, cover_until_ms: int = 0, unpaused: bool = False

@@ -165,6 +165,8 @@ class ItemReport:
     refusal: str | None = None
     retry_at_ms: int | None = None
     """When a refusal or an unroutable selection says work may become possible again."""
+    scope: str | None = None
+    """The scope whose budget refused the item's first reservation (R-SC-1), if one did."""
 
     @property
     def reserved(self) -> bool:

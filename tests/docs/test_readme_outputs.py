@@ -180,6 +180,7 @@ IN_SHELL: dict[str, Callable[[Path], Path]] = {
     "simulate-calls-120": _simulate_dir,
     "simulate-anthropic-backup": _simulate_dir,
     "simulate-demo-candidate": _simulate_dir,
+    "simulate-learned-limits": _simulate_dir,
     "simulate-token-budget": _simulate_dir,
     "routing-primary-vs-round-robin": _repo_dir,
 }

@@ -15,7 +15,7 @@ import pytest
 
 from ledger.client import LedgerClient
 from ledger.clock import parse_iso_ms
-from ledger.errors import Refused
+from ledger.errors import Refused, UsageError
 from ledger.kinds import RefusalReason
 from ledger.standin.server import Scripted, StandIn
 from tests.support.gateway_setup import gateway
@@ -91,3 +91,30 @@ def test_r_tok_2_gateway_token_refusal_is_429_naming_window_limit_target_with_re
     wait = int(second.headers["retry-after"])
     assert 1 <= wait <= 60
     assert len(standin.requests) == 1  # the refused request never reached the upstream
+
+
+def test_r_tok_1_the_client_reads_scope_windows_and_claims_around_a_full_scope(
+    tmp_path: Path,
+) -> None:
+    """What the worker's claiming round needs over the service: each token window's use (from
+    the status document) and a claim that skips the sources of a scope whose window is full."""
+    home = tmp_path / "state"
+    home.mkdir(mode=0o700)
+    (home / "catalog.json").write_text(json.dumps(TEST_CATALOG))
+    _home(home, scopes={"batch": {"tokensPerMinute": 2 * EACH}})
+    with running(home) as served, LedgerClient(served.socket) as client:
+        client.reserve("s0", "alpha/small", input_bytes=300, scopes=["batch"])
+        (window,) = client.token_windows()
+        assert (window.kind, window.name, window.window, window.limit, window.used) == (
+            "scope", "batch", "tokensPerMinute", 2 * EACH, EACH
+        )
+        assert window.frees_at_ms is not None
+        client.add_source("in-batch", "x", scopes=["batch"])
+        client.add_source("outside", "x")
+        now = client.ledger_now() + 1
+        claimed = client.claim("w", checked_before=now, skip_scopes=["batch"])
+        assert claimed is not None
+        assert claimed.source_id == "outside"
+        assert client.claim("w", checked_before=now, skip_scopes=["batch"]) is None
+        with pytest.raises(UsageError):
+            client.claim("w", checked_before=now, skip_scopes=["nope"])

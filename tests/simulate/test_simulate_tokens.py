@@ -4,7 +4,9 @@ a scenario where a provider's own tokens-per-minute limit, not a call limit, is 
 The scenario's stand-in holds each provider to 11,000 tokens a minute (`targets.*.tokensPerMinute`,
 the provider's OWN limit: a call over it is answered 429 with Retry-After). Each call uses 1,000
 input + 100 output tokens, and the ledger estimates it the same (3,000 bytes / 3 + `replyTokens`
-100, R-TOK-2), so 10 calls fit in a minute; `callsPerHour` 1,000 never bites on 60 sources."""
+100, R-TOK-2), so 10 calls fit in a minute; `callsPerHour` 1,000 never bites on 60 sources. The
+stand-in reports what is left of its limit on every answer (test_simulate_learned.py); here
+the ledger does not learn from it (`learnLimits` false), so the budget alone is compared."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from tests.support.simulation import CATALOG, _policy, _scenario
 MINUTE = 60_000
 PROVIDER_TPM = 11_000
 LIMITED = {"alpha": {"tokensPerMinute": PROVIDER_TPM}, "beta": {"tokensPerMinute": PROVIDER_TPM}}
-BASE: dict[str, Any] = {"callsPerHour": 1000, "replyTokens": 100}
+BASE: dict[str, Any] = {"callsPerHour": 1000, "replyTokens": 100, "learnLimits": False}
 
 
 def _run(tmp_path: Path, candidate_budgets: dict[str, Any]) -> dict[str, Any]:
