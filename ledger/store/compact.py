@@ -3,7 +3,9 @@
 Invariants:
 - Only reservations that are settled or expired AND created before the cut-off are folded; the
   cut-off is at least 24 h (the longest live window) before the ledger time, so nothing a budget
-  window still counts is ever touched.
+  window still counts is ever touched. A reservation whose usage went above its estimate is
+  kept until its settle time is before the cut-off as well (that usage counts at its settle
+  time, R-TOK-3).
 - Folding preserves every budget: each source's `archived_calls` / `archived_time_ms` grow by
   exactly what the deleted rows contributed to its live counters (R-RES-6, R-RES-8), its
   `source_models` rows are kept (R-RES-7), and `daily_totals` gains exactly the folded rows.
@@ -19,7 +21,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import Connection, bindparam, delete, insert, select, update
+from sqlalchemy import Connection, bindparam, delete, insert, or_, select, update
 
 from ledger.budgets.checks import DAY_MS
 from ledger.errors import UsageError
@@ -54,6 +56,9 @@ _CANDIDATES = (
     .where(
         reservations.c.created_ms < bindparam("cutoff"),
         reservations.c.status.in_(FOLDABLE),
+        # R-TOK-3: usage above the estimate counts a day from its settle time, however old the
+        # grant: such a row is kept until that day has passed too
+        or_(reservations.c.overrun_ms.is_(None), reservations.c.overrun_ms < bindparam("cutoff")),
     )
     .order_by(reservations.c.created_ms, reservations.c.id)
     .limit(bindparam("batch"))

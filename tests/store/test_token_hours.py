@@ -36,6 +36,7 @@ from ledger.config import Policy
 from ledger.errors import NotFoundError, UsageError
 from ledger.records import Cancelled, Failed, Success
 from ledger.store import migrate, usage
+from ledger.store.compact import compact
 from ledger.store.costs import token_parts
 from ledger.store.schema import reservation_scopes, reservations, scope_cost_hours, token_hours
 from tests.support.backends import BACKENDS
@@ -369,3 +370,28 @@ def test_r_db_5_revision_0015_fills_the_token_totals_from_the_rows(
     overruns_marked(led)
     for offset in (0, 1, HOUR, DAY - 1, DAY, DAY + 1):
         assert_exact(led, newest + offset)
+
+
+@pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
+def test_r_tok_3_compaction_keeps_an_old_grant_whose_overrun_still_counts(
+    make_ledger: LedgerFactory, clock: Clock, ledger_db: str | None
+) -> None:
+    """A grant older than the retention cut-off that settled above its estimate inside the last
+    day: its usage above the estimate still counts, so compaction keeps it (and folds the rest)."""
+    led = make_ledger(**POLICY)
+    over = led.reserve("old-over", "alpha/small", input_bytes=300).id
+    plain_id = led.reserve("old-plain", "alpha/small", input_bytes=300).id
+    clock.advance(DAY + HOUR)  # settled late, far above the estimate
+    led.settle(over, Success(input_tokens=9000, output_tokens=10))
+    led.settle(plain_id, Success(input_tokens=1, output_tokens=1))
+    clock.advance(HOUR)
+    before = read(led, clock.ms)
+    assert before == plain(led, clock.ms)
+    assert before[0] > 0  # alpha/small counts the excess
+    compact(led.db, clock.ms, DAY)
+    kept = {int(row.id) for row in _rows(led)[0]}
+    assert kept == {over}
+    assert read(led, clock.ms) == before
+    clock.advance(DAY)  # its settle time has left every window: it goes too
+    compact(led.db, clock.ms, DAY)
+    assert _rows(led)[0] == []
