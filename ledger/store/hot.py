@@ -29,7 +29,7 @@ class _Compiled:
     defaults: dict[str, Any]  # values fixed in the statement (literals turned into binds)
     binds: dict[str, Processor]  # bind name -> its type's conversion, where one exists
     row: Any  # a named tuple class over the result's columns, or None (no rows)
-    results: tuple[Processor | None, ...] | None  # per column, when any column converts
+    results: tuple[tuple[int, Processor], ...]  # (column index, its conversion) where one exists
 
 
 class Hot:
@@ -76,11 +76,11 @@ class Hot:
         }
         columns = list(compiled._result_columns)  # (key, name, objects, type) per column
         row = None
-        results = None
+        results: tuple[tuple[int, Processor], ...] = ()
         if columns:
             row = _row_class([c[0] for c in columns])
-            procs = tuple(c[3]._cached_result_processor(dialect, None) for c in columns)
-            results = procs if any(p is not None for p in procs) else None
+            procs = (c[3]._cached_result_processor(dialect, None) for c in columns)
+            results = tuple((i, fn) for i, fn in enumerate(procs) if fn is not None)
         found = _Compiled(
             sql=sql,
             names=tuple(positions) if positional else tuple(values),
@@ -94,17 +94,21 @@ class Hot:
         return found
 
     def _cursor(self, conn: Connection, params: Mapping[str, Any]) -> tuple[Any, _Compiled]:
-        compiled = self._compiled(conn.dialect)
-        values = {**compiled.defaults, **params} if compiled.defaults else dict(params)
-        for name, fn in compiled.binds.items():
-            if name in values:
-                values[name] = fn(values[name])
-        raw: Any = conn.connection.driver_connection
-        cursor = raw.cursor()
+        compiled = self._by_dialect.get(conn.dialect.name) or self._compiled(conn.dialect)
+        values: Mapping[str, Any]
+        if compiled.defaults or compiled.binds:
+            values = {**compiled.defaults, **params}
+            for name, fn in compiled.binds.items():
+                if name in values:
+                    values[name] = fn(values[name])
+        else:  # the common case: nothing to add or convert (no copy of the caller's values)
+            values = params
+        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        get = values.get
         if compiled.positional:
-            cursor.execute(compiled.sql, tuple(values.get(n) for n in compiled.names))
+            cursor.execute(compiled.sql, tuple(map(get, compiled.names)))
         else:
-            cursor.execute(compiled.sql, {n: values.get(n) for n in compiled.names})
+            cursor.execute(compiled.sql, {n: get(n) for n in compiled.names})
         return cursor, compiled
 
     def rowcount(self, conn: Connection, params: Mapping[str, Any]) -> int:
@@ -156,11 +160,12 @@ def _row_class(keys: list[str]) -> Any:
 
 
 def _row(compiled: _Compiled, raw: Sequence[Any]) -> Any:
-    if compiled.results is None:
+    if not compiled.results:
         return compiled.row._make(raw)
-    return compiled.row._make(
-        value if fn is None else fn(value) for fn, value in zip(compiled.results, raw, strict=True)
-    )
+    values = list(raw)
+    for i, fn in compiled.results:  # only the columns whose type converts
+        values[i] = fn(values[i])
+    return compiled.row._make(values)
 
 
 def _bind_processors(compiled: Any) -> dict[str, Processor | None]:
