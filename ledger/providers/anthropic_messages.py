@@ -24,6 +24,8 @@ DEFAULT_VERSION = "2023-06-01"
 class AnthropicMessagesAdapter(HttpAdapter):
     """POST {baseUrl}/v1/messages; system messages go to the top-level `system` field."""
 
+    anthropic_limits = True
+
     def call(self, request: CallRequest, *, now_ms: Callable[[], int]) -> ProviderResponse:
         """Make one messages call within the request deadline."""
         headers = self.option_headers()

@@ -88,6 +88,10 @@ class ProviderAdapter(Protocol):
 class HttpAdapter:
     """Common ground of the built-in httpx adapters: credential lookup, headers, safe repr."""
 
+    anthropic_limits = False
+    """Its provider reports token limits in `anthropic-ratelimit-*` headers (RFC 3339 resets)
+    rather than `x-ratelimit-*` ones (duration resets): what a simulated provider sends."""
+
     def __init__(
         self, provider: Provider, env: Mapping[str, str], *, client: httpx.Client | None = None
     ) -> None:

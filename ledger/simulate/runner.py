@@ -32,6 +32,8 @@ from ledger.catalog import Catalog
 from ledger.clock import virtual_time
 from ledger.config import Policy
 from ledger.home import state_dir
+from ledger.providers.openai_chat import OpenAIChatAdapter
+from ledger.providers.registry import ADAPTERS
 from ledger.simulate.idle import busy_poll, last_poll_until
 from ledger.simulate.provider import call_result
 from ledger.simulate.vclock import VirtualClock
@@ -203,9 +205,11 @@ def simulated_env(catalog: Catalog) -> dict[str, str]:
 
 
 def anthropic_providers(catalog: Catalog) -> frozenset[str]:
-    """The catalog's providers speaking Anthropic's Messages format."""
+    """The catalog's providers whose answers report token limits Anthropic's way."""
     return frozenset(
-        name for name, p in catalog.providers.items() if p.api == "anthropic-messages"
+        name
+        for name, p in catalog.providers.items()
+        if ADAPTERS.get(p.api, OpenAIChatAdapter).anthropic_limits
     )
 
 
