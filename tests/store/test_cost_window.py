@@ -10,11 +10,7 @@ histories, always against the plain SUM over the reservations themselves.
 from __future__ import annotations
 
 import multiprocessing
-import shutil
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
-from functools import cache
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +31,7 @@ from ledger.store.compact import compact
 from ledger.store.schema import cost_hours, reservations
 from tests.support.ledgers import T0, TEST_CATALOG, Clock, LedgerFactory
 from tests.support.procs import contention_worker, write_home
+from tests.support.scratch import scratch_ledger
 
 HOUR, DAY = 3_600_000, 86_400_000
 CATALOG = Catalog.model_validate(TEST_CATALOG)
@@ -372,35 +369,6 @@ def test_r_db_5_upgrade_backfills_cost_hours_from_every_reservation(
 # --- property: for random histories the bucketed sum is the plain SUM ------------------------
 
 
-@cache
-def template_db() -> bytes:
-    """A database built once by the migrations; each example starts from a copy."""
-    with tempfile.TemporaryDirectory() as tmp:
-        Ledger.open(tmp, catalog=CATALOG, env={}).close()
-        return (Path(tmp) / "ledger.db").read_bytes()
-
-
-@contextmanager
-def scratch_ledger(clock: Clock) -> Iterator[Ledger]:
-    """A fresh ledger on a copy of the template database."""
-    home = Path(tempfile.mkdtemp(prefix="ledger-costwin-"))
-    (home / "ledger.db").write_bytes(template_db())
-    (home / "ledger.db").chmod(0o600)
-    led = Ledger.open(
-        home,
-        policy=Policy.model_validate(BIG),
-        catalog=CATALOG,
-        env={},
-        clock=clock,
-        jitter=lambda: 0.0,
-    )
-    try:
-        yield led
-    finally:
-        led.close()
-        shutil.rmtree(home, ignore_errors=True)
-
-
 EDGE_STEPS = (1, 999, 60_000, HOUR - 1, HOUR, HOUR + 1, 5 * HOUR, DAY - 1, DAY, DAY + 1)
 steps = st.sampled_from(EDGE_STEPS) | st.integers(1, 2 * DAY) | st.integers(-HOUR, -1)
 index = st.integers(0, 99)
@@ -453,7 +421,7 @@ def test_r_res_2_bucketed_sum_equals_plain_sum_for_random_histories(
     clock = Clock(T0 + 1234)
     newest = clock.ms
     cutoff: int | None = None
-    with scratch_ledger(clock) as led:
+    with scratch_ledger(clock, Policy.model_validate(BIG)) as led:
         ids: list[int] = []
         for op in history:
             done = _apply(led, clock, op, ids)

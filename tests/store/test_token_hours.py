@@ -14,13 +14,8 @@ inside it. A fixed history runs on both backends; the property on SQLite.
 from __future__ import annotations
 
 import random
-import shutil
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from fnmatch import fnmatchcase
-from functools import cache
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,6 +36,7 @@ from ledger.store.costs import token_parts
 from ledger.store.schema import reservation_scopes, reservations, scope_cost_hours, token_hours
 from tests.support.backends import BACKENDS
 from tests.support.ledgers import T0, TEST_CATALOG, Clock, LedgerFactory
+from tests.support.scratch import scratch_ledger
 
 HOUR, DAY = 3_600_000, 86_400_000
 CATALOG = Catalog.model_validate(TEST_CATALOG)
@@ -243,30 +239,6 @@ def check_all(led: Ledger, newest: int, offsets: list[int]) -> None:
         assert_exact(led, newest + offset)
 
 
-@cache
-def template_db() -> bytes:
-    """A database built once by the migrations; each example starts from a copy."""
-    with tempfile.TemporaryDirectory() as tmp:
-        Ledger.open(tmp, catalog=CATALOG, env={}).close()
-        return (Path(tmp) / "ledger.db").read_bytes()
-
-
-@contextmanager
-def scratch_ledger(clock: Clock) -> Iterator[Ledger]:
-    home = Path(tempfile.mkdtemp(prefix="ledger-tokhours-"))
-    (home / "ledger.db").write_bytes(template_db())
-    (home / "ledger.db").chmod(0o600)
-    led = Ledger.open(
-        home, policy=Policy.model_validate(POLICY), catalog=CATALOG, env={}, clock=clock,
-        jitter=lambda: 0.0,
-    )  # fmt: skip
-    try:
-        yield led
-    finally:
-        led.close()
-        shutil.rmtree(home, ignore_errors=True)
-
-
 @given(
     history=st.lists(ops, max_size=40),
     offsets=st.lists(st.sampled_from(STEPS) | st.integers(1, 2 * DAY), max_size=5),
@@ -276,7 +248,7 @@ def test_r_tok_3_day_windows_from_hour_totals_equal_the_rows_for_random_historie
     history: list[Op], offsets: list[int]
 ) -> None:
     clock = Clock(T0 + 1234)
-    with scratch_ledger(clock) as led:
+    with scratch_ledger(clock, Policy.model_validate(POLICY)) as led:
         ids: list[int] = []
         newest = clock.ms
         for op in history:
