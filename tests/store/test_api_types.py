@@ -194,7 +194,8 @@ VALID: dict[str, dict[str, Any]] = {
     "cooldown_target": {"target": "alpha"},
     "close": {},
     # the work queue's lease operations (what `worker run` and `LedgerClient` share)
-    "claim": {"worker_id": "w1", "checked_before": None},
+    "claim": {"worker_id": "w1", "checked_before": None, "skip_scopes": ()},
+    "token_windows": {},
     "renew": {"source": "s1", "worker_id": "w1", "cover_until_ms": 0, "unpaused": False},
     "finish": {"source": "s1", "worker_id": "w1"},
     "release": {"source": "s1", "worker_id": "w1"},
@@ -219,7 +220,7 @@ TYPES: dict[str, tuple[type, ...]] = {
     "outcome": (Success, Failed, Cancelled), "tried": (frozenset, set, list, tuple),
     "worker_id": (str,), "checked_before": (int,), "cover_until_ms": (int,),
     "unpaused": (bool,), "batch": (int,), "steps": (list, tuple),
-    "scopes": (list, tuple, set, frozenset),
+    "scopes": (list, tuple, set, frozenset), "skip_scopes": (list, tuple, set, frozenset),
     "pace": (InteractivePace, type(None)),  # R-GW-4: the gateway's interactive pace
     "gateway_key": (str,),  # R-SC-3a: the name of the gateway key that sent the request
 }
