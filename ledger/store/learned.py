@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Connection, Select, bindparam, case, delete, func, literal, select
+from sqlalchemy import Connection, Select, and_, bindparam, case, delete, func, literal, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from ledger.budgets import learned as learned_check
@@ -106,16 +106,28 @@ def reset_of(conn: Connection, provider: str, model_id: str, kind: LimitKind) ->
     return None if found is None else int(found)
 
 
+CONCURRENT_MS = 250
+"""Answers read within this long of each other may have been decided by the provider in either
+order (they travel and are settled concurrently): of those the lower remaining is kept, never an
+earlier-decided higher one that happened to arrive last; a reading clearly newer replaces any."""
+
+
 def _upsert(dialect: str) -> Any:
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     statement = insert(learned_limits)
     new = statement.excluded
+    concurrent = new.read_at_ms > _L.read_at_ms - CONCURRENT_MS
     return statement.on_conflict_do_update(
         index_elements=[_L.provider, _L.model_id, _L.kind],
         set_={"remaining": new.remaining, "limit_tokens": new.limit_tokens,
               "read_at_ms": new.read_at_ms, "reset_ms": new.reset_ms},
-        where=_L.read_at_ms <= new.read_at_ms,  # never an older reading over a newer one
+        where=or_(
+            new.read_at_ms >= _L.read_at_ms + CONCURRENT_MS,  # clearly newer: it replaces
+            and_(concurrent, new.remaining < _L.remaining),  # answers in flight together
+            and_(concurrent, new.remaining == _L.remaining, _L.read_at_ms <= new.read_at_ms),
+        ),
     )  # fmt: skip
+
 
 
 _ROW_KEYS = ("provider", "model_id", "kind", "remaining", "limit_tokens", "read_at_ms", "reset_ms")

@@ -185,3 +185,23 @@ def test_r_tok_4_selection_prefers_a_backup_with_room(
     assert why["beta/mid"] == ("token_budget", T0 + 1 + 60_000)  # the first grant leaves then
     off = make_ledger(**_policy(defaultModel="alpha/small", learnLimits=False))
     assert off.select("s6", input_bytes=BIG).routes[0] == "alpha/small"
+
+
+@pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
+def test_r_tok_4_of_answers_read_together_the_lower_remaining_is_kept(
+    make_ledger: LedgerFactory, clock: Clock, ledger_db: str | None, home: Any
+) -> None:
+    """Answers read within CONCURRENT_MS of each other may have been decided by the provider in
+    either order: an earlier-decided higher remaining that arrives a moment later must not
+    replace the lower one (16 workers would spend the difference); a clearly newer one does."""
+    from ledger.store.learned import CONCURRENT_MS
+
+    led = make_ledger(**_policy())
+    url = db_url(home, ledger_db)
+    _answered(led, clock, _openai("2000"))
+    clock.advance(3)  # decided before the first by the provider, read a moment after it
+    _answered(led, clock, _openai("4000"))
+    assert rows(url, "SELECT remaining FROM learned_limits") == [(2000,)]
+    clock.advance(CONCURRENT_MS)  # a reading clearly newer: the window refilled
+    _answered(led, clock, _openai("9000"))
+    assert rows(url, "SELECT remaining FROM learned_limits") == [(9000,)]
