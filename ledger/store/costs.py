@@ -2,7 +2,9 @@
 actual cost of reported usage. Every write of a reservation's cost_micro moves its creation hour's
 cost_hours total (and its scopes') by the same amount in the same transaction, so the rolling 24 h
 cost read from those totals stays exact; every write of its token usage moves its hour's
-token_hours row (and its scopes' token totals) the same way, so a day's token window does too."""
+token_hours row and its second's token_seconds row (and its scopes' token totals) the same way, so
+a day's and a minute's token windows do too. Second rows are kept two minutes (`SECONDS_KEPT_MS`):
+the reserve that opens a second's row deletes the older ones."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from sqlalchemy import (
     Connection,
     Row,
     bindparam,
+    delete,
     insert,
     update,
 )
@@ -24,7 +27,9 @@ from ledger.store import reads, scopes
 from ledger.store.hot import Hot
 from ledger.store.schema import (
     cost_hours,
+    scope_token_seconds,
     token_hours,
+    token_seconds,
 )
 
 _ADD_HOUR_COST = (
@@ -68,12 +73,50 @@ _HOT_ADD_HOUR_TOKENS = Hot(
 _HOT_INSERT_HOUR_TOKENS = Hot(insert(token_hours))
 
 
-def add_hour_tokens(
-    conn: Connection, created_ms: int, model_key: str, provider: str, tokens: tuple[int, int]
+_TS = token_seconds.c
+_HOT_ADD_SECOND_TOKENS = Hot(
+    update(token_seconds)
+    .where(
+        _TS.second_ms == bindparam("b_second"),
+        _TS.model_key == bindparam("b_model"),
+        _TS.provider == bindparam("b_provider"),
+    )
+    .values(
+        input_tokens=_TS.input_tokens + bindparam("b_in"),
+        output_tokens=_TS.output_tokens + bindparam("b_out"),
+    )
+)
+_HOT_INSERT_SECOND_TOKENS = Hot(insert(token_seconds))
+SECONDS_KEPT_MS = 120_000
+"""How long second totals are kept: twice the longest window read from them (a minute's), so a
+window never reaches a deleted row."""
+_HOT_PRUNE_SECONDS = Hot(delete(token_seconds).where(_TS.second_ms < bindparam("b_before")))
+_HOT_PRUNE_SCOPE_SECONDS = Hot(
+    delete(scope_token_seconds).where(scope_token_seconds.c.second_ms < bindparam("b_before"))
+)
+
+
+def second_start(ms: int) -> int:
+    """The start of the second holding `ms` (the token_seconds key)."""
+    return ms - ms % 1000
+
+
+def add_tokens(
+    conn: Connection,
+    created_ms: int,
+    model_key: str,
+    provider: str,
+    tokens: tuple[int, int],
+    *,
+    granted: bool = True,
 ) -> None:
-    """Add (input, output) tokens to the token_hours row of the hour a reservation was created
-    in, its model and provider (same transaction): keeps each row equal to the token parts of
-    those reservations (`token_parts`, R-TOK-3)."""
+    """Add (input, output) tokens to the token_hours and token_seconds rows of the hour and the
+    second a reservation was created in, its model and provider (same transaction): keeps each
+    row equal to the token parts of those reservations (`token_parts`, R-TOK-3).
+
+    A grant (`granted`) opens its second's row when it is the first, and then deletes the second
+    rows (and the scopes') older than `SECONDS_KEPT_MS`. A settle only moves an existing row: a
+    second without one has been deleted, and no minute window reaches it."""
     hour = reads.hour_start(created_ms)
     params = {
         "b_hour": hour, "b_model": model_key, "b_provider": provider,
@@ -90,6 +133,22 @@ def add_hour_tokens(
                 "output_tokens": tokens[1],
             },
         )
+    second = second_start(created_ms)
+    params["b_second"] = second
+    if _HOT_ADD_SECOND_TOKENS.rowcount(conn, params) == 0 and granted:  # the second's first
+        _HOT_INSERT_SECOND_TOKENS.rowcount(
+            conn,
+            {
+                "second_ms": second,
+                "model_key": model_key,
+                "provider": provider,
+                "input_tokens": tokens[0],
+                "output_tokens": tokens[1],
+            },
+        )
+        before = {"b_before": second - SECONDS_KEPT_MS}
+        _HOT_PRUNE_SECONDS.rowcount(conn, before)
+        _HOT_PRUNE_SCOPE_SECONDS.rowcount(conn, before)
 
 
 def token_parts(get: Callable[[str], Any]) -> tuple[int, int]:
@@ -134,7 +193,9 @@ def cost_changed(
         after = token_parts({**r, **usage}.get)
         tokens = (after[0] - before[0], after[1] - before[1])
         if tokens != (0, 0):
-            add_hour_tokens(conn, created, str(r["model_key"]), str(r["provider"]), tokens)
+            add_tokens(
+                conn, created, str(r["model_key"]), str(r["provider"]), tokens, granted=False
+            )
     if delta or tokens != (0, 0):
         scopes.cost_changed(conn, rid, created, delta, tokens)  # R-SC-1
 

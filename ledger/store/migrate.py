@@ -37,10 +37,10 @@ if TYPE_CHECKING:
 # The newest revision in migrations/versions and every revision there. Kept here so that opening an
 # up-to-date database does not load alembic; tests/test_migrate_head.py checks both against
 # alembic's ScriptDirectory and the versions folder (add a migration: update these two).
-HEAD_REVISION = "0015"
+HEAD_REVISION = "0016"
 KNOWN_REVISIONS = frozenset(
     {"0001", "0002", "0003b", "0004", "0005", "0006", "0007", "0008", "0009", "0010", "0011",
-     "0012", "0013", "0014", "0015"}
+     "0012", "0013", "0014", "0015", "0016"}
 )
 VERSION_TABLE = "alembic_version"
 

@@ -23,7 +23,7 @@ from ledger.errors import NotFoundError, SourceScopeMismatch, UsageError
 from ledger.kinds import AttemptRole, AttemptStatus, RefusalReason, SourceState
 from ledger.records import Reservation
 from ledger.store import learned, probes, reads, roles, scopes, usage
-from ledger.store.costs import add_hour_cost, add_hour_tokens
+from ledger.store.costs import add_hour_cost, add_tokens
 from ledger.store.hot import Hot
 from ledger.store.pool_choice import reserve_pool
 from ledger.store.requests import BY_REQUEST_ID, ReserveRequest, to_reservation
@@ -286,7 +286,7 @@ def reserve_model(
         },
     )
     add_hour_cost(conn, now, verdict.estimate_micro or 0, 1)
-    add_hour_tokens(conn, now, model.key, model.provider, (input_tokens, output_tokens))
+    add_tokens(conn, now, model.key, model.provider, (input_tokens, output_tokens))
     scopes.record(conn, new_id, names, now, verdict.estimate_micro, (input_tokens, output_tokens))
     if gate.armed and not request.override:  # R-POL-9: the first reservation is the probe
         probes.claim(conn, gate.armed, new_id, verdict.deadline_ms)

@@ -326,6 +326,33 @@ token_hours = Table(
     CheckConstraint("hour_start_ms % 3600000 = 0", name="hour_aligned"),
 )
 
+# Per-second token totals (R-TOK-2, revision 0016), kept exactly as token_hours (per model key and
+# provider) and for each scope (scope_token_seconds): a minute's token window reads at most one
+# partial second of rows plus at most 60 of these rows, however busy the minute. Only the last two
+# minutes are kept: the reserve that opens a second's row deletes the rows older than that.
+token_seconds = Table(
+    "token_seconds",
+    metadata,
+    Column("second_ms", BigInteger, primary_key=True, autoincrement=False),
+    Column("model_key", String(300), primary_key=True),
+    Column("provider", String(100), primary_key=True),
+    Column("input_tokens", BigInteger, nullable=False),
+    Column("output_tokens", BigInteger, nullable=False),
+    CheckConstraint("second_ms % 1000 = 0", name="second_aligned"),
+    Index("ix_token_seconds_model", "model_key", "second_ms"),
+    Index("ix_token_seconds_provider", "provider", "second_ms"),
+)
+scope_token_seconds = Table(
+    "scope_token_seconds",
+    metadata,
+    Column("scope", String(64), primary_key=True),
+    Column("second_ms", BigInteger, primary_key=True, autoincrement=False),
+    Column("input_tokens", BigInteger, nullable=False),
+    Column("output_tokens", BigInteger, nullable=False),
+    CheckConstraint("second_ms % 1000 = 0", name="second_aligned"),
+    Index("ix_scope_token_seconds_second", "second_ms"),
+)
+
 # The scopes a source was added under (`ledger source add --scope`): every reservation of the
 # source carries them, besides the ones its caller names.
 source_scopes = Table(

@@ -29,6 +29,7 @@ from ledger.store.schema import (
     reservation_scopes,
     reservations,
     scope_cost_hours,
+    scope_token_seconds,
     source_scopes,
 )
 
@@ -38,7 +39,6 @@ _R = reservations.c
 _SOURCE_SCOPES = select(source_scopes.c.scope).where(
     source_scopes.c.source_id == bindparam("source_id")
 )
-_INSERT_SCOPE_ROW = insert(reservation_scopes)
 _INSERT_SOURCE_SCOPE = insert(source_scopes)
 
 def _window_q(scope: str, rows: Any, total: Any, since: str, boundary: str) -> Any:
@@ -97,15 +97,12 @@ _HOT_SETTLED_COST = Hot(_SETTLED_COST)
 
 
 @cache
-def _add_scopes_cost(count: int) -> Any:
+def _add_scopes_cost(count: int) -> Hot:
     """A grant's cost and one call added to `count` scopes' hour rows (binds `b_scope_I`): a
     fixed IN list per count, so the statement is compiled and prepared once, not per grant."""
-    return (
+    return Hot(
         update(scope_cost_hours)
-        .where(
-            _SCH.scope.in_([bindparam(f"b_scope_{i}") for i in range(count)]),
-            _SCH.hour_start_ms == bindparam("b_hour"),
-        )
+        .where(_SCH.scope.in_(_scope_binds(count)), _SCH.hour_start_ms == bindparam("b_hour"))
         .values(
             cost_micro=_SCH.cost_micro + bindparam("b_cost"),
             calls=_SCH.calls + 1,
@@ -113,6 +110,56 @@ def _add_scopes_cost(count: int) -> Any:
             output_tokens=_SCH.output_tokens + bindparam("b_out"),
         )
     )
+
+
+def _scope_binds(count: int) -> list[Any]:
+    return [bindparam(f"b_scope_{i}") for i in range(count)]
+
+
+_STS = scope_token_seconds.c
+
+
+@cache
+def _add_scopes_seconds(count: int) -> Hot:
+    """A grant's token estimate added to `count` scopes' rows of its second (R-TOK-2)."""
+    return Hot(
+        update(scope_token_seconds)
+        .where(_STS.scope.in_(_scope_binds(count)), _STS.second_ms == bindparam("b_second"))
+        .values(
+            input_tokens=_STS.input_tokens + bindparam("b_in"),
+            output_tokens=_STS.output_tokens + bindparam("b_out"),
+        )
+    )
+
+
+@cache
+def _insert_scope_rows(count: int) -> Hot:
+    """A grant's `count` scope rows in one statement (binds `b_scope_I`)."""
+    rows = [
+        {"reservation_id": bindparam("b_id"), "scope": bind, "created_ms": bindparam("b_now")}
+        for bind in _scope_binds(count)
+    ]
+    return Hot(insert(reservation_scopes).values(rows))
+
+
+_SECOND_ROWS = select(_STS.scope).where(
+    _STS.scope.in_(bindparam("b_scopes", expanding=True)), _STS.second_ms == bindparam("b_second")
+)
+_INSERT_SCOPE_SECONDS = insert(scope_token_seconds)
+# a settle moves the second totals of every scope its reservation is under (when still kept)
+_HOT_SETTLED_SECONDS = Hot(
+    update(scope_token_seconds)
+    .where(
+        _STS.second_ms == bindparam("b_second"),
+        _STS.scope.in_(
+            select(_RS.scope).where(_RS.reservation_id == bindparam("b_id")).scalar_subquery()
+        ),
+    )
+    .values(
+        input_tokens=_STS.input_tokens + bindparam("b_in"),
+        output_tokens=_STS.output_tokens + bindparam("b_out"),
+    )
+)
 
 
 _HOUR_ROWS = select(_SCH.scope).where(
@@ -267,32 +314,46 @@ def record(
     tokens: tuple[int, int] = (0, 0),
 ) -> None:
     """The granted reservation's scope rows, and its cost, one call and its (input, output)
-    token estimate in each scope's hour totals, in the reserving transaction."""
+    token estimate in each scope's hour totals (and the tokens in its second's totals), in the
+    reserving transaction."""
     scopes = list(names)
     if not scopes:
         return
+    n = len(scopes)
     hour = reads.hour_start(now)
+    second = now - now % 1000
     params: dict[str, Any] = {f"b_scope_{i}": name for i, name in enumerate(scopes)}
-    rows = [{"reservation_id": reservation_id, "scope": n, "created_ms": now} for n in scopes]
-    conn.execute(_INSERT_SCOPE_ROW, rows)
-    params.update(b_hour=hour, b_cost=cost or 0, b_in=tokens[0], b_out=tokens[1])
-    if conn.execute(_add_scopes_cost(len(scopes)), params).rowcount == len(scopes):
-        return  # every scope had its hour's row: one statement
-    params["b_scopes"] = scopes
-    have = set(conn.execute(_HOUR_ROWS, params).scalars())
-    missing = [  # the scopes' first reservation this hour
-        {
-            "scope": s,
-            "hour_start_ms": hour,
-            "cost_micro": cost or 0,
-            "calls": 1,
-            "input_tokens": tokens[0],
-            "output_tokens": tokens[1],
-        }
-        for s in scopes
-        if s not in have
-    ]
-    conn.execute(_INSERT_SCOPE_COST, missing)
+    params.update(b_id=reservation_id, b_now=now, b_hour=hour, b_second=second)
+    params.update(b_cost=cost or 0, b_in=tokens[0], b_out=tokens[1])
+    _insert_scope_rows(n).rowcount(conn, params)
+    if _add_scopes_cost(n).rowcount(conn, params) < n:  # a scope's first reservation this hour
+        params["b_scopes"] = scopes
+        have = set(conn.execute(_HOUR_ROWS, params).scalars())
+        missing = [
+            {
+                "scope": s,
+                "hour_start_ms": hour,
+                "cost_micro": cost or 0,
+                "calls": 1,
+                "input_tokens": tokens[0],
+                "output_tokens": tokens[1],
+            }
+            for s in scopes
+            if s not in have
+        ]
+        conn.execute(_INSERT_SCOPE_COST, missing)
+    if _add_scopes_seconds(n).rowcount(conn, params) < n:  # a scope's first this second
+        params["b_scopes"] = scopes
+        have = set(conn.execute(_SECOND_ROWS, params).scalars())
+        conn.execute(
+            _INSERT_SCOPE_SECONDS,
+            [
+                {"scope": s, "second_ms": second, "input_tokens": tokens[0],
+                 "output_tokens": tokens[1]}
+                for s in scopes
+                if s not in have
+            ],
+        )  # fmt: skip
 
 
 def cost_changed(
@@ -307,9 +368,11 @@ def cost_changed(
     no scope changes no row)."""
     params = {
         "b_hour": reads.hour_start(created_ms), "b_id": reservation_id, "b_cost": delta,
-        "b_in": tokens[0], "b_out": tokens[1],
+        "b_in": tokens[0], "b_out": tokens[1], "b_second": created_ms - created_ms % 1000,
     }  # fmt: skip
     _HOT_SETTLED_COST.rowcount(conn, params)
+    if tokens != (0, 0):
+        _HOT_SETTLED_SECONDS.rowcount(conn, params)
 
 
 def add_source_scopes(conn: Connection, source_id: str, names: Iterable[str]) -> None:

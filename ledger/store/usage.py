@@ -7,10 +7,12 @@ refused budget's window frees. A rolling hour or 24 h of the whole ledger or of 
 partial first hour row by row and every later hour from its hour totals (cost_hours,
 scope_cost_hours, kept equal to the rows by every write), so at most an hour of rows is read
 however busy the ledger; so does a day's token window of a model, provider, glob or scope
-(token_hours, scope_cost_hours); every other rolling window counts its rows (covering index on
-created_ms). A token window's usage above estimates is read from the small index of overruns.
-Two usages come from reads of their own: the shared rolling hour's count (with the cooldowns,
-`reads.shared_state`) and a source's lifetime counters (`reads.source_budget`).
+(token_hours, scope_cost_hours), and a minute's sums its partial first second row by row plus
+every later second from its second totals (token_seconds, scope_token_seconds); every other
+rolling window counts its rows (covering index on created_ms). A token window's usage above
+estimates is read from the small index of overruns. Two usages come from reads of their own: the
+shared rolling hour's count (with the cooldowns, `reads.shared_state`) and a source's lifetime
+counters (`reads.source_budget`).
 """
 
 from __future__ import annotations
@@ -26,15 +28,16 @@ from sqlalchemy.sql.visitors import InternalTraversal
 from sqlalchemy.types import Boolean, String
 
 from ledger.budgets.unit import Budget, Dimension, Measure, UsageKey, Use, Window
-from ledger.clock import DAY_MS, HOUR_MS
+from ledger.clock import DAY_MS, HOUR_MS, SECOND_MS
 from ledger.kinds import AttemptStatus
-from ledger.store.reads import hour_start
 from ledger.store.schema import (
     cost_hours,
     reservation_scopes,
     reservations,
     scope_cost_hours,
+    scope_token_seconds,
     token_hours,
+    token_seconds,
 )
 
 _R = reservations.c
@@ -221,26 +224,47 @@ def _where(dim: Dimension, target: Any, *more: Any) -> Any:
 
 
 _TH = token_hours.c
-_HOUR_TOKENS: dict[Measure, Callable[[Any], Any]] = {
+_TS = token_seconds.c
+_STS = scope_token_seconds.c
+_BUCKET_TOKENS: dict[Measure, Callable[[Any], Any]] = {
     Measure.TOKENS: lambda c: c.input_tokens + c.output_tokens,
     Measure.INPUT_TOKENS: lambda c: c.input_tokens,
     Measure.OUTPUT_TOKENS: lambda c: c.output_tokens,
 }
-"""A token measure's part of an hour totals row (token_hours, scope_cost_hours)."""
-_TOKEN_HOUR_TARGETS: dict[Dimension, Callable[[Any], Any]] = {
-    Dimension.MODEL: lambda target: _TH.model_key == target,
-    Dimension.PROVIDER: lambda target: _TH.provider == target,
-    Dimension.GLOB: lambda target: _GlobMatch(target, _TH.model_key),
-    Dimension.SCOPE: lambda target: _SCH.scope == target,
+"""A token measure's part of a totals row (token_hours, scope_cost_hours, token_seconds,
+scope_token_seconds)."""
+
+
+def _bucket_target(dim: Dimension, columns: Any, target: Any) -> Any:
+    """The totals rows of a model, provider, glob or scope."""
+    if dim is Dimension.GLOB:
+        return _GlobMatch(target, columns.model_key)
+    if dim is Dimension.SCOPE:
+        return columns.scope == target
+    return (columns.model_key if dim is Dimension.MODEL else columns.provider) == target
+
+
+_TOKEN_BUCKETS: dict[Window, tuple[Any, Any, str]] = {
+    Window.ROLLING_DAY: (_TH, _SCH, "hour_start_ms"),
+    Window.ROLLING_MINUTE: (_TS, _STS, "second_ms"),
 }
+"""A token window's totals: (per model and provider, per scope, their time column)."""
+_TOKEN_DIMS = (Dimension.MODEL, Dimension.PROVIDER, Dimension.GLOB, Dimension.SCOPE)
 
 
-def _token_day(measure: Measure, dim: Dimension, i: int) -> Any | None:
-    """R-TOK-3: a day's token window of a model, provider, glob or scope: the partial first
-    hour's grants row by row plus every later hour from its totals (token_hours, or the scope's
-    scope_cost_hours), which every write keeps equal to the rows' token parts; the overrun part
-    as for any token window. None when the window is not a day's."""
-    if dim not in _TOKEN_HOUR_TARGETS:
+def bucket_ms(window: Window) -> int:
+    """How long one totals row of `window`'s reads covers: a second for a minute's token window
+    (token_seconds), an hour for every other (cost_hours, token_hours, scope_cost_hours)."""
+    return SECOND_MS if window is Window.ROLLING_MINUTE else HOUR_MS
+
+
+def _token_buckets(window: Window, measure: Measure, dim: Dimension, i: int) -> Any | None:
+    """R-TOK-2, R-TOK-3: a minute's or a day's token window of a model, provider, glob or scope:
+    the partial first second (hour) of its grants row by row plus every later second (hour) from
+    its totals (token_seconds, scope_token_seconds; token_hours, scope_cost_hours), which every
+    write keeps equal to the rows' token parts; the overrun part as for any token window. None
+    when no totals hold it."""
+    if dim not in _TOKEN_DIMS or window not in _TOKEN_BUCKETS:
         return None
     target: Any = bindparam(f"u{i}_target")
     since: Any = bindparam(f"u{i}_since")
@@ -249,9 +273,10 @@ def _token_day(measure: Measure, dim: Dimension, i: int) -> Any | None:
     partial = _rows(dim, counted).where(
         _where(dim, target, _created(dim) > since, _created(dim) < boundary)
     )
-    columns = _SCH if dim is Dimension.SCOPE else _TH
-    full = select(func.coalesce(func.sum(_HOUR_TOKENS[measure](columns)), 0)).where(
-        columns.hour_start_ms >= boundary, _TOKEN_HOUR_TARGETS[dim](target)
+    models, scoped, time = _TOKEN_BUCKETS[window]
+    columns = scoped if dim is Dimension.SCOPE else models
+    full = select(func.coalesce(func.sum(_BUCKET_TOKENS[measure](columns)), 0)).where(
+        getattr(columns, time) >= boundary, _bucket_target(dim, columns, target)
     )
     overrun = _overrun(dim, measure, target, since)
     return partial.scalar_subquery() + full.scalar_subquery() + overrun
@@ -262,8 +287,8 @@ def _bucketed(shape: SHAPE, i: int) -> Any | None:
     from its hour totals plus the partial first hour's rows (exactly the rows' SUM); None when
     no hour totals hold it."""
     window, measure, dim = shape
-    if window is Window.ROLLING_DAY and measure in _TOKEN_PARTS:
-        return _token_day(measure, dim, i)
+    if measure in _TOKEN_PARTS:
+        return _token_buckets(window, measure, dim, i)
     if window not in (Window.ROLLING_HOUR, Window.ROLLING_DAY) or dim not in (
         Dimension.GLOBAL,
         Dimension.SCOPE,
@@ -384,7 +409,8 @@ def plan(
         if window.length_ms is not None:
             since = now - window.length_ms
             params[f"u{i}_since"] = since
-            params[f"u{i}_boundary"] = hour_start(since) + HOUR_MS
+            step = bucket_ms(window)
+            params[f"u{i}_boundary"] = since - since % step + step
     return _statement(tuple(k[:3] for k in keys)), params
 
 

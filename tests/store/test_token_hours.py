@@ -1,14 +1,16 @@
-"""R-TOK-3, R-DB-2: a day's token window read from hour totals is exactly the rows' own sum.
+"""R-TOK-2, R-TOK-3, R-DB-2: a day's token window read from hour totals and a minute's read
+from second totals are exactly the rows' own sums.
 
-Reserve adds a grant's token estimate to its hour's token_hours row (per model and provider) and
-to its scopes' scope_cost_hours rows; settle adds what the usage changes and marks an overrun's
-settle time (`overrun_ms`), all in their write transactions. These tests check, for random
-histories of grants, successes, failures and cancellations with usage below and above the
-estimates (prompt-cache tokens included), that the totals equal the rows and that every day
-window a reserve reads (a model's, a provider's, a glob's, a scope's; all tokens, input, output)
-equals the plain definition computed from the rows: usage once settled (else the estimate) of
-the grants inside the window, plus the usage above the estimate of grants before it settled
-inside it. A fixed history runs on both backends; the property on SQLite.
+Reserve adds a grant's token estimate to its hour's token_hours row and its second's
+token_seconds row (per model and provider) and to its scopes' scope_cost_hours and
+scope_token_seconds rows; settle adds what the usage changes and marks an overrun's settle time
+(`overrun_ms`), all in their write transactions; second rows are kept two minutes. These tests
+check, for random histories of grants, successes, failures and cancellations with usage below and
+above the estimates (prompt-cache tokens included), that the totals equal the rows and that every
+day and minute window a reserve reads (a model's, a provider's, a glob's, a scope's; all tokens,
+input, output) equals the plain definition computed from the rows: usage once settled (else the
+estimate) of the grants inside the window, plus the usage above the estimate of grants before it
+settled inside it. A fixed history runs on both backends; the property on SQLite.
 """
 
 from __future__ import annotations
@@ -32,13 +34,20 @@ from ledger.errors import NotFoundError, UsageError
 from ledger.records import Cancelled, Failed, Success
 from ledger.store import migrate, usage
 from ledger.store.compact import compact
-from ledger.store.costs import token_parts
-from ledger.store.schema import reservation_scopes, reservations, scope_cost_hours, token_hours
+from ledger.store.costs import SECONDS_KEPT_MS, token_parts
+from ledger.store.schema import (
+    reservation_scopes,
+    reservations,
+    scope_cost_hours,
+    scope_token_seconds,
+    token_hours,
+    token_seconds,
+)
 from tests.support.backends import BACKENDS
 from tests.support.ledgers import T0, TEST_CATALOG, Clock, LedgerFactory
 from tests.support.scratch import scratch_ledger
 
-HOUR, DAY = 3_600_000, 86_400_000
+SECOND, MINUTE, HOUR, DAY = 1000, 60_000, 3_600_000, 86_400_000
 CATALOG = Catalog.model_validate(TEST_CATALOG)
 MODELS = ("alpha/small", "alpha/big", "beta/mid", "gamma/g1")
 SCOPES = ("night", "team")
@@ -61,10 +70,12 @@ TARGETS: tuple[tuple[Dimension, str], ...] = (
     (Dimension.SCOPE, "team"),
 )
 KEYS: list[UsageKey] = [
-    (Window.ROLLING_DAY, measure, dim, target)
+    (window, measure, dim, target)
+    for window in (Window.ROLLING_DAY, Window.ROLLING_MINUTE)
     for measure in (Measure.TOKENS, Measure.INPUT_TOKENS, Measure.OUTPUT_TOKENS)
     for dim, target in TARGETS
 ]
+LENGTHS = {Window.ROLLING_DAY: DAY, Window.ROLLING_MINUTE: MINUTE}
 
 
 def _rows(led: Ledger) -> tuple[list[Any], dict[int, set[str]]]:
@@ -101,13 +112,13 @@ def _holds(row: Any, under: dict[int, set[str]], dim: Dimension, target: str) ->
 
 
 def plain(led: Ledger, now: int) -> list[int]:
-    """The definition, from the rows: grants inside (now - 24 h, now] count their usage (else
+    """The definition, from the rows: grants inside (now - length, now] count their usage (else
     their estimate); grants of the day before that count their usage above the estimate if they
     settled inside the window."""
     rows, under = _rows(led)
-    since = now - DAY
     out = []
-    for _, measure, dim, target in KEYS:
+    for window, measure, dim, target in KEYS:
+        since = now - LENGTHS[window]
         total = 0
         for row in rows:
             if not _holds(row, under, dim, target):
@@ -129,8 +140,16 @@ def read(led: Ledger, now: int) -> list[int]:
         return [int(v) for v in conn.execute(*planned).one()]
 
 
-def totals(led: Ledger) -> tuple[dict[Any, tuple[int, int]], dict[Any, tuple[int, int]]]:
-    """(token_hours, scope_cost_hours' tokens) as stored, rows of zero left out."""
+Totals = dict[Any, tuple[int, int]]
+
+
+def _nonzero(table: Totals) -> Totals:
+    return {k: v for k, v in table.items() if v != (0, 0)}
+
+
+def totals(led: Ledger) -> tuple[Totals, Totals, Totals, Totals]:
+    """(token_hours, scope_cost_hours' tokens, token_seconds, scope_token_seconds) as stored,
+    rows of zero left out."""
     with led.db.read() as conn:
         models = {
             (int(h), str(m), str(p)): (int(i), int(o))
@@ -143,30 +162,45 @@ def totals(led: Ledger) -> tuple[dict[Any, tuple[int, int]], dict[Any, tuple[int
                 select(sch.scope, sch.hour_start_ms, sch.input_tokens, sch.output_tokens)
             )
         }
-    return (
-        {k: v for k, v in models.items() if v != (0, 0)},
-        {k: v for k, v in scoped.items() if v != (0, 0)},
-    )
+        seconds = {
+            (int(t), str(m), str(p)): (int(i), int(o))
+            for t, m, p, i, o in conn.execute(select(token_seconds))
+        }
+        scoped_seconds = {
+            (int(t), str(s)): (int(i), int(o))
+            for s, t, i, o in conn.execute(select(scope_token_seconds))
+        }
+    return _nonzero(models), _nonzero(scoped), _nonzero(seconds), _nonzero(scoped_seconds)
 
 
-def totals_from_rows(led: Ledger) -> tuple[dict[Any, tuple[int, int]], dict[Any, tuple[int, int]]]:
+def totals_from_rows(led: Ledger) -> tuple[Totals, Totals, Totals, Totals]:
     rows, under = _rows(led)
-    models: dict[Any, tuple[int, int]] = {}
-    scoped: dict[Any, tuple[int, int]] = {}
+    tables: tuple[Totals, Totals, Totals, Totals] = ({}, {}, {}, {})
     for row in rows:
-        hour = int(row.created_ms) - int(row.created_ms) % HOUR
+        created = int(row.created_ms)
+        hour, second = created - created % HOUR, created - created % SECOND
         inp, out = token_parts(row._mapping.get)
-        keys: list[tuple[dict[Any, tuple[int, int]], tuple[Any, ...]]] = [
-            (models, (hour, row.model_key, row.provider))
+        keys: list[tuple[Totals, tuple[Any, ...]]] = [
+            (tables[0], (hour, row.model_key, row.provider)),
+            (tables[2], (second, row.model_key, row.provider)),
         ]
-        keys += [(scoped, (hour, s)) for s in under.get(int(row.id), ())]
+        keys += [(tables[1], (hour, s)) for s in under.get(int(row.id), ())]
+        keys += [(tables[3], (second, s)) for s in under.get(int(row.id), ())]
         for table, key in keys:
             i, o = table.get(key, (0, 0))
             table[key] = (i + inp, o + out)
-    return (
-        {k: v for k, v in models.items() if v != (0, 0)},
-        {k: v for k, v in scoped.items() if v != (0, 0)},
-    )
+    return _nonzero(tables[0]), _nonzero(tables[1]), _nonzero(tables[2]), _nonzero(tables[3])
+
+
+def assert_totals(led: Ledger, newest: int) -> None:
+    """Hour totals equal the rows. Every second row kept equals its rows, and every second of the
+    two minutes before the newest time that has grants is kept (older ones may be deleted)."""
+    stored, expected = totals(led), totals_from_rows(led)
+    assert stored[:2] == expected[:2]
+    kept = newest - newest % SECOND - SECONDS_KEPT_MS
+    for got, want in zip(stored[2:], expected[2:], strict=True):
+        assert got == {k: want[k] for k in got}
+        assert {k for k in want if k[0] >= kept} <= set(got)
 
 
 def overruns_marked(led: Ledger) -> None:
@@ -184,7 +218,10 @@ def assert_exact(led: Ledger, now: int) -> None:
 
 
 Op = tuple[str, int, int, int, int]
-STEPS = (1, 59_999, HOUR - 1, HOUR, HOUR + 1, 5 * HOUR, DAY - 1, DAY, DAY + 1)
+STEPS = (
+    1, 999, SECOND, SECOND + 1, 59_999, MINUTE, MINUTE + 1, HOUR - 1, HOUR, HOUR + 1, 5 * HOUR,
+    DAY - 1, DAY, DAY + 1,
+)  # fmt: skip
 ops: st.SearchStrategy[Op] = st.one_of(
     st.tuples(
         st.just("clock"), st.sampled_from(STEPS) | st.integers(1, 2 * DAY), st.just(0),
@@ -233,7 +270,7 @@ def apply(led: Ledger, clock: Clock, op: Op, ids: list[int]) -> None:
 
 
 def check_all(led: Ledger, newest: int, offsets: list[int]) -> None:
-    assert totals(led) == totals_from_rows(led)
+    assert_totals(led, newest)
     overruns_marked(led)
     for offset in (0, *offsets):
         assert_exact(led, newest + offset)
@@ -319,6 +356,79 @@ def test_r_tok_3_day_window_edges_on_hour_boundaries(
     check_all(led, clock.ms, [1, HOUR, 2 * HOUR, DAY])
 
 
+SECOND_GRANTS = (0, 1, 999, SECOND, SECOND + 1, 2 * SECOND - 1, 30_000, MINUTE - 1)
+
+
+@pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
+def test_r_tok_2_minute_window_edges_on_second_boundaries(
+    make_ledger: LedgerFactory, clock: Clock, ledger_db: str | None
+) -> None:
+    """Grants on and beside second boundaries, the minute window read a millisecond before, at
+    and after each one leaves it (the window is (now - 60 s, now]): the partial first second and
+    the first whole second meet exactly."""
+    led = make_ledger(**POLICY)
+    ids = []
+    for n, at in enumerate(SECOND_GRANTS):
+        clock.ms = T0 + at
+        under = (SCOPES[n % 2],)
+        ids.append(led.reserve(f"e{n}", MODELS[n % 2], input_bytes=300 + n, scopes=under).id)
+    for n, rid in enumerate(ids[:4]):  # two settle above their estimates, two below
+        led.settle(rid, Success(input_tokens=5000 if n % 2 else 1, output_tokens=2))
+    for at in SECOND_GRANTS:
+        for now in (T0 + at + MINUTE - 1, T0 + at + MINUTE, T0 + at + MINUTE + 1):
+            assert_exact(led, max(now, clock.ms))
+    check_all(led, clock.ms, [1, SECOND, MINUTE, 2 * MINUTE])
+
+
+@pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
+def test_r_tok_2_second_totals_older_than_two_minutes_are_deleted_and_never_come_back(
+    make_ledger: LedgerFactory, clock: Clock, ledger_db: str | None
+) -> None:
+    """The grant that opens a second's row deletes the second rows (the scopes' too) older than
+    two minutes; a late settle of a grant whose second was deleted moves no second row (its
+    usage above the estimate still counts, at its settle time), and every window stays exact."""
+    led = make_ledger(**POLICY)
+    old = led.reserve("old", "alpha/small", input_bytes=300, scopes=("night",)).id
+    first_second = clock.ms - clock.ms % SECOND
+    clock.advance(SECONDS_KEPT_MS + SECOND)
+    led.reserve("new", "alpha/big", input_bytes=300, scopes=("team",))
+    seconds = totals(led)[2:]
+    assert all(key[0] > first_second for table in seconds for key in table)
+    led.settle(old, Success(input_tokens=9000, output_tokens=10))  # 8,000+ above its estimate
+    assert totals(led)[2:] == seconds
+    assert_exact(led, clock.ms)
+    assert read(led, clock.ms)[KEYS.index((Window.ROLLING_MINUTE, Measure.TOKENS,
+                                           Dimension.SCOPE, "night"))] > 8000  # fmt: skip
+    check_all(led, clock.ms, [1, MINUTE, 2 * MINUTE])
+
+
+@pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
+def test_r_db_5_revision_0016_fills_the_second_totals_of_the_last_two_minutes(
+    make_ledger: LedgerFactory, clock: Clock, ledger_db: str | None
+) -> None:
+    """A ledger of revision 0015 with grants before and inside the two minutes before its newest
+    time upgrades to second totals equal to its rows for those two minutes, and reads exactly."""
+    led = make_ledger(**POLICY)
+    ids = []
+    for n, back in enumerate((150_000, SECONDS_KEPT_MS, 119_999, MINUTE, 59_999, 1500, 1, 0)):
+        clock.ms = T0 + 200_000 - back
+        under = tuple(s for bit, s in enumerate(SCOPES) if n >> bit & 1)
+        ids.append(led.reserve(f"m{n}", MODELS[n % 3], input_bytes=200 + n, scopes=under).id)
+    for rid in ids[::3]:
+        led.settle(rid, Success(input_tokens=700, output_tokens=9, cache_read_tokens=5))
+    newest = clock.ms
+    migrate.downgrade(led.db, "0015")
+    with led.db.engine.connect() as conn:
+        names = inspect(conn).get_table_names()
+        assert "token_seconds" not in names
+        assert "scope_token_seconds" not in names
+    migrate.upgrade(led.db)
+    assert_totals(led, newest)
+    assert totals(led)[2]  # the recent grants' seconds were filled
+    for offset in (0, 1, 999, SECOND, MINUTE - 1, MINUTE, MINUTE + 1):
+        assert_exact(led, newest + offset)
+
+
 @pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
 def test_r_db_5_revision_0015_fills_the_token_totals_from_the_rows(
     make_ledger: LedgerFactory, clock: Clock, ledger_db: str | None
@@ -338,7 +448,8 @@ def test_r_db_5_revision_0015_fills_the_token_totals_from_the_rows(
         assert "overrun_ms" not in columns
         assert "token_hours" not in inspect(conn).get_table_names()
     migrate.upgrade(led.db)
-    assert totals(led) == expected
+    assert totals(led)[:2] == expected[:2]
+    assert_totals(led, newest)
     overruns_marked(led)
     for offset in (0, 1, HOUR, DAY - 1, DAY, DAY + 1):
         assert_exact(led, newest + offset)

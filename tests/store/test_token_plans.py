@@ -2,7 +2,8 @@
 reads only the overruns settled inside the window, from their partial index, on both backends
 and without statistics; before revision 0014 it read a day of the target's grants on every
 reserve (16,700 rows a reserve at a million attempts over 60 days), before revision 0015 every
-row settled in the window. A day's window reads its whole hours from token_hours.
+row settled in the window. A day's window reads its whole hours from token_hours, a minute's its
+whole seconds from token_seconds (R-TOK-2).
 """
 
 from __future__ import annotations
@@ -81,3 +82,9 @@ def test_r_tok_3_the_overrun_read_uses_the_overrun_index_without_statistics(
         assert "ix_reservations_created" not in plan, (key, plan)
     day = _plan(url, KEYS[-1], overrun_only=False)
     assert "token_hours" in day, day
+    for key in KEYS[:-1]:  # a minute's window reads its whole seconds from the second totals
+        minute = _plan(url, key, overrun_only=False)
+        assert "token_seconds" in minute, (key, minute)
+        if ledger_db is None:  # SQLite: from an index over the second, never the whole table
+            assert "SCAN token_seconds" not in minute, (key, minute)
+            assert "SCAN scope_token_seconds" not in minute, (key, minute)
