@@ -285,8 +285,6 @@ def reserve_model(
             "estimate_output_tokens": output_tokens,
         },
     )
-    # the hour's cost and its attempts (+1, the only insert of a reservation): the rolling 24 h
-    # cost (R-RES-2) and the rolling hour's count (R-RES-1) read the hours from these totals
     add_hour_cost(conn, now, verdict.estimate_micro or 0, 1)
     add_hour_tokens(conn, now, model.key, model.provider, (input_tokens, output_tokens))
     scopes.record(conn, new_id, names, now, verdict.estimate_micro, (input_tokens, output_tokens))
