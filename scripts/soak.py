@@ -5,7 +5,8 @@ every invariant is checked straight from the database file (independently of the
 
 Invariants checked (any violation → exit 1):
 - hourly: for every reservation, the reservations created in its trailing hour (itself included,
-  in commit order) never exceed `callsPerHour` (R-RES-1);
+  in commit order) never exceed `callsPerHour` (R-RES-1); every hour of the last day's
+  `cost_hours.attempts` is the count of its reservations (the rolling hour reads them);
 - per source: a non-override reservation never found `sourceCalls` reservations already held, nor
   made the distinct models exceed `sourceModels` (R-RES-6, R-RES-7);
 - daily: the summed cost (actual where known, else estimate) of the last 24 h ≤ the ceiling
@@ -234,6 +235,25 @@ def check_invariants(db: Path, policy: Mapping[str, Any]) -> tuple[list[str], di
         conn.close()
 
 
+def _hour_attempts_differ(conn: sqlite3.Connection) -> bool:
+    """Whether an hour of the last day holds `attempts` other than COUNT(*) of its reservations
+    (the rolling hour's count reads its whole hours from them, R-RES-1); older hours may have
+    been folded by compaction, which leaves their totals."""
+    newest = conn.execute("SELECT newest_ms FROM clock WHERE id = 1").fetchone()
+    if newest is None:
+        return False
+    since = int(newest[0]) - DAY_MS
+    hour = f"created_ms - created_ms % {HOUR_MS}"
+    stored = conn.execute(
+        "SELECT hour_start_ms, attempts FROM cost_hours WHERE hour_start_ms > ? AND attempts > 0",
+        (since,),
+    ).fetchall()
+    counted = conn.execute(
+        f"SELECT {hour}, count(*) FROM reservations WHERE {hour} > ? GROUP BY {hour}", (since,)
+    ).fetchall()
+    return dict(stored) != dict(counted)
+
+
 def _check(conn: sqlite3.Connection, policy: Mapping[str, Any]) -> tuple[list[str], dict[str, Any]]:
     violations: list[str] = []
     integrity = conn.execute("PRAGMA integrity_check").fetchall()
@@ -252,6 +272,8 @@ def _check(conn: sqlite3.Connection, policy: Mapping[str, Any]) -> tuple[list[st
         worst_hour = max(worst_hour, in_hour)
     if worst_hour > limit:
         violations.append(f"hourly budget exceeded: {worst_hour} > {limit}")
+    if _hour_attempts_differ(conn):
+        violations.append("hour totals: cost_hours attempts differ from the reservations' count")
     per_source: dict[str, list[tuple[Any, ...]]] = {}
     for row in rows:
         per_source.setdefault(row[1], []).append(row)

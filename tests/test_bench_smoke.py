@@ -186,7 +186,8 @@ def test_issue_31_gateway_ab_runs_two_services_on_two_code_trees(
 def test_r_tok_2_tokens_bench_quick_rows_measure_every_ratio(tmp_path: Path) -> None:
     """The token budgets' figure (SPEC section 22) in its quick form: every ratio is measured
     (a number with its goal), none failed, and the history it compares carries token estimates
-    with some usage above them (what R-TOK-3's overrun read must find)."""
+    with some usage above them (what R-TOK-3's overrun read must find), and hour totals whose
+    attempts are its rows' count (what the rolling hour's count reads, R-RES-1)."""
     import sqlite3 as stdlib_sqlite
 
     from bench import growth, tokens
@@ -208,6 +209,11 @@ def test_r_tok_2_tokens_bench_quick_rows_measure_every_ratio(tmp_path: Path) -> 
         "SELECT min(estimate_input_tokens + estimate_output_tokens),"
         " sum(output_tokens > estimate_output_tokens) FROM reservations"
     ).fetchone()
+    hours = dict(conn.execute("SELECT hour_start_ms, attempts FROM cost_hours"))
+    counted = dict(conn.execute(
+        "SELECT created_ms - created_ms % 3600000 AS h, count(*) FROM reservations GROUP BY h"
+    ))  # fmt: skip
     conn.close()
+    assert hours == counted  # R-RES-1: the rolling hour reads its whole hours from attempts
     assert estimates == sum(growth.ESTIMATE_TOKENS)
     assert over > 0

@@ -69,3 +69,4 @@ def test_soak_checker_detects_an_hourly_overrun_and_overlapping_attempts(
     assert figures["worst_hour"] == 2
     assert any("hourly budget exceeded" in v for v in violations)
     assert any("overlapped" in v for v in violations)
+    assert any("hour totals" in v for v in violations)  # the raw row was not counted in its hour

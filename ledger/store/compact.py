@@ -12,7 +12,10 @@ Invariants:
 - Each batch is one write transaction (BEGIN IMMEDIATE, R-DB-2), so the lock is never held long.
 - `cost_hours` is left as it is: folded rows are older than the window, so their hours are
   before the first hour the rolling 24 h cost reads from cost_hours and are never read again
-  (they keep each hour's historic total, 24 small rows a day).
+  (they keep each hour's historic total, 24 small rows a day). The rolling hour's count
+  (R-RES-1) reads `attempts` only from the hour after now - 1 h on, and its rows after now - 1 h:
+  a row the cut-off folds (created more than 24 h before a ledger time that never goes back) is
+  in neither, so that count stays exact too.
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
-"""R-RES-2, R-DB-2, R-DB-5, R-DB-6: the bucketed rolling 24 h cost is exactly the plain SUM.
+"""R-RES-2, R-RES-1, R-DB-2, R-DB-5, R-DB-6: the bucketed rolling 24 h cost is exactly the
+plain SUM, and the bucketed rolling hour's count exactly the plain COUNT(*).
 
 `reads.daily_cost` sums the partial first hour of the window row by row and every later hour from
 `cost_hours`, which reserve and settle keep equal to SUM(cost_micro) / COUNT(*) of each hour's
 reservations inside their write transactions. These tests pin the window edges, the settle
 adjustment, compaction, the migration's backfill, and (property) the equality for random
-histories, always against the plain SUM over the reservations themselves.
+histories, always against the plain SUM over the reservations themselves. The rolling hour is
+read the same way from the hours' attempts (`reads.hourly_usage`, the reserve's shared state).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from ledger.records import Cancelled, Failed, Success
 from ledger.store import Database, migrate, reads, sqlite_driver
 from ledger.store.compact import compact
 from ledger.store.schema import cost_hours, reservations
+from tests.support.backends import BACKENDS
 from tests.support.ledgers import T0, TEST_CATALOG, Clock, LedgerFactory
 from tests.support.procs import contention_worker, write_home
 from tests.support.scratch import scratch_ledger
@@ -57,6 +60,24 @@ def bucketed(led: Ledger, now: int) -> int:
     """What the reserve path reads."""
     with led.db.read() as conn:
         return reads.daily_cost(conn, now)
+
+
+def hourly_plain(led: Ledger, now: int) -> int:
+    """The reference of the rolling hour (R-RES-1): COUNT(*) of the reservations created after
+    now - 1 h, read from the rows."""
+    with led.db.read() as conn:
+        found = conn.execute(
+            select(func.count()).where(reservations.c.created_ms > now - HOUR)
+        ).scalar_one()
+    return int(found)
+
+
+def assert_hourly_exact(led: Ledger, now: int) -> None:
+    """What reserve and status read of the rolling hour (from cost_hours' attempts from the
+    first hour boundary of the window on) == COUNT(*) over the rows."""
+    with led.db.read() as conn:
+        count = reads.hourly_usage(conn, now, 10**9)[0]
+    assert count == hourly_plain(led, now), now
 
 
 def hours_table(led: Ledger) -> dict[int, tuple[int, int]]:
@@ -415,7 +436,7 @@ def _apply(led: Ledger, clock: Clock, op: Op, ids: list[int]) -> int | None:
 
 @given(history=st.lists(ops, max_size=40), offsets=st.lists(steps | st.just(0), max_size=8))
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_r_res_2_bucketed_sum_equals_plain_sum_for_random_histories(
+def test_r_res_2_r_res_1_bucketed_sum_and_hour_count_equal_the_rows_for_random_histories(
     history: list[Op], offsets: list[int]
 ) -> None:
     clock = Clock(T0 + 1234)
@@ -429,8 +450,10 @@ def test_r_res_2_bucketed_sum_equals_plain_sum_for_random_histories(
                 cutoff = done if cutoff is None else max(cutoff, done)
             newest = max(newest, clock.ms)
             assert_exact(led, newest)  # what the next reserve would read
+            assert_hourly_exact(led, newest)  # R-RES-1: compaction never touches the last hour
         for offset in offsets:
             assert_exact(led, newest + abs(offset))
+            assert_hourly_exact(led, newest + abs(offset))
         if cutoff is None:  # the bookkeeping itself: every hour equals its rows
             assert hours_table(led) == hours_from_rows(led)
             for offset in offsets:  # and any window at all, even one before the ledger time
@@ -496,3 +519,36 @@ def test_r_sel_10_ledger_select_skips_the_window_rows_while_every_model_fits(
     (window,) = windows
     assert window.leaving == ()
     assert window.spent_micro == plain(led, clock.ms) == 9192
+
+
+@pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
+def test_r_res_1_rolling_hour_count_from_hour_attempts_is_exact_at_the_edges(
+    make_ledger: LedgerFactory, clock: Clock, ledger_db: str | None
+) -> None:
+    """The rolling hour's count reads its partial first hour row by row and the hours from the
+    boundary on from cost_hours' attempts: equal to the count over (now - 1 h, now] for grants
+    on, just before and just after an hour boundary, read a millisecond before, as and after
+    each one leaves (in time order, as the ledger would); when full, the next slot frees when
+    the oldest counted grant past the limit leaves (the refusal path reads the rows)."""
+    led = make_ledger(**BIG)
+    base = T0 + 2 * HOUR  # an hour boundary after anything opening the ledger may write
+    grants = [base + g for g in (-1, 0, 1, HOUR // 2, HOUR - 1, HOUR, HOUR + 1)]
+    reads_at = {g + d for g in grants for d in (HOUR - 1, HOUR, HOUR + 1)}
+    granted: list[int] = []
+    for now in sorted({*grants, *reads_at}):
+        if now in grants:
+            clock.ms = now
+            res = led.reserve(f"h{len(granted)}", "alpha/small", input_bytes=10)
+            assert res.created_ms == now
+            granted.append(now)
+        if now not in reads_at:
+            continue
+        counted = sorted(t for t in granted if t > now - HOUR)
+        assert hourly_plain(led, now) == len(counted), now
+        with led.db.read() as conn:
+            assert reads.hourly_usage(conn, now, 10**6) == (len(counted), None), now
+            for limit in range(1, len(counted) + 1):  # full: the row past the limit leaves
+                expected = (len(counted), counted[len(counted) - limit] + HOUR)
+                assert reads.hourly_usage(conn, now, limit) == expected, (now, limit)
+    assert granted == grants
+    assert hours_table(led) == hours_from_rows(led)

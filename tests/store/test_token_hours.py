@@ -32,7 +32,7 @@ from ledger.classify import classify_kind
 from ledger.config import Policy
 from ledger.errors import NotFoundError, UsageError
 from ledger.records import Cancelled, Failed, Success
-from ledger.store import migrate, usage
+from ledger.store import migrate, reads, usage
 from ledger.store.compact import compact
 from ledger.store.costs import SECONDS_KEPT_MS, token_parts
 from ledger.store.schema import (
@@ -274,6 +274,30 @@ def check_all(led: Ledger, newest: int, offsets: list[int]) -> None:
     overruns_marked(led)
     for offset in (0, *offsets):
         assert_exact(led, newest + offset)
+        assert_hourly_exact(led, newest + offset)
+    attempts_equal_rows(led)
+
+
+def attempts_equal_rows(led: Ledger) -> None:
+    """R-RES-1: every hour's cost_hours attempts is COUNT(*) of the reservations created in it
+    (hours without one hold none)."""
+    rows, _ = _rows(led)
+    counted: dict[int, int] = {}
+    for row in rows:
+        hour = int(row.created_ms) - int(row.created_ms) % HOUR
+        counted[hour] = counted.get(hour, 0) + 1
+    with led.db.read() as conn:
+        stored = conn.execute(text("SELECT hour_start_ms, attempts FROM cost_hours")).all()
+    assert {int(h): int(a) for h, a in stored if a} == counted
+
+
+def assert_hourly_exact(led: Ledger, now: int) -> None:
+    """R-RES-1: the rolling hour's count a reserve reads (its partial first hour from the rows,
+    the later hours from cost_hours' attempts) is the reservations created after now - 1 h."""
+    rows, _ = _rows(led)
+    with led.db.read() as conn:
+        count = reads.hourly_usage(conn, now, 10**9)[0]
+    assert count == sum(1 for row in rows if row.created_ms > now - HOUR), now
 
 
 @given(
