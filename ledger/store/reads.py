@@ -18,29 +18,11 @@ OPEN_LIKE = ("open", "expired")
 
 # Statements are built once: executing a prebuilt statement skips construction and hits
 # SQLAlchemy's compiled cache directly (the hot path runs them on every reserve).
-# The rolling hour's count (R-RES-1), exact, split as the rolling 24 h cost below: the window
-# (since, now] is split at the first hour boundary after `since` (`hour_edge`). The partial first
-# hour is counted row by row (index ix_reservations_created); every hour from the boundary on is
-# counted from its cost_hours `attempts`, which reserve keeps equal to COUNT(*) of the hour's rows
-# in its write transaction (no other write adds a reservation, and compaction removes only rows
-# older than a day). So about half an hour of reservations and one bucket row are read, not the
-# whole hour's rows. `_next_free` (a full hour's refusal) still reads the rows themselves.
-_PARTIAL_HOUR_COUNT = (
+_HOURLY_COUNT = (
     select(func.count())
     .select_from(reservations)
-    .where(
-        reservations.c.created_ms > bindparam("since"),
-        reservations.c.created_ms < bindparam("hour_edge"),
-    )
-    .scalar_subquery()
+    .where(reservations.c.created_ms > bindparam("since"))
 )
-_FULL_HOURS_ATTEMPTS = (
-    select(func.coalesce(func.sum(cost_hours.c.attempts), 0))
-    .where(cost_hours.c.hour_start_ms >= bindparam("hour_edge"))
-    .scalar_subquery()
-)
-_HOURLY = (_PARTIAL_HOUR_COUNT + _FULL_HOURS_ATTEMPTS).label("hourly")
-_HOURLY_COUNT = select(_HOURLY)
 # The rolling 24 h cost (R-RES-2), exact, in one round trip: the window (since, now] is split at
 # the first hour boundary after `since`. The partial first hour is summed row by row (covering
 # index ix_reservations_created); every hour from the boundary on is summed from its cost_hours
@@ -98,8 +80,6 @@ _SOURCE_MODELS = select(source_models.c.model_key).where(
 )
 _HOT_SOURCE_BUDGET = Hot(_SOURCE_BUDGET)
 _HOT_SOURCE_MODELS = Hot(_SOURCE_MODELS)
-
-
 def _latest_cooldown(scope: Any, target: Any) -> Select[Any]:
     """The latest end of an active cooldown on a target (NULL when none): `scope` and `target`
     are values or bind parameters, `now` a bind parameter."""
@@ -116,7 +96,7 @@ _COOLDOWN_UNTIL = _latest_cooldown(bindparam("scope"), bindparam("target"))
 # What reserve reads of the shared state in one round trip: the rolling hour's count, the latest
 # active cooldown end on the model's provider and on the model, and their recovery probes.
 _SHARED_STATE = select(
-    _HOURLY,
+    _HOURLY_COUNT.scalar_subquery(),
     _latest_cooldown(CooldownScope.PROVIDER.value, bindparam("provider")).scalar_subquery(),
     _latest_cooldown(CooldownScope.MODEL.value, bindparam("model_key")).scalar_subquery(),
     probes.probe_mark(CooldownScope.PROVIDER, "provider"),
@@ -159,7 +139,7 @@ def shared_state(
     probes on a provider and a model, in one round trip (two when the hour is full); `also` (a
     cached select of scalar columns and its parameters, e.g. the reservation's scope use) is read
     in that same round trip and its values returned beside."""
-    params = {**_hour_window(now), "now": now, "provider": provider, "model_key": model_key}
+    params = {"since": now - HOUR_MS, "now": now, "provider": provider, "model_key": model_key}
     statement = _shared_with(None if also is None else also[0])
     row = tuple(statement.first(conn, {**params, **({} if also is None else also[1])}))
     count, provider_until, model_until, provider_mark, model_mark, overdue = row[:6]
@@ -177,16 +157,10 @@ def shared_state(
 
 def hourly_usage(conn: Connection, now: int, limit: int) -> tuple[int, int | None]:
     """Reservations created in the last 3600 s, and when the next slot frees when full."""
-    count = conn.execute(_HOURLY_COUNT, _hour_window(now)).scalar_one()
+    count = conn.execute(_HOURLY_COUNT, {"since": now - HOUR_MS}).scalar_one()
     if count < limit:
         return count, None
     return count, _next_free(conn, now, count, limit)
-
-
-def _hour_window(now: int) -> dict[str, int]:
-    """The rolling hour's bounds as `_HOURLY` binds them: (since, now] split at `hour_edge`."""
-    since = now - HOUR_MS
-    return {"since": since, "hour_edge": hour_start(since) + HOUR_MS}
 
 
 def _next_free(conn: Connection, now: int, count: int, limit: int) -> int | None:
@@ -278,6 +252,8 @@ def cooldown_until(conn: Connection, scope: CooldownScope, target: str, now: int
         _COOLDOWN_UNTIL, {"scope": scope.value, "target": target, "now": now}
     ).scalar()
     return None if value is None else int(value)
+
+
 
 
 _BY_ID = select(reservations).where(reservations.c.id == bindparam("b_id"))

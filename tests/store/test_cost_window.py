@@ -5,8 +5,9 @@ plain SUM, and the bucketed rolling hour's count exactly the plain COUNT(*).
 `cost_hours`, which reserve and settle keep equal to SUM(cost_micro) / COUNT(*) of each hour's
 reservations inside their write transactions. These tests pin the window edges, the settle
 adjustment, compaction, the migration's backfill, and (property) the equality for random
-histories, always against the plain SUM over the reservations themselves. The rolling hour is
-read the same way from the hours' attempts (`reads.hourly_usage`, the reserve's shared state).
+histories, always against the plain SUM over the reservations themselves. The rolling hour's
+count (`reads.hourly_usage`, the reserve's shared state) is checked against COUNT(*) at its edges,
+and the hours' attempts against the rows they count.
 """
 
 from __future__ import annotations
@@ -73,8 +74,7 @@ def hourly_plain(led: Ledger, now: int) -> int:
 
 
 def assert_hourly_exact(led: Ledger, now: int) -> None:
-    """What reserve and status read of the rolling hour (from cost_hours' attempts from the
-    first hour boundary of the window on) == COUNT(*) over the rows."""
+    """What reserve and status read of the rolling hour == COUNT(*) over the rows."""
     with led.db.read() as conn:
         count = reads.hourly_usage(conn, now, 10**9)[0]
     assert count == hourly_plain(led, now), now
@@ -522,11 +522,10 @@ def test_r_sel_10_ledger_select_skips_the_window_rows_while_every_model_fits(
 
 
 @pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
-def test_r_res_1_rolling_hour_count_from_hour_attempts_is_exact_at_the_edges(
+def test_r_res_1_rolling_hour_count_is_exact_at_the_edges(
     make_ledger: LedgerFactory, clock: Clock, ledger_db: str | None
 ) -> None:
-    """The rolling hour's count reads its partial first hour row by row and the hours from the
-    boundary on from cost_hours' attempts: equal to the count over (now - 1 h, now] for grants
+    """The rolling hour's count equals the count over (now - 1 h, now] for grants
     on, just before and just after an hour boundary, read a millisecond before, as and after
     each one leaves (in time order, as the ledger would); when full, the next slot frees when
     the oldest counted grant past the limit leaves (the refusal path reads the rows)."""

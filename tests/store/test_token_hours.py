@@ -292,8 +292,8 @@ def attempts_equal_rows(led: Ledger) -> None:
 
 
 def assert_hourly_exact(led: Ledger, now: int) -> None:
-    """R-RES-1: the rolling hour's count a reserve reads (its partial first hour from the rows,
-    the later hours from cost_hours' attempts) is the reservations created after now - 1 h."""
+    """R-RES-1: the rolling hour's count a reserve reads is the reservations created after
+    now - 1 h."""
     rows, _ = _rows(led)
     with led.db.read() as conn:
         count = reads.hourly_usage(conn, now, 10**9)[0]
