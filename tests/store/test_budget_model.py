@@ -1,9 +1,12 @@
-"""R-RES-1..8, R-RES-11, R-DB-3b: the ledger agrees with a tiny in-memory model of the budget rules.
+"""R-RES-1..8, R-RES-11, R-DB-3b, R-POL-9: the ledger agrees with a tiny in-memory model of
+the budget rules.
 
 A hypothesis state machine runs random reserve / settle / clock moves (forwards and backwards)
 against a real SQLite ledger and a plain-Python reference; every reservation, refusal reason,
-retry time, deadline, estimate and stored cost must match. Plus the cost property: the estimate
-is never below the actual cost when the provider respected max tokens.
+retry time, deadline, estimate and stored cost must match. The reference also keeps the recovery
+probes its failures' cooldowns arm (R-POL-9, R-POL-10), which decide `probing` refusals and the
+escalated cooldowns. Plus the cost property: the estimate is never below the actual cost when
+the provider respected max tokens.
 """
 
 from __future__ import annotations
@@ -93,6 +96,19 @@ class RefSource:
     models: set[str] = field(default_factory=set)
 
 
+@dataclass
+class RefProbe:
+    """R-POL-9: a target armed by a policy cooldown; its probe holder and failed-probe streak."""
+
+    holder: int | None = None
+    deadline: int | None = None
+    claimed: int = 0
+    streak: int = 0
+
+
+BASE_COOLDOWN = {"auth": 15 * MIN, "rate_limit": MIN}  # R-POL-10: doubled per failed probe, 4x cap
+
+
 @cache
 def template_db() -> bytes:
     """A database built once by the migrations; each example starts from a copy."""
@@ -116,6 +132,7 @@ class BudgetMachine(RuleBasedStateMachine):
         self.rows: list[RefReservation] = []
         self.sources: dict[str, RefSource] = {}
         self.cooldowns: dict[str, int] = {}  # provider or model key -> until
+        self.probes: dict[str, RefProbe] = {}  # provider or model key -> its armed probe
 
     def teardown(self) -> None:
         self.led.close()
@@ -156,6 +173,15 @@ class BudgetMachine(RuleBasedStateMachine):
         for scope, key in (("provider_cooldown", model.provider), ("model_cooldown", model.key)):
             if self.cooldowns.get(key, 0) > now:
                 return scope, self.cooldowns[key]
+        held = [
+            probe.deadline
+            for key in (model.provider, model.key)
+            if (probe := self.probes.get(key)) is not None
+            and probe.deadline is not None
+            and probe.deadline > now
+        ]
+        if held:  # R-POL-9: another reservation is the probe until its deadline
+            return "probing", max(held)
         mine = [r for r in self.rows if r.source == source]
         if len(mine) >= POLICY.source_calls:
             return "source_calls", None
@@ -189,6 +215,32 @@ class BudgetMachine(RuleBasedStateMachine):
         assert when is not None
         self.rows.append(RefReservation(res.id, source, model, now, when, size, estimate, estimate))
         self.sources[source].models.add(key)
+        for target in (model.provider, model.key):  # the first grant after a cooldown probes it
+            probe = self.probes.get(target)
+            if probe is not None and (probe.deadline is None or probe.deadline <= now):
+                probe.holder, probe.deadline, probe.claimed = res.id, when, now
+
+    def _held(self, row: RefReservation) -> dict[str, RefProbe]:
+        """The targets this reservation is the probe of."""
+        return {
+            target: probe
+            for target, probe in self.probes.items()
+            if probe.holder == row.id and probe.deadline == row.deadline
+        }
+
+    def _probe_answered(self, held: dict[str, RefProbe]) -> None:
+        """The probe showed its targets answer: probing ends, unless a cooldown set while it
+        was in flight ends in a probe of its own."""
+        for target, probe in held.items():
+            if self.cooldowns.get(target, 0) > probe.claimed:
+                probe.holder, probe.deadline, probe.streak = None, None, 0
+            else:
+                del self.probes[target]
+
+    @staticmethod
+    def _probe_freed(held: dict[str, RefProbe]) -> None:
+        for probe in held.values():
+            probe.holder, probe.deadline = None, None
 
     def _pick(self, index: int) -> RefReservation:
         return self.rows[index % len(self.rows)]
@@ -208,6 +260,7 @@ class BudgetMachine(RuleBasedStateMachine):
         if self._settle_again_refused(row):
             return
         now = self._tick()
+        self._probe_answered(self._held(row))
         reply = min(row.model.max_output_tokens or POLICY.reply_tokens, POLICY.reply_tokens)
         tokens_in, tokens_out = int(row.size * f_in), int(reply * f_out)
         result = self.led.settle(row.id, Success(tokens_in, tokens_out, finish=finish))
@@ -229,6 +282,7 @@ class BudgetMachine(RuleBasedStateMachine):
         if self._settle_again_refused(row):
             return
         row.settled_at = self._tick()
+        self._probe_answered(self._held(row))
         assert self.led.settle(row.id, Success()).cost_micro == row.estimate
 
     @precondition(lambda self: self.rows)
@@ -238,6 +292,7 @@ class BudgetMachine(RuleBasedStateMachine):
         if self._settle_again_refused(row):
             return
         row.settled_at = self._tick()
+        self._probe_freed(self._held(row))
         result = self.led.settle(row.id, Cancelled())
         assert result.cost_micro == row.estimate  # a cancelled call is not assumed free
 
@@ -253,16 +308,25 @@ class BudgetMachine(RuleBasedStateMachine):
         assert result.cost_micro == row.estimate
         src = self.sources[row.source]
         src.failures += 1
-        if kind == "auth":
-            until = now + 15 * MIN
-            self.cooldowns[row.model.provider] = max(self.cooldowns.get(row.model.provider, 0),
-                                                     until)
-        elif kind == "rate_limit":
-            self.cooldowns[row.model.key] = max(self.cooldowns.get(row.model.key, 0), now + MIN)
-        elif kind == "unknown":
+        held = self._held(row)
+        if kind in BASE_COOLDOWN:  # auth cools the provider, rate_limit the model (R-POL-10)
+            target = row.model.provider if kind == "auth" else row.model.key
+            base = BASE_COOLDOWN[kind]
+            probe = held.get(target)
+            cooldown = base if probe is None else min(base << (probe.streak + 1), 4 * base)
+            self.cooldowns[target] = max(self.cooldowns.get(target, 0), now + cooldown)
+            for other, their in held.items():
+                if other == target:  # a failed probe
+                    their.holder, their.deadline, their.streak = None, None, their.streak + 1
+                else:
+                    their.holder, their.deadline = None, None
+            self.probes.setdefault(target, RefProbe())
+        elif kind == "unknown":  # no cooldown: a probe it held is freed for the next
+            self._probe_freed(held)
             src.retry_at = now + BACKOFF[min(src.backoff_steps, len(BACKOFF) - 1)]
             src.backoff_steps += 1
-        else:
+        if kind == "invalid_output":  # the target answered: a probe succeeded
+            self._probe_answered(held)
             src.output_failures += 1
         if src.output_failures >= 3 or src.failures >= 5:
             src.paused = True
