@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import (
     Connection,
     Row,
+    Table,
     bindparam,
     delete,
     insert,
@@ -57,36 +58,29 @@ def add_hour_cost(conn: Connection, created_ms: int, cost: int, attempts: int) -
         )
 
 
-_TH = token_hours.c
-_HOT_ADD_HOUR_TOKENS = Hot(
-    update(token_hours)
-    .where(
-        _TH.hour_start_ms == bindparam("b_hour"),
-        _TH.model_key == bindparam("b_model"),
-        _TH.provider == bindparam("b_provider"),
+def _add_to_totals(totals: Table, time: str) -> Hot:
+    """Add (input, output) tokens to a token totals row (binds `b_time`, `b_model`,
+    `b_provider`, `b_in`, `b_out`)."""
+    c = totals.c
+    return Hot(
+        update(totals)
+        .where(
+            c[time] == bindparam("b_time"),
+            c.model_key == bindparam("b_model"),
+            c.provider == bindparam("b_provider"),
+        )
+        .values(
+            input_tokens=c.input_tokens + bindparam("b_in"),
+            output_tokens=c.output_tokens + bindparam("b_out"),
+        )
     )
-    .values(
-        input_tokens=_TH.input_tokens + bindparam("b_in"),
-        output_tokens=_TH.output_tokens + bindparam("b_out"),
-    )
-)
+
+
+_HOT_ADD_HOUR_TOKENS = _add_to_totals(token_hours, "hour_start_ms")
 _HOT_INSERT_HOUR_TOKENS = Hot(insert(token_hours))
-
-
-_TS = token_seconds.c
-_HOT_ADD_SECOND_TOKENS = Hot(
-    update(token_seconds)
-    .where(
-        _TS.second_ms == bindparam("b_second"),
-        _TS.model_key == bindparam("b_model"),
-        _TS.provider == bindparam("b_provider"),
-    )
-    .values(
-        input_tokens=_TS.input_tokens + bindparam("b_in"),
-        output_tokens=_TS.output_tokens + bindparam("b_out"),
-    )
-)
+_HOT_ADD_SECOND_TOKENS = _add_to_totals(token_seconds, "second_ms")
 _HOT_INSERT_SECOND_TOKENS = Hot(insert(token_seconds))
+_TS = token_seconds.c
 SECONDS_KEPT_MS = 120_000
 """How long second totals are kept: twice the longest window read from them (a minute's), so a
 window never reaches a deleted row."""
@@ -117,35 +111,14 @@ def add_tokens(
     A grant (`granted`) opens its second's row when it is the first, and then deletes the second
     rows (and the scopes') older than `SECONDS_KEPT_MS`. A settle only moves an existing row: a
     second without one has been deleted, and no minute window reaches it."""
-    hour = reads.hour_start(created_ms)
-    params = {
-        "b_hour": hour, "b_model": model_key, "b_provider": provider,
-        "b_in": tokens[0], "b_out": tokens[1],
-    }  # fmt: skip
-    if _HOT_ADD_HOUR_TOKENS.rowcount(conn, params) == 0:  # the hour's first of this model
-        _HOT_INSERT_HOUR_TOKENS.rowcount(
-            conn,
-            {
-                "hour_start_ms": hour,
-                "model_key": model_key,
-                "provider": provider,
-                "input_tokens": tokens[0],
-                "output_tokens": tokens[1],
-            },
-        )
-    second = second_start(created_ms)
-    params["b_second"] = second
-    if _HOT_ADD_SECOND_TOKENS.rowcount(conn, params) == 0 and granted:  # the second's first
-        _HOT_INSERT_SECOND_TOKENS.rowcount(
-            conn,
-            {
-                "second_ms": second,
-                "model_key": model_key,
-                "provider": provider,
-                "input_tokens": tokens[0],
-                "output_tokens": tokens[1],
-            },
-        )
+    hour, second = reads.hour_start(created_ms), second_start(created_ms)
+    params = {"b_model": model_key, "b_provider": provider, "b_in": tokens[0], "b_out": tokens[1]}
+    row = {"model_key": model_key, "provider": provider, "input_tokens": tokens[0],
+           "output_tokens": tokens[1]}  # fmt: skip
+    if _HOT_ADD_HOUR_TOKENS.rowcount(conn, {**params, "b_time": hour}) == 0:  # the hour's first
+        _HOT_INSERT_HOUR_TOKENS.rowcount(conn, {**row, "hour_start_ms": hour})
+    if _HOT_ADD_SECOND_TOKENS.rowcount(conn, {**params, "b_time": second}) == 0 and granted:
+        _HOT_INSERT_SECOND_TOKENS.rowcount(conn, {**row, "second_ms": second})  # its first
         before = {"b_before": second - SECONDS_KEPT_MS}
         _HOT_PRUNE_SECONDS.rowcount(conn, before)
         _HOT_PRUNE_SCOPE_SECONDS.rowcount(conn, before)
