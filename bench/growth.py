@@ -52,13 +52,20 @@ _HOUR_TOTALS = (
     " sum(coalesce(output_tokens, estimate_output_tokens))"
     f" FROM reservations GROUP BY {_HOUR}, model_key, provider",
 )
-_SECOND = "(created_ms - created_ms % 1000)"
-_SECOND_TOTALS = (  # the second totals a ledger keeps for its last two minutes (R-TOK-2)
-    "INSERT INTO token_seconds (second_ms, model_key, provider, input_tokens, output_tokens)"
-    f" SELECT {_SECOND}, model_key, provider,"
-    " sum(CASE WHEN input_tokens IS NULL THEN estimate_input_tokens ELSE input_tokens END),"
-    " sum(coalesce(output_tokens, estimate_output_tokens))"
-    f" FROM reservations WHERE created_ms >= ? GROUP BY {_SECOND}, model_key, provider"
+_KEPT_TOTALS = tuple(  # the second (minute) totals a ledger keeps for 2 minutes (25 hours)
+    (
+        f"INSERT INTO {table} ({time}, model_key, provider, input_tokens, output_tokens)"
+        f" SELECT created_ms - created_ms % {step}, model_key, provider,"
+        " sum(CASE WHEN input_tokens IS NULL THEN estimate_input_tokens ELSE input_tokens END),"
+        " sum(coalesce(output_tokens, estimate_output_tokens)) FROM reservations"
+        f" WHERE created_ms >= ? GROUP BY created_ms - created_ms % {step}, model_key, provider",
+        step,
+        kept,
+    )
+    for table, time, step, kept in (
+        ("token_seconds", "second_ms", 1000, 120_000),
+        ("token_minutes", "minute_ms", 60_000, 25 * 3_600_000),
+    )
 )
 
 
@@ -145,7 +152,8 @@ def build_history(
     flush()
     for statement in _HOUR_TOTALS:  # what reserve and settle keep: every hour's totals
         conn.execute(statement)
-    conn.execute(_SECOND_TOTALS, (now - now % 1000 - 120_000,))
+    for statement, step, kept in _KEPT_TOTALS:
+        conn.execute(statement, (now - now % step - kept,))
     conn.execute("UPDATE clock SET newest_ms = max(newest_ms, ?)", (now,))
     conn.execute("COMMIT")
     if analyze:

@@ -2,13 +2,14 @@
 actual cost of reported usage. Every write of a reservation's cost_micro moves its creation hour's
 cost_hours total (and its scopes') by the same amount in the same transaction, so the rolling 24 h
 cost read from those totals stays exact; every write of its token usage moves its hour's
-token_hours row and its second's token_seconds row (and its scopes' token totals) the same way, so
-a day's and a minute's token windows do too. Second rows are kept two minutes (`SECONDS_KEPT_MS`):
-the reserve that opens a second's row deletes the older ones."""
+token_hours, token_minutes and token_seconds rows (and its scopes' token totals) the same way, so
+a day's and a minute's token windows do too. Second rows are kept two minutes, minute rows 25
+hours: the reserve that opens a row deletes the older ones."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
@@ -28,8 +29,10 @@ from ledger.store import reads, scopes
 from ledger.store.hot import Hot
 from ledger.store.schema import (
     cost_hours,
+    scope_token_minutes,
     scope_token_seconds,
     token_hours,
+    token_minutes,
     token_seconds,
 )
 
@@ -78,21 +81,38 @@ def _add_to_totals(totals: Table, time: str) -> Hot:
 
 _HOT_ADD_HOUR_TOKENS = _add_to_totals(token_hours, "hour_start_ms")
 _HOT_INSERT_HOUR_TOKENS = Hot(insert(token_hours))
-_HOT_ADD_SECOND_TOKENS = _add_to_totals(token_seconds, "second_ms")
-_HOT_INSERT_SECOND_TOKENS = Hot(insert(token_seconds))
-_TS = token_seconds.c
 SECONDS_KEPT_MS = 120_000
 """How long second totals are kept: twice the longest window read from them (a minute's), so a
 window never reaches a deleted row."""
-_HOT_PRUNE_SECONDS = Hot(delete(token_seconds).where(_TS.second_ms < bindparam("b_before")))
-_HOT_PRUNE_SCOPE_SECONDS = Hot(
-    delete(scope_token_seconds).where(scope_token_seconds.c.second_ms < bindparam("b_before"))
+MINUTES_KEPT_MS = 25 * 3_600_000
+"""How long minute totals are kept: a day's window and its partial first hour."""
+
+
+@dataclass(frozen=True)
+class _Level:
+    """Token totals kept for a while beside the hour totals: one row per `step` of time."""
+
+    step: int
+    kept_ms: int
+    time: str
+    add: Hot
+    insert: Hot
+    prune: tuple[Hot, Hot]  # the model rows and the scopes' older than `b_before`
+
+
+def _level(totals: Table, scoped: Table, time: str, step: int, kept_ms: int) -> _Level:
+    before: Any = bindparam("b_before")
+    prune = (
+        Hot(delete(totals).where(totals.c[time] < before)),
+        Hot(delete(scoped).where(scoped.c[time] < before)),
+    )
+    return _Level(step, kept_ms, time, _add_to_totals(totals, time), Hot(insert(totals)), prune)
+
+
+_LEVELS = (
+    _level(token_seconds, scope_token_seconds, "second_ms", 1000, SECONDS_KEPT_MS),
+    _level(token_minutes, scope_token_minutes, "minute_ms", 60_000, MINUTES_KEPT_MS),
 )
-
-
-def second_start(ms: int) -> int:
-    """The start of the second holding `ms` (the token_seconds key)."""
-    return ms - ms % 1000
 
 
 def add_tokens(
@@ -104,24 +124,28 @@ def add_tokens(
     *,
     granted: bool = True,
 ) -> None:
-    """Add (input, output) tokens to the token_hours and token_seconds rows of the hour and the
-    second a reservation was created in, its model and provider (same transaction): keeps each
-    row equal to the token parts of those reservations (`token_parts`, R-TOK-3).
+    """Add (input, output) tokens to the token_hours, token_minutes and token_seconds rows of the
+    hour, minute and second a reservation was created in, its model and provider (same
+    transaction): keeps each row equal to the token parts of those reservations (`token_parts`,
+    R-TOK-3).
 
-    A grant (`granted`) opens its second's row when it is the first, and then deletes the second
-    rows (and the scopes') older than `SECONDS_KEPT_MS`. A settle only moves an existing row: a
-    second without one has been deleted, and no minute window reaches it."""
-    hour, second = reads.hour_start(created_ms), second_start(created_ms)
+    A grant (`granted`) opens its second's (minute's) row when it is the first, and then deletes
+    the second (minute) rows, the scopes' too, older than `SECONDS_KEPT_MS` (`MINUTES_KEPT_MS`).
+    A settle only moves an existing row: a second or minute without one has been deleted, and no
+    window reaches it."""
+    hour = reads.hour_start(created_ms)
     params = {"b_model": model_key, "b_provider": provider, "b_in": tokens[0], "b_out": tokens[1]}
     row = {"model_key": model_key, "provider": provider, "input_tokens": tokens[0],
            "output_tokens": tokens[1]}  # fmt: skip
     if _HOT_ADD_HOUR_TOKENS.rowcount(conn, {**params, "b_time": hour}) == 0:  # the hour's first
         _HOT_INSERT_HOUR_TOKENS.rowcount(conn, {**row, "hour_start_ms": hour})
-    if _HOT_ADD_SECOND_TOKENS.rowcount(conn, {**params, "b_time": second}) == 0 and granted:
-        _HOT_INSERT_SECOND_TOKENS.rowcount(conn, {**row, "second_ms": second})  # its first
-        before = {"b_before": second - SECONDS_KEPT_MS}
-        _HOT_PRUNE_SECONDS.rowcount(conn, before)
-        _HOT_PRUNE_SCOPE_SECONDS.rowcount(conn, before)
+    for level in _LEVELS:
+        at = created_ms - created_ms % level.step
+        if level.add.rowcount(conn, {**params, "b_time": at}) == 0 and granted:  # its first
+            level.insert.rowcount(conn, {**row, level.time: at})
+            before = {"b_before": at - level.kept_ms}
+            for prune in level.prune:
+                prune.rowcount(conn, before)
 
 
 def token_parts(get: Callable[[str], Any]) -> tuple[int, int]:

@@ -353,6 +353,34 @@ scope_token_seconds = Table(
     Index("ix_scope_token_seconds_second", "second_ms"),
 )
 
+# Per-minute token totals (R-TOK-3, revision 0016), kept exactly as token_hours (per model key and
+# provider) and for each scope (scope_token_minutes): a day's token window reads at most one
+# partial minute of rows, the minute totals up to its first whole hour and the hour totals after.
+# Kept 25 hours (a day and its partial first hour): the reserve that opens a minute's row deletes
+# the rows older than that.
+token_minutes = Table(
+    "token_minutes",
+    metadata,
+    Column("minute_ms", BigInteger, primary_key=True, autoincrement=False),
+    Column("model_key", String(300), primary_key=True),
+    Column("provider", String(100), primary_key=True),
+    Column("input_tokens", BigInteger, nullable=False),
+    Column("output_tokens", BigInteger, nullable=False),
+    CheckConstraint("minute_ms % 60000 = 0", name="minute_aligned"),
+    Index("ix_token_minutes_model", "model_key", "minute_ms"),
+    Index("ix_token_minutes_provider", "provider", "minute_ms"),
+)
+scope_token_minutes = Table(
+    "scope_token_minutes",
+    metadata,
+    Column("scope", String(64), primary_key=True),
+    Column("minute_ms", BigInteger, primary_key=True, autoincrement=False),
+    Column("input_tokens", BigInteger, nullable=False),
+    Column("output_tokens", BigInteger, nullable=False),
+    CheckConstraint("minute_ms % 60000 = 0", name="minute_aligned"),
+    Index("ix_scope_token_minutes_minute", "minute_ms"),
+)
+
 # The scopes a source was added under (`ledger source add --scope`): every reservation of the
 # source carries them, besides the ones its caller names.
 source_scopes = Table(

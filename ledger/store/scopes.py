@@ -29,6 +29,7 @@ from ledger.store.schema import (
     reservation_scopes,
     reservations,
     scope_cost_hours,
+    scope_token_minutes,
     scope_token_seconds,
     source_scopes,
 )
@@ -116,18 +117,25 @@ def _scope_binds(count: int) -> list[Any]:
     return [bindparam(f"b_scope_{i}") for i in range(count)]
 
 
-_STS = scope_token_seconds.c
+_SCOPE_TOKENS = (
+    (scope_token_seconds, "second_ms", 1000),
+    (scope_token_minutes, "minute_ms", 60_000),
+)
+"""The scopes' token totals kept beside their hour totals: (table, time column, step)."""
 
 
 @cache
-def _add_scopes_seconds(count: int) -> Hot:
-    """A grant's token estimate added to `count` scopes' rows of its second (R-TOK-2)."""
+def _add_scopes_tokens(level: int, count: int) -> Hot:
+    """A grant's token estimate added to `count` scopes' rows of its second or minute (R-TOK-2,
+    R-TOK-3; `level` indexes `_SCOPE_TOKENS`)."""
+    table, time, _ = _SCOPE_TOKENS[level]
+    c = table.c
     return Hot(
-        update(scope_token_seconds)
-        .where(_STS.scope.in_(_scope_binds(count)), _STS.second_ms == bindparam("b_second"))
+        update(table)
+        .where(c.scope.in_(_scope_binds(count)), c[time] == bindparam("b_time"))
         .values(
-            input_tokens=_STS.input_tokens + bindparam("b_in"),
-            output_tokens=_STS.output_tokens + bindparam("b_out"),
+            input_tokens=c.input_tokens + bindparam("b_in"),
+            output_tokens=c.output_tokens + bindparam("b_out"),
         )
     )
 
@@ -142,24 +150,31 @@ def _insert_scope_rows(count: int) -> Hot:
     return Hot(insert(reservation_scopes).values(rows))
 
 
-_SECOND_ROWS = select(_STS.scope).where(
-    _STS.scope.in_(bindparam("b_scopes", expanding=True)), _STS.second_ms == bindparam("b_second")
-)
-_INSERT_SCOPE_SECONDS = insert(scope_token_seconds)
-# a settle moves the second totals of every scope its reservation is under (when still kept)
-_HOT_SETTLED_SECONDS = Hot(
-    update(scope_token_seconds)
-    .where(
-        _STS.second_ms == bindparam("b_second"),
-        _STS.scope.in_(
-            select(_RS.scope).where(_RS.reservation_id == bindparam("b_id")).scalar_subquery()
-        ),
+def _rows_of(level: int) -> tuple[Any, Any, Hot]:
+    """A level's (which scopes have a row at `b_time`, its insert, a settle's move of the rows of
+    every scope its reservation is under, when still kept)."""
+    table, time, _ = _SCOPE_TOKENS[level]
+    c = table.c
+    have = select(c.scope).where(
+        c.scope.in_(bindparam("b_scopes", expanding=True)), c[time] == bindparam("b_time")
     )
-    .values(
-        input_tokens=_STS.input_tokens + bindparam("b_in"),
-        output_tokens=_STS.output_tokens + bindparam("b_out"),
+    settled = Hot(
+        update(table)
+        .where(
+            c[time] == bindparam("b_time"),
+            c.scope.in_(
+                select(_RS.scope).where(_RS.reservation_id == bindparam("b_id")).scalar_subquery()
+            ),
+        )
+        .values(
+            input_tokens=c.input_tokens + bindparam("b_in"),
+            output_tokens=c.output_tokens + bindparam("b_out"),
+        )
     )
-)
+    return have, insert(table), settled
+
+
+_TOKEN_ROWS = tuple(_rows_of(level) for level in range(len(_SCOPE_TOKENS)))
 
 
 _HOUR_ROWS = select(_SCH.scope).where(
@@ -314,16 +329,15 @@ def record(
     tokens: tuple[int, int] = (0, 0),
 ) -> None:
     """The granted reservation's scope rows, and its cost, one call and its (input, output)
-    token estimate in each scope's hour totals (and the tokens in its second's totals), in the
-    reserving transaction."""
+    token estimate in each scope's hour totals (and the tokens in its minute's and second's
+    totals), in the reserving transaction."""
     scopes = list(names)
     if not scopes:
         return
     n = len(scopes)
     hour = reads.hour_start(now)
-    second = now - now % 1000
     params: dict[str, Any] = {f"b_scope_{i}": name for i, name in enumerate(scopes)}
-    params.update(b_id=reservation_id, b_now=now, b_hour=hour, b_second=second)
+    params.update(b_id=reservation_id, b_now=now, b_hour=hour)
     params.update(b_cost=cost or 0, b_in=tokens[0], b_out=tokens[1])
     _insert_scope_rows(n).rowcount(conn, params)
     if _add_scopes_cost(n).rowcount(conn, params) < n:  # a scope's first reservation this hour
@@ -342,18 +356,20 @@ def record(
             if s not in have
         ]
         conn.execute(_INSERT_SCOPE_COST, missing)
-    if _add_scopes_seconds(n).rowcount(conn, params) < n:  # a scope's first this second
-        params["b_scopes"] = scopes
-        have = set(conn.execute(_SECOND_ROWS, params).scalars())
-        conn.execute(
-            _INSERT_SCOPE_SECONDS,
-            [
-                {"scope": s, "second_ms": second, "input_tokens": tokens[0],
-                 "output_tokens": tokens[1]}
-                for s in scopes
-                if s not in have
-            ],
-        )  # fmt: skip
+    for level, (_, time, step) in enumerate(_SCOPE_TOKENS):
+        params["b_time"] = at = now - now % step
+        if _add_scopes_tokens(level, n).rowcount(conn, params) < n:  # a scope's first
+            have_q, insert_q, _ = _TOKEN_ROWS[level]
+            params["b_scopes"] = scopes
+            have = set(conn.execute(have_q, params).scalars())
+            conn.execute(
+                insert_q,
+                [
+                    {"scope": s, time: at, "input_tokens": tokens[0], "output_tokens": tokens[1]}
+                    for s in scopes
+                    if s not in have
+                ],
+            )
 
 
 def cost_changed(
@@ -368,11 +384,12 @@ def cost_changed(
     no scope changes no row)."""
     params = {
         "b_hour": reads.hour_start(created_ms), "b_id": reservation_id, "b_cost": delta,
-        "b_in": tokens[0], "b_out": tokens[1], "b_second": created_ms - created_ms % 1000,
+        "b_in": tokens[0], "b_out": tokens[1],
     }  # fmt: skip
     _HOT_SETTLED_COST.rowcount(conn, params)
     if tokens != (0, 0):
-        _HOT_SETTLED_SECONDS.rowcount(conn, params)
+        for (_, _, step), (_, _, settled) in zip(_SCOPE_TOKENS, _TOKEN_ROWS, strict=True):
+            settled.rowcount(conn, {**params, "b_time": created_ms - created_ms % step})
 
 
 def add_source_scopes(conn: Connection, source_id: str, names: Iterable[str]) -> None:

@@ -6,9 +6,10 @@ as the shared state, `reads.shared_state`), and `leaving` reads, for a refusal o
 refused budget's window frees. A rolling hour or 24 h of the whole ledger or of a scope sums its
 partial first hour row by row and every later hour from its hour totals (cost_hours,
 scope_cost_hours, kept equal to the rows by every write), so at most an hour of rows is read
-however busy the ledger; so does a day's token window of a model, provider, glob or scope
-(token_hours, scope_cost_hours), and a minute's sums its partial first second row by row plus
-every later second from its second totals (token_seconds, scope_token_seconds); every other
+however busy the ledger; a day's token window of a model, provider, glob or scope reads at most
+a minute of rows (the whole minutes of its first hour from minute totals, later hours from hour
+totals), and a minute's its partial first second row by row plus every later second from its
+second totals (token_seconds, scope_token_seconds); every other
 rolling window counts its rows (covering index on created_ms). A token window's usage above
 estimates is read from the small index of overruns. Two usages come from reads of their own: the
 shared rolling hour's count (with the cooldowns, `reads.shared_state`) and a source's lifetime
@@ -28,15 +29,17 @@ from sqlalchemy.sql.visitors import InternalTraversal
 from sqlalchemy.types import Boolean, String
 
 from ledger.budgets.unit import Budget, Dimension, Measure, UsageKey, Use, Window
-from ledger.clock import DAY_MS, HOUR_MS, SECOND_MS
+from ledger.clock import DAY_MS, HOUR_MS, MINUTE_MS, SECOND_MS
 from ledger.kinds import AttemptStatus
 from ledger.store.schema import (
     cost_hours,
     reservation_scopes,
     reservations,
     scope_cost_hours,
+    scope_token_minutes,
     scope_token_seconds,
     token_hours,
+    token_minutes,
     token_seconds,
 )
 
@@ -226,6 +229,8 @@ def _where(dim: Dimension, target: Any, *more: Any) -> Any:
 _TH = token_hours.c
 _TS = token_seconds.c
 _STS = scope_token_seconds.c
+_TM = token_minutes.c
+_STM = scope_token_minutes.c
 _BUCKET_TOKENS: dict[Measure, Callable[[Any], Any]] = {
     Measure.TOKENS: lambda c: c.input_tokens + c.output_tokens,
     Measure.INPUT_TOKENS: lambda c: c.input_tokens,
@@ -249,6 +254,8 @@ _TOKEN_BUCKETS: dict[Window, tuple[Any, Any, str]] = {
     Window.ROLLING_MINUTE: (_TS, _STS, "second_ms"),
 }
 """A token window's totals: (per model and provider, per scope, their time column)."""
+_DAY_MINUTES = (_TM, _STM, "minute_ms")
+"""A day's token window reads the whole minutes of its partial first hour from these."""
 _TOKEN_DIMS = (Dimension.MODEL, Dimension.PROVIDER, Dimension.GLOB, Dimension.SCOPE)
 
 
@@ -259,27 +266,43 @@ def bucket_ms(window: Window) -> int:
 
 
 def _token_buckets(window: Window, measure: Measure, dim: Dimension, i: int) -> Any | None:
-    """R-TOK-2, R-TOK-3: a minute's or a day's token window of a model, provider, glob or scope:
-    the partial first second (hour) of its grants row by row plus every later second (hour) from
-    its totals (token_seconds, scope_token_seconds; token_hours, scope_cost_hours), which every
-    write keeps equal to the rows' token parts; the overrun part as for any token window. None
-    when no totals hold it."""
+    """R-TOK-2, R-TOK-3: a minute's or a day's token window of a model, provider, glob or scope.
+
+    A minute's: its partial first second of grants row by row plus every later second from the
+    second totals (token_seconds, scope_token_seconds). A day's: its partial first minute row by
+    row, the whole minutes of its partial first hour from the minute totals (token_minutes,
+    scope_token_minutes) and every later hour from the hour totals (token_hours,
+    scope_cost_hours). Every write keeps the totals equal to the rows' token parts; the overrun
+    part as for any token window. None when no totals hold it."""
     if dim not in _TOKEN_DIMS or window not in _TOKEN_BUCKETS:
         return None
     target: Any = bindparam(f"u{i}_target")
     since: Any = bindparam(f"u{i}_since")
     boundary: Any = bindparam(f"u{i}_boundary")
+    fine: Any = bindparam(f"u{i}_fine") if window is Window.ROLLING_DAY else boundary
     counted = func.coalesce(_BY_ROW[measure](), 0)
     partial = _rows(dim, counted).where(
-        _where(dim, target, _created(dim) > since, _created(dim) < boundary)
+        _where(dim, target, _created(dim) > since, _created(dim) < fine)
     )
-    models, scoped, time = _TOKEN_BUCKETS[window]
+    total = partial.scalar_subquery() + _totals(_TOKEN_BUCKETS[window], measure, dim, target,
+                                                boundary)  # fmt: skip
+    if window is Window.ROLLING_DAY:  # the whole minutes of the partial first hour
+        total = total + _totals(_DAY_MINUTES, measure, dim, target, fine, boundary)
+    return total + _overrun(dim, measure, target, since)
+
+
+def _totals(
+    level: tuple[Any, Any, str], measure: Measure, dim: Dimension, target: Any, start: Any,
+    end: Any = None,
+) -> Any:
+    """The sum of a target's totals rows from `start` on (and before `end`)."""
+    models, scoped, time = level
     columns = scoped if dim is Dimension.SCOPE else models
-    full = select(func.coalesce(func.sum(_BUCKET_TOKENS[measure](columns)), 0)).where(
-        getattr(columns, time) >= boundary, _bucket_target(dim, columns, target)
-    )
-    overrun = _overrun(dim, measure, target, since)
-    return partial.scalar_subquery() + full.scalar_subquery() + overrun
+    when = [getattr(columns, time) >= start]
+    if end is not None:
+        when.append(getattr(columns, time) < end)
+    summed = select(func.coalesce(func.sum(_BUCKET_TOKENS[measure](columns)), 0))
+    return summed.where(*when, _bucket_target(dim, columns, target)).scalar_subquery()
 
 
 def _bucketed(shape: SHAPE, i: int) -> Any | None:
@@ -411,6 +434,8 @@ def plan(
             params[f"u{i}_since"] = since
             step = bucket_ms(window)
             params[f"u{i}_boundary"] = since - since % step + step
+            if window is Window.ROLLING_DAY:  # a day's token window: its first whole minute
+                params[f"u{i}_fine"] = since - since % MINUTE_MS + MINUTE_MS
     return _statement(tuple(k[:3] for k in keys)), params
 
 

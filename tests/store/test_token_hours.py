@@ -34,13 +34,15 @@ from ledger.errors import NotFoundError, UsageError
 from ledger.records import Cancelled, Failed, Success
 from ledger.store import migrate, reads, usage
 from ledger.store.compact import compact
-from ledger.store.costs import SECONDS_KEPT_MS, token_parts
+from ledger.store.costs import MINUTES_KEPT_MS, SECONDS_KEPT_MS, token_parts
 from ledger.store.schema import (
     reservation_scopes,
     reservations,
     scope_cost_hours,
+    scope_token_minutes,
     scope_token_seconds,
     token_hours,
+    token_minutes,
     token_seconds,
 )
 from tests.support.backends import BACKENDS
@@ -147,9 +149,14 @@ def _nonzero(table: Totals) -> Totals:
     return {k: v for k, v in table.items() if v != (0, 0)}
 
 
-def totals(led: Ledger) -> tuple[Totals, Totals, Totals, Totals]:
-    """(token_hours, scope_cost_hours' tokens, token_seconds, scope_token_seconds) as stored,
-    rows of zero left out."""
+Tables = tuple[Totals, Totals, Totals, Totals, Totals, Totals]
+KEPT = ((SECOND, SECONDS_KEPT_MS), (MINUTE, MINUTES_KEPT_MS))
+"""The kept totals after the hours': (step, how long kept) of seconds and of minutes."""
+
+
+def totals(led: Ledger) -> Tables:
+    """(token_hours, scope_cost_hours' tokens, token_seconds, scope_token_seconds,
+    token_minutes, scope_token_minutes) as stored, rows of zero left out."""
     with led.db.read() as conn:
         models = {
             (int(h), str(m), str(p)): (int(i), int(o))
@@ -162,45 +169,47 @@ def totals(led: Ledger) -> tuple[Totals, Totals, Totals, Totals]:
                 select(sch.scope, sch.hour_start_ms, sch.input_tokens, sch.output_tokens)
             )
         }
-        seconds = {
-            (int(t), str(m), str(p)): (int(i), int(o))
-            for t, m, p, i, o in conn.execute(select(token_seconds))
-        }
-        scoped_seconds = {
-            (int(t), str(s)): (int(i), int(o))
-            for s, t, i, o in conn.execute(select(scope_token_seconds))
-        }
-    return _nonzero(models), _nonzero(scoped), _nonzero(seconds), _nonzero(scoped_seconds)
+        kept: list[Totals] = []
+        for per_model, per_scope in ((token_seconds, scope_token_seconds),
+                                     (token_minutes, scope_token_minutes)):  # fmt: skip
+            kept.append({
+                (int(t), str(m), str(p)): (int(i), int(o))
+                for t, m, p, i, o in conn.execute(select(per_model))
+            })  # fmt: skip
+            rows = conn.execute(select(per_scope))
+            kept.append({(int(t), str(s)): (int(i), int(o)) for s, t, i, o in rows})
+    return (_nonzero(models), _nonzero(scoped), *(_nonzero(t) for t in kept))  # type: ignore[return-value]
 
 
-def totals_from_rows(led: Ledger) -> tuple[Totals, Totals, Totals, Totals]:
+def totals_from_rows(led: Ledger) -> Tables:
     rows, under = _rows(led)
-    tables: tuple[Totals, Totals, Totals, Totals] = ({}, {}, {}, {})
+    tables: Tables = ({}, {}, {}, {}, {}, {})
     for row in rows:
         created = int(row.created_ms)
-        hour, second = created - created % HOUR, created - created % SECOND
         inp, out = token_parts(row._mapping.get)
-        keys: list[tuple[Totals, tuple[Any, ...]]] = [
-            (tables[0], (hour, row.model_key, row.provider)),
-            (tables[2], (second, row.model_key, row.provider)),
-        ]
-        keys += [(tables[1], (hour, s)) for s in under.get(int(row.id), ())]
-        keys += [(tables[3], (second, s)) for s in under.get(int(row.id), ())]
+        keys: list[tuple[Totals, tuple[Any, ...]]] = []
+        for n, step in enumerate((HOUR, SECOND, MINUTE)):
+            at = created - created % step
+            keys.append((tables[2 * n], (at, row.model_key, row.provider)))
+            keys += [(tables[2 * n + 1], (at, s)) for s in under.get(int(row.id), ())]
         for table, key in keys:
             i, o = table.get(key, (0, 0))
             table[key] = (i + inp, o + out)
-    return _nonzero(tables[0]), _nonzero(tables[1]), _nonzero(tables[2]), _nonzero(tables[3])
+    return tuple(_nonzero(t) for t in tables)  # type: ignore[return-value]
 
 
 def assert_totals(led: Ledger, newest: int) -> None:
-    """Hour totals equal the rows. Every second row kept equals its rows, and every second of the
-    two minutes before the newest time that has grants is kept (older ones may be deleted)."""
+    """Hour totals equal the rows. Every second (minute) row kept equals its rows, and every
+    second of the two minutes (minute of the 25 hours) before the newest time that has grants is
+    kept (older ones may be deleted)."""
     stored, expected = totals(led), totals_from_rows(led)
     assert stored[:2] == expected[:2]
-    kept = newest - newest % SECOND - SECONDS_KEPT_MS
-    for got, want in zip(stored[2:], expected[2:], strict=True):
-        assert got == {k: want[k] for k in got}
-        assert {k for k in want if k[0] >= kept} <= set(got)
+    for n, (step, kept_ms) in enumerate(KEPT):
+        kept = newest - newest % step - kept_ms
+        for got, want in zip(stored[2 + 2 * n : 4 + 2 * n], expected[2 + 2 * n : 4 + 2 * n],
+                             strict=True):  # fmt: skip
+            assert got == {k: want[k] for k in got}
+            assert {k for k in want if k[0] >= kept} <= set(got)
 
 
 def overruns_marked(led: Ledger) -> None:
@@ -356,15 +365,19 @@ def test_r_tok_3_day_windows_exact_on_both_backends(
     check_all(led, newest, [1, HOUR, DAY - 1, DAY, DAY + 1, 2 * DAY])
 
 
-GRANTS = (0, 1, HOUR - 1, HOUR, HOUR + 1, 2 * HOUR - 1, 5 * HOUR + 7, DAY - HOUR)
+GRANTS = (
+    0, 1, MINUTE - 1, MINUTE, MINUTE + 1, 30 * MINUTE + 7, HOUR - 1, HOUR, HOUR + 1,
+    2 * HOUR - 1, 5 * HOUR + 7, DAY - HOUR,
+)  # fmt: skip
 
 
 @pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
-def test_r_tok_3_day_window_edges_on_hour_boundaries(
+def test_r_tok_3_day_window_edges_on_hour_and_minute_boundaries(
     make_ledger: LedgerFactory, clock: Clock, ledger_db: str | None
 ) -> None:
-    """Grants on and beside hour boundaries, the window read a millisecond before, at and after
-    each one leaves it: the partial first hour and the first whole hour meet exactly."""
+    """Grants on and beside hour and minute boundaries, the window read a millisecond before, at
+    and after each one leaves it: the partial first minute, the whole minutes of the first hour
+    and the first whole hour meet exactly."""
     led = make_ledger(**POLICY)
     ids = []
     for n, at in enumerate(GRANTS):
@@ -416,10 +429,10 @@ def test_r_tok_2_second_totals_older_than_two_minutes_are_deleted_and_never_come
     first_second = clock.ms - clock.ms % SECOND
     clock.advance(SECONDS_KEPT_MS + SECOND)
     led.reserve("new", "alpha/big", input_bytes=300, scopes=("team",))
-    seconds = totals(led)[2:]
+    seconds = totals(led)[2:4]
     assert all(key[0] > first_second for table in seconds for key in table)
     led.settle(old, Success(input_tokens=9000, output_tokens=10))  # 8,000+ above its estimate
-    assert totals(led)[2:] == seconds
+    assert totals(led)[2:4] == seconds
     assert_exact(led, clock.ms)
     assert read(led, clock.ms)[KEYS.index((Window.ROLLING_MINUTE, Measure.TOKENS,
                                            Dimension.SCOPE, "night"))] > 8000  # fmt: skip
@@ -427,15 +440,18 @@ def test_r_tok_2_second_totals_older_than_two_minutes_are_deleted_and_never_come
 
 
 @pytest.mark.parametrize("ledger_db", BACKENDS, indirect=True)
-def test_r_db_5_revision_0016_fills_the_second_totals_of_the_last_two_minutes(
+def test_r_db_5_revision_0016_fills_the_second_and_minute_totals_it_keeps(
     make_ledger: LedgerFactory, clock: Clock, ledger_db: str | None
 ) -> None:
-    """A ledger of revision 0015 with grants before and inside the two minutes before its newest
-    time upgrades to second totals equal to its rows for those two minutes, and reads exactly."""
+    """A ledger of revision 0015 with grants before and inside the two minutes (25 hours) before
+    its newest time upgrades to second (minute) totals equal to its rows for that span, and reads
+    exactly."""
     led = make_ledger(**POLICY)
     ids = []
-    for n, back in enumerate((150_000, SECONDS_KEPT_MS, 119_999, MINUTE, 59_999, 1500, 1, 0)):
-        clock.ms = T0 + 200_000 - back
+    backs = (MINUTES_KEPT_MS + MINUTE, MINUTES_KEPT_MS - 1, DAY + 7, 20 * HOUR, 150_000,
+             SECONDS_KEPT_MS, 119_999, MINUTE, 59_999, 1500, 1, 0)  # fmt: skip
+    for n, back in enumerate(backs):
+        clock.ms = T0 + 2 * DAY - back
         under = tuple(s for bit, s in enumerate(SCOPES) if n >> bit & 1)
         ids.append(led.reserve(f"m{n}", MODELS[n % 3], input_bytes=200 + n, scopes=under).id)
     for rid in ids[::3]:
@@ -449,7 +465,8 @@ def test_r_db_5_revision_0016_fills_the_second_totals_of_the_last_two_minutes(
     migrate.upgrade(led.db)
     assert_totals(led, newest)
     assert totals(led)[2]  # the recent grants' seconds were filled
-    for offset in (0, 1, 999, SECOND, MINUTE - 1, MINUTE, MINUTE + 1):
+    assert len(totals(led)[4]) > len(totals(led)[2])  # and the minutes of the day before
+    for offset in (0, 1, 999, SECOND, MINUTE - 1, MINUTE, MINUTE + 1, HOUR, DAY - 1, DAY):
         assert_exact(led, newest + offset)
 
 
