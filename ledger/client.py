@@ -9,6 +9,7 @@ directory itself) or to a URL with the bearer token (`LEDGER_TOKEN` unless given
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -77,24 +78,34 @@ class _UnixBackend(httpcore.SyncBackend):
 
 
 class _OneWriteStream(SyncStream):
-    """httpcore's socket stream, but a request's writes (its head, then its body) leave as one
-    send when the answer is first read: the service is woken once per request, not once for the
-    head and again for the body (on a busy machine each wake-up is a context switch or two)."""
+    """httpcore's socket stream, but a request's head leaves with the first write after it (its
+    body, or the whole body when it is one piece) or, when none follows, when the answer is first
+    read: the service is woken once per request, not once for the head and again for the body
+    (on a busy machine each wake-up is a context switch or two). A failed write of the head
+    alone is left for the read to report, as httpcore does with any failed write."""
 
     def __init__(self, sock: socket.socket) -> None:
         super().__init__(sock)
-        self._held: list[bytes] = []
-        self._timeout: float | None = None
+        self._held: bytes | None = None
+        self._fresh = True  # the next write starts a request (the head)
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        if buffer:
-            self._held.append(buffer)
-            self._timeout = timeout
+        if not buffer:
+            return
+        if self._fresh:
+            self._fresh = False
+            self._held = buffer
+            return
+        if self._held is not None:
+            buffer, self._held = self._held + buffer, None
+        super().write(buffer, timeout)
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        if self._held:
-            held, self._held = b"".join(self._held), []
-            super().write(held, self._timeout)
+        self._fresh = True
+        if self._held is not None:
+            held, self._held = self._held, None
+            with contextlib.suppress(httpcore.WriteError):
+                super().write(held, timeout)
         return super().read(max_bytes, timeout)
 
 

@@ -96,6 +96,7 @@ def create_app(
         watch=app.state.db_watch,
         token_hint=token_hint,
         authenticated=authenticated,
+        direct=calls.DirectCalls(app),
     )
     return app
 
@@ -149,8 +150,10 @@ class Gate:
         watch: DatabaseWatch,
         token_hint: str,
         authenticated: Authenticate,
+        direct: calls.DirectCalls | None = None,
     ) -> None:
         self.app = app
+        self.direct = direct
         self.token = None if token is None else token.encode()
         self.draining = draining
         self.metrics = metrics
@@ -208,7 +211,9 @@ class Gate:
                 body = await self._body(scope, receive)
                 if isinstance(body, int):
                     refusal = error_response(body)
-                else:
+                elif self.direct is None or not await self.direct(
+                    scope, body, replay(body, receive), counted
+                ):
                     await self.app(_as_json(scope), replay(body, receive), counted)
             if refusal is not None:
                 await refusal(scope, receive, counted)
