@@ -105,8 +105,9 @@ class ServiceApp(FastAPI):
     """FastAPI with the gate in front of its whole stack: every HTTP request enters the gate
     first, and a gateway request goes from the gate straight to its route (`GatewayGate`), never
     through FastAPI's middleware layers (server errors, telemetry, its body limit, exceptions,
-    exit stacks: five awaits a request, for nothing a gateway route uses). Every other request
-    goes on from the gate to FastAPI's stack as before. An error that escapes (a bug) is answered
+    exit stacks: five awaits a request, for nothing a gateway route uses), and so do reserve,
+    settle and evolve with a valid body (`calls.DirectCalls`). Every other request goes on from
+    the gate to FastAPI's stack as before. An error that escapes (a bug) is answered
     here: the JSON 500 FastAPI's error middleware gave when it stood in front, or for a gateway
     path the 500 in the caller's format."""
 
