@@ -96,6 +96,7 @@ def create_app(
         watch=app.state.db_watch,
         token_hint=token_hint,
         authenticated=authenticated,
+        direct=calls.DirectCalls(app),
     )
     return app
 
@@ -104,8 +105,9 @@ class ServiceApp(FastAPI):
     """FastAPI with the gate in front of its whole stack: every HTTP request enters the gate
     first, and a gateway request goes from the gate straight to its route (`GatewayGate`), never
     through FastAPI's middleware layers (server errors, telemetry, its body limit, exceptions,
-    exit stacks: five awaits a request, for nothing a gateway route uses). Every other request
-    goes on from the gate to FastAPI's stack as before. An error that escapes (a bug) is answered
+    exit stacks: five awaits a request, for nothing a gateway route uses), and so do reserve,
+    settle and evolve with a valid body (`calls.DirectCalls`). Every other request goes on from
+    the gate to FastAPI's stack as before. An error that escapes (a bug) is answered
     here: the JSON 500 FastAPI's error middleware gave when it stood in front, or for a gateway
     path the 500 in the caller's format."""
 
@@ -149,8 +151,10 @@ class Gate:
         watch: DatabaseWatch,
         token_hint: str,
         authenticated: Authenticate,
+        direct: calls.DirectCalls | None = None,
     ) -> None:
         self.app = app
+        self.direct = direct
         self.token = None if token is None else token.encode()
         self.draining = draining
         self.metrics = metrics
@@ -208,7 +212,9 @@ class Gate:
                 body = await self._body(scope, receive)
                 if isinstance(body, int):
                     refusal = error_response(body)
-                else:
+                elif self.direct is None or not await self.direct(
+                    scope, body, replay(body, receive), counted
+                ):
                     await self.app(_as_json(scope), replay(body, receive), counted)
             if refusal is not None:
                 await refusal(scope, receive, counted)
