@@ -386,8 +386,9 @@ def cost_changed(
         "b_hour": reads.hour_start(created_ms), "b_id": reservation_id, "b_cost": delta,
         "b_in": tokens[0], "b_out": tokens[1],
     }  # fmt: skip
-    _HOT_SETTLED_COST.rowcount(conn, params)
-    if tokens != (0, 0):
+    # every scope of a grant has its hour row from the reserve on (never deleted): none moved
+    # means the reservation is under no scope, and its second and minute rows are not looked for
+    if _HOT_SETTLED_COST.rowcount(conn, params) and tokens != (0, 0):
         for (_, _, step), (_, _, settled) in zip(_SCOPE_TOKENS, _TOKEN_ROWS, strict=True):
             settled.rowcount(conn, {**params, "b_time": created_ms - created_ms % step})
 
