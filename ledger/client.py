@@ -1,4 +1,5 @@
-"""`LedgerClient`: the `Ledger` methods over the service's JSON API (`ledger serve`), on httpx.
+"""`LedgerClient`: the `Ledger` methods over the service's JSON API (`ledger serve`): on the
+socket or plain HTTP through `ledger.wire`'s kept connections, over TLS on httpx's transport.
 
 A worker switches by changing one constructor: the same method names and arguments, the same
 record types (`Reservation`, `SettleResult`, `Selection`) and the same exceptions (`Refused` with
@@ -111,7 +112,8 @@ class _OneWriteStream(SyncStream):
 
 
 def unix_transport(path: str) -> httpx.HTTPTransport:
-    """An httpx transport on a unix socket that never leaks a socket whose connect failed."""
+    """An httpx transport on a unix socket that never leaks a socket whose connect failed (for
+    an `httpx.Client` on the service's socket: the tests' own, and any program's)."""
     transport = httpx.HTTPTransport(uds=path)
     transport._pool = httpcore.ConnectionPool(uds=path, network_backend=_UnixBackend())
     return transport
