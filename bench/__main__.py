@@ -34,6 +34,7 @@ from bench import (
     service,
     simulate,
     simulate_memory,
+    slow_sync,
     tokens,
     worker_overhead,
 )
@@ -61,6 +62,7 @@ FIGURES: dict[str, Callable[[Path, Settings], list[Row]]] = {
     "checkpoint-truncate": checkpoint.run_truncating,
     "fleet-serve": fleet_serve.run,
     "client": client.run,
+    "service-slow-sync": slow_sync.run,  # issue 46: group commit where a sync costs 2 ms
     "tokens": tokens.run,
 }
 

@@ -31,6 +31,7 @@ def test_bench_quick_mode_runs_and_writes_a_table(tmp_path: Path) -> None:
         "service: LedgerClient cycle / in-process cycle",  # issue 21
         "service: CLI pair / curl pair",
         "service: 2 client processes, total cycles/s vs 1 in-process",
+        "service-slow-sync: 2 client",  # issue 46: group commit where a sync costs 2 ms
         "simulate: a day of",  # issue 23: the simulator's speed and memory figure
         "simulate: read the largest trace",  # issue 29 item 17: streamed, bounded memory
         "scopes: reserve under 3 scopes / plain reserve",  # issue 32
