@@ -146,11 +146,13 @@ def test_r_srv_9_made_up_methods_never_grow_metrics(served: Served) -> None:
         request = method + b" /v1/nowhere-%d HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n" % i
         error = _json_error(_raw_tcp(served, request), 501)
         assert error["code"] == "not_implemented"
+    known = b"PURGE /v1/nowhere HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+    assert _raw_tcp(served, known).startswith(b"HTTP/1.1 401")  # without a token: refused
     with served.client() as http:  # on the socket too: an unknown method on an unknown path
         for i in range(20):
             assert http.request(f"BREW{i}", f"/made/up/{i}").status_code == 501
-        for method in ("PURGE", "PROPFIND", "MKCOL"):
-            assert http.request(method, "/made/up/x").status_code in (404, 405)
+        for known in ("PURGE", "PROPFIND", "MKCOL"):
+            assert http.request(known, "/made/up/x").status_code in (404, 405)
     text = _metrics(served)
     assert len(text) - before < 4000, len(text) - before
     assert "M0001X" not in text
