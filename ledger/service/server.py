@@ -18,6 +18,7 @@ import json
 import logging
 import math
 import os
+import re
 import resource
 import secrets
 import signal
@@ -30,10 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import h11
+import httptools
 import uvicorn
-from uvicorn.protocols.http import h11_impl
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from ledger.api import Ledger
 from ledger.errors import ServiceRunningError, UsageError
@@ -66,7 +66,6 @@ LIMITS: dict[str, Any] = {
     "timeout_keep_alive": 5,  # idle keep-alive connections are closed after 5 s
     "limit_concurrency": None,  # the connection pools limit instead (CONNECTION_LIMITS)
     "backlog": 2048,
-    "h11_max_incomplete_event_size": MAX_HEAD_BYTES,  # request line + headers
     # behind no proxy: the peer's own address is the client (uvicorn would take it from
     # X-Forwarded-For when the peer is 127.0.0.1, and the pools know connections by it)
     "proxy_headers": False,
@@ -243,36 +242,35 @@ def tcp_listener(listen: Listen) -> socket.socket:
     return sock
 
 
-class HeadLimitedConnection(h11.Connection):
-    """h11's connection, also refusing a request line and headers over `MAX_HEAD_BYTES` that
-    arrived in one read (h11 bounds only a head still incomplete), and remembering the status
-    of the last protocol error (the answer `Protocol.send_400_response` writes)."""
-
-    error_status = 400
-
-    def next_event(self) -> Any:
-        try:
-            event = super().next_event()
-        except h11.RemoteProtocolError as exc:
-            self.error_status = exc.error_status_hint
-            raise
-        if isinstance(event, h11.Request) and _head_size(event) > MAX_HEAD_BYTES:
-            self.error_status = 431
-            raise h11.RemoteProtocolError("request head too large", error_status_hint=431)
-        return event
-
-
-def _head_size(request: h11.Request) -> int:
-    return len(request.method) + len(request.target) + sum(
-        len(name) + len(value) + 4 for name, value in request.headers.raw_items()
-    )
-
-
-PROTOCOL_ERRORS: dict[int, tuple[str, str]] = {
-    400: ("bad_request", "malformed HTTP request"),
-    431: ("headers_too_large", "the request line and headers are larger than 16 KiB"),
-    501: ("not_implemented", "unsupported transfer encoding"),
+PROTOCOL_ERRORS: dict[str, tuple[int, str, str]] = {
+    "malformed": (400, "bad_request", "malformed HTTP request"),
+    "head": (431, "headers_too_large", "the request line and headers are larger than 16 KiB"),
+    "coding": (501, "not_implemented", "unsupported transfer encoding"),
+    "method": (501, "not_implemented", "unsupported method"),
 }
+"""The HTTP layer's own errors (R-SRV-9): status, code, message."""
+HEAD_SLACK = 16
+"""What a head still arriving may hold beyond `MAX_HEAD_BYTES` before it is refused early: the
+measure is the method, the target and each header's name and value plus 4, and an incomplete
+head's count also holds bytes outside it (`HTTP/1.1`, line ends); the exact measure is checked when
+the head is complete."""
+METHOD_LEAD = 32
+METHOD_TOKEN = re.compile(rb"(?:\r\n)*[-!#$%&'*+.^_`|~0-9A-Za-z]+(?: |$)")
+"""A request starting with a method token (RFC 9110 5.6.2) llhttp does not know."""
+
+
+class _Refused(Exception):
+    """Raised from a parser callback: the request is answered with the HTTP layer's error."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
+
+
+class _Answered(Exception):
+    """Raised from a parser callback: the connection has its answer; parse no further."""
+
+
 REFUSED_LINGER_S = 1.0
 """A connection refused unread (past every pool) is closed when its caller closes, or this late:
 closing with its request unread would reset it, and the caller could lose the answer."""
@@ -328,13 +326,20 @@ class HeadWithBody:
         return getattr(self._transport, name)
 
 
-class Protocol(H11Protocol):
-    """uvicorn's h11 protocol plus the service's HTTP-layer rules (R-SRV-6, R-SRV-9): a deadline
-    for each request's headers (slow clients); the connection pools (`ledger.service.connections`:
-    a TCP connection is `unauthenticated`, or past that pool `overflow` with one request, and cut
-    after a short deadline until the gate sees its credential; past every pool it is answered 503
-    `too_many_connections`, never reset); the HTTP layer's own errors in the JSON shape; its log
-    lines bounded."""
+class Protocol(HttpToolsProtocol):
+    """uvicorn's httptools (llhttp) protocol plus the service's HTTP-layer rules (R-SRV-6,
+    R-SRV-9): a deadline for each request's headers (slow clients); a request line and headers
+    over 16 KiB refused (431) however they arrive; the connection pools
+    (`ledger.service.connections`: a TCP connection is `unauthenticated`, or past that pool
+    `overflow` with one request, and cut after a short deadline until the gate sees its
+    credential; past every pool it is answered 503 `too_many_connections`, never reset); the
+    HTTP layer's own errors in the JSON shape; its log lines bounded.
+
+    llhttp calls the `on_*` methods from `feed_data` (inside `data_received`); an answer decided
+    in one of them is raised out of the parser (`_Refused`, `_Answered`) so that it parses
+    nothing more and no application task starts. llhttp has no limit on a head's size: the
+    service counts it (`_head`: the parts the callbacks have shown; `_unseen`: bytes of reads in
+    which none was shown, i.e. a header still arriving, which httptools holds until it ends)."""
 
     pools: ConnectionPools = ConnectionPools()  # serve() gives every server its own
     _header_timer: asyncio.TimerHandle | None = None
@@ -345,7 +350,16 @@ class Protocol(H11Protocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.logger = HTTP_LOG
-        self.conn: HeadLimitedConnection = HeadLimitedConnection(h11.SERVER, MAX_HEAD_BYTES)
+        self._in_head = True  # between requests or inside a head
+        self._between = True  # no request begun since the last one ended
+        self._begun = 0  # requests begun in the read being parsed
+        self._lead: bytes | None = None  # the first bytes of the request being read
+        self._pending: str | None = None  # an error held until earlier answers are written
+        self._head = 0
+        self._unseen = 0
+        self._shown = False
+        self._hosts = 0
+        self._codings: list[bytes] | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -378,37 +392,131 @@ class Protocol(H11Protocol):
         self._pool = TCP
 
     def data_received(self, data: bytes) -> None:
-        if not self._refused:  # a refused connection's request is read and dropped
-            super().data_received(data)
-
-    def handle_events(self) -> None:
-        if self._pool is None and not self.transport.is_closing():
-            try:
-                event = self.conn.next_event()
-            except h11.RemoteProtocolError:
-                event = None
-            if event is not h11.NEED_DATA:
-                self.logger.warning("a request was refused: too many connections on the socket")
-                target = event.target if isinstance(event, h11.Request) else b""
-                self._too_many(format_of({"path": target.decode("latin-1")}))
+        if self._refused or self._pending is not None or self.transport.is_closing():
+            return  # a refused or answered connection's bytes are read and dropped
+        self._unset_keepalive_if_required()
+        between, self._begun, self._shown = self._between, 0, False
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
             return
-        super().handle_events()
+        except httptools.HttpParserCallbackError as exc:
+            cause = exc.__context__
+            if not isinstance(cause, _Answered):
+                self._fail(cause.kind if isinstance(cause, _Refused) else "malformed")
+            return
+        except httptools.HttpParserInvalidMethodError:
+            lead = self._method_lead(data, between)
+            self._fail("method" if lead is not None and METHOD_TOKEN.match(lead) else "malformed")
+            return
+        except httptools.HttpParserError:
+            self._fail("malformed")
+            return
+        if self._in_head and not self._between:
+            self._lead = self._method_lead(data, between)
+            self._unseen = 0 if self._shown else self._unseen + len(data)
+            if self._head + self._unseen > MAX_HEAD_BYTES + HEAD_SLACK:
+                self._fail("head")
+
+    def _method_lead(self, data: bytes, between: bool) -> bytes | None:
+        """The first bytes of the request being read (its method), when known: it began at the
+        start of this read, or in an earlier one (None: it began inside this read, after the
+        end of another request)."""
+        if between and self._begun <= 1:
+            return data[:METHOD_LEAD]
+        if not between and self._begun == 0 and self._lead is not None:
+            return (self._lead + data)[:METHOD_LEAD]
+        return None
+
+    # the parser's callbacks
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head, self._shown, self._between = True, True, False
+        self._begun += 1
+        self._head = self._unseen = self._hosts = 0
+        self._codings = None
+
+    def on_url(self, url: bytes) -> None:
+        super().on_url(url)
+        self._shown = True
+        self._head += len(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        super().on_header(name, value)
+        self._shown = True
+        name, value = self.headers[-1]  # lowercased, trailing whitespace off
+        self._head += len(name) + len(value) + 4
+        if self._head > MAX_HEAD_BYTES:
+            raise _Refused("head")
+        if name == b"host":
+            self._hosts += 1
+        elif name == b"transfer-encoding":
+            codings = [c.strip().lower() for c in value.split(b",") if c.strip()]
+            self._codings = (self._codings or []) + codings
+
+    def on_headers_complete(self) -> None:
+        """The head is whole: checked (size, Host, transfer coding) as h11 did before, then the
+        request starts (past the socket's pool: a 503 in its path's shape instead)."""
+        self._in_head, self._shown = False, True
+        self._head += len(self.parser.get_method())
+        if self._head > MAX_HEAD_BYTES:
+            raise _Refused("head")
+        version = self.parser.get_http_version()
+        if version not in ("1.0", "1.1") or (version == "1.1" and self._hosts != 1):
+            raise _Refused("malformed")  # HTTP/1.x only; RFC 9112 3.2: exactly one Host
+        if self.parser.get_method() == b"CONNECT":
+            raise _Refused("method")  # no tunnels (llhttp reads it as an upgrade)
+        if self._codings is not None and self._codings != [b"chunked"]:
+            raise _Refused("coding")  # anything but chunked alone
+        if self._pool is None:
+            self.logger.warning("a request was refused: too many connections on the socket")
+            self._too_many(format_of({"path": self.url.decode("latin-1")}))
+            raise _Answered()
+        super().on_headers_complete()
         cycle = self.cycle
         if cycle is not None and not isinstance(cycle.transport, HeadWithBody):
             cycle.transport = HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
             if self._pool == OVERFLOW:  # one answer, unless the gate moves it to `tcp`
                 cycle.keep_alive = False
 
-    def send_400_response(self, msg: str) -> None:
+    def on_message_complete(self) -> None:
+        self._in_head, self._between, self._lead = True, True, None
+        super().on_message_complete()
+
+    # answers
+
+    def _fail(self, kind: str) -> None:
         """The HTTP layer's own errors (malformed request line, bad lengths or chunks, a head
-        over 16 KiB): the JSON error shape, then close."""
-        status = self.conn.error_status
-        code, message = PROTOCOL_ERRORS.get(status, PROTOCOL_ERRORS[400])
-        self._answer_and_close(status, code, message)
+        over 16 KiB, an unsupported coding or method): the JSON error shape, then close (past
+        the socket's pool: its 503, the path unknown). An error in a request that follows others
+        on the connection (pipelined) waits for their answers, reading stopped; one in the body
+        of the request being answered cuts its answer."""
+        if self._in_head and self.cycle is not None and not self.cycle.response_complete:
+            self._pending = kind
+            self.flow.pause_reading()
+            return
+        if self._pool is None:
+            self.logger.warning("a request was refused: too many connections on the socket")
+            self._too_many(format_of({"path": ""}))
+            return
+        self.logger.warning("Invalid HTTP request received.")
+        self._answer_and_close(*PROTOCOL_ERRORS[kind])
+
+    def send_400_response(self, msg: str) -> None:
+        self._fail("malformed")
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
         self._arm()
+        kind = self._pending
+        if kind is not None and self.cycle.response_complete and not self.transport.is_closing():
+            self._pending = None
+            self._fail(kind)
 
     def connection_lost(self, exc: Exception | None) -> None:
         for timer in (self._header_timer, self._stranger_timer):
@@ -468,22 +576,18 @@ class Protocol(H11Protocol):
         if self.cycle is not None and not self.cycle.response_complete:
             self.cycle.disconnected = True  # the app's answer, if any, is not written after
             self.cycle.message_event.set()
-        with contextlib.suppress(h11.LocalProtocolError):
-            self.conn.send(h11.ConnectionClosed())
         self.transport.write(_answer(status, body))
         self.transport.close()
 
 
 def _answer(status: int, body: bytes) -> bytes:
     """A whole JSON answer that closes the connection (a 503 also says when to retry)."""
-    reason = h11_impl.STATUS_PHRASES.get(status, b"Error")
     extra = b"".join(
         f"{name}: {value}\r\n".encode() for name, value in TOO_MANY_HEADERS.items()
         if name != "connection"
     ) if status == 503 else b""
     return (
-        b"HTTP/1.1 " + str(status).encode() + b" " + reason + b"\r\n"
-        b"content-type: application/json\r\nconnection: close\r\n" + extra
+        STATUS_LINE[status] + b"content-type: application/json\r\nconnection: close\r\n" + extra
         + b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
     )
 
