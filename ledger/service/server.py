@@ -246,7 +246,8 @@ PROTOCOL_ERRORS: dict[str, tuple[int, str, str]] = {
     "malformed": (400, "bad_request", "malformed HTTP request"),
     "head": (431, "headers_too_large", "the request line and headers are larger than 16 KiB"),
     "coding": (501, "not_implemented", "unsupported transfer encoding"),
-    "method": (501, "not_implemented", "unsupported method"),
+    # a bad request is a 4xx (R-SRV-6): RFC 9110's 501 for a method nobody knows is not used
+    "method": (400, "bad_request", "unsupported method"),
 }
 """The HTTP layer's own errors (R-SRV-9): status, code, message."""
 HEAD_SLACK = 16

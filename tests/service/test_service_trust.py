@@ -137,22 +137,22 @@ def _metrics(served: Served) -> str:
 
 def test_r_srv_9_made_up_methods_never_grow_metrics(served: Served) -> None:
     """Before: 300 made-up 2 KB methods without a token grew /metrics from 4 KB to 10 MB. A
-    method the HTTP parser does not know is 501 `not_implemented` at the HTTP layer (RFC 9110
-    9.1); a registered one outside the API reaches it and is the label `other`."""
+    method the HTTP parser does not know is 400 `bad_request` at the HTTP layer (a bad request
+    is a 4xx); a registered one outside the API reaches it and is the label `other`."""
     _metrics(served)
     before = len(_metrics(served))
     for i in range(60):
         method = f"M{i:04d}".encode() + b"X" * 2000
         request = method + b" /v1/nowhere-%d HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n" % i
-        error = _json_error(_raw_tcp(served, request), 501)
-        assert error["code"] == "not_implemented"
+        error = _json_error(_raw_tcp(served, request), 400)
+        assert error["code"] == "bad_request"
     known = b"PURGE /v1/nowhere HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
     assert _raw_tcp(served, known).startswith(b"HTTP/1.1 401")  # without a token: refused
     with served.client() as http:  # on the socket too: an unknown method on an unknown path
         for i in range(20):
-            assert http.request(f"BREW{i}", f"/made/up/{i}").status_code == 501
-        for known in ("PURGE", "PROPFIND", "MKCOL"):
-            assert http.request(known, "/made/up/x").status_code in (404, 405)
+            assert http.request(f"BREW{i}", f"/made/up/{i}").status_code == 400
+        for registered in ("PURGE", "PROPFIND", "MKCOL"):
+            assert http.request(registered, "/made/up/x").status_code in (404, 405)
     text = _metrics(served)
     assert len(text) - before < 4000, len(text) - before
     assert "M0001X" not in text
@@ -294,7 +294,7 @@ HTTP_LAYER_ANSWERS = {
     ),
     "connect": (
         b"CONNECT example.com:443 HTTP/1.1\r\nhost: example.com:443\r\n\r\n",
-        501, "not_implemented",
+        400, "bad_request",
     ),
     "no-host": (b"GET /healthz HTTP/1.1\r\nconnection: close\r\n\r\n", 400, "bad_request"),
     "two-hosts": (b"GET /healthz HTTP/1.1\r\nhost: x\r\nhost: y\r\n\r\n", 400, "bad_request"),
