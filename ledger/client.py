@@ -382,6 +382,7 @@ class LedgerClient:
         # headers httpx sent but Accept-Encoding (the service never compresses an answer).
         self._transport: httpx.HTTPTransport | None = None
         self._wire: Wire | None = None
+        wire: Callable[[], socket.socket] | None = None
         self._prefix = b""
         if target.startswith(("http://", "https://")):
             base = target.rstrip("/")
@@ -389,7 +390,7 @@ class LedgerClient:
             if url.scheme == "https":
                 self._transport = httpx.HTTPTransport()
             else:
-                self._wire = Wire(tcp_connector(url.host, url.port or 80, timeout_s), timeout_s)
+                wire = tcp_connector(url.host, url.port or 80, timeout_s)
                 self._prefix = url.raw_path.rstrip(b"/")
             token = token if token is not None else env.get(TOKEN_ENV)
             self._token_given = bool(token)
@@ -399,7 +400,7 @@ class LedgerClient:
             path = Path(target)
             if path.is_dir():
                 path = path / SOCKET_NAME
-            self._wire = Wire(unix_connector(str(path), timeout_s), timeout_s)
+            wire = unix_connector(str(path), timeout_s)
             base = "http://ledger"
         self._base = base
         self._headers = [
@@ -410,6 +411,14 @@ class LedgerClient:
             *headers,
         ]
         self._timeouts = {"timeout": dict.fromkeys(("connect", "read", "write", "pool"), timeout_s)}
+        if wire is not None:
+            try:
+                self._wire = Wire(wire, timeout_s, self._headers)
+            except ValueError:  # the token (the only header from outside): never echoed
+                raise errors.UsageError(
+                    f"the bearer token (${TOKEN_ENV} or the token given) holds characters an "
+                    "HTTP header cannot carry"
+                ) from None
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         answer = self._send(method, path, body)
@@ -465,13 +474,13 @@ class LedgerClient:
         connection), `ServiceUnreachableError` for any other transport failure."""
         if self._wire is not None:
             try:
-                sent = self._wire.request(
-                    method.encode(), self._prefix + path.encode(), headers, content
-                )
+                sent = self._wire.request(method.encode(), self._prefix + path.encode(), content)
             except ConnectFailed as exc:
                 raise _NotConnected() from exc
             except Broken as exc:
                 raise errors.ServiceUnreachableError() from exc
+            except ValueError:  # a target HTTP cannot carry (the client builds every one)
+                raise errors.UsageError("a request path HTTP cannot carry") from None
             return _Answer(sent.status_code, sent.content)
         assert self._transport is not None
         try:

@@ -117,7 +117,7 @@ HEADERS = [(b"host", b"ledger")]
 
 
 def _wire(server: Peer) -> Wire:
-    server.clients.append(Wire(unix_connector(str(server.path), 10.0), 10.0))
+    server.clients.append(Wire(unix_connector(str(server.path), 10.0), 10.0, HEADERS))
     return server.clients[-1]
 
 
@@ -125,7 +125,7 @@ def test_r_srv_7_a_connection_is_kept_and_a_request_leaves_in_one_write(tmp_path
     with peer(tmp_path, echo) as server:
         client = _wire(server)
         for i in range(5):
-            answer = client.request(b"POST", b"/v1/reserve", HEADERS, b'{"i": %d}' % i)
+            answer = client.request(b"POST", b"/v1/reserve", b'{"i": %d}' % i)
             assert answer.status_code == 200
             assert answer.content == b'POST /v1/reserve {"i": %d}' % i
         client.close()
@@ -145,9 +145,9 @@ def test_r_srv_7_a_kept_connection_the_service_closed_is_not_used(tmp_path: Path
     with peer(tmp_path, number) as server:
         server.close_after_answer = True
         client = _wire(server)
-        assert client.request(b"GET", b"/a", HEADERS, b"").content == b"1"
+        assert client.request(b"GET", b"/a", b"").content == b"1"
         assert server.closed.wait(10)
-        assert client.request(b"GET", b"/b", HEADERS, b"").content == b"2"
+        assert client.request(b"GET", b"/b", b"").content == b"2"
         assert server.connections == 2
 
 
@@ -157,8 +157,8 @@ def test_r_srv_7_an_idle_connection_past_the_keep_alive_is_dropped(
     monkeypatch.setattr(wire, "IDLE_S", 0.0)
     with peer(tmp_path, echo) as server:
         client = _wire(server)
-        client.request(b"GET", b"/a", HEADERS, b"")
-        client.request(b"GET", b"/b", HEADERS, b"")
+        client.request(b"GET", b"/a", b"")
+        client.request(b"GET", b"/b", b"")
         assert server.connections == 2
 
 
@@ -173,7 +173,7 @@ def test_r_srv_7_connection_close_and_chunked_answers(tmp_path: Path) -> None:
     with peer(tmp_path, chunked) as server:
         client = _wire(server)
         for _ in range(2):
-            answer = client.request(b"GET", b"/a", HEADERS, b"")
+            answer = client.request(b"GET", b"/a", b"")
             assert (answer.status_code, answer.content) == (503, b'{"error": "x"}')
         assert server.connections == 2  # `connection: close` is honoured
 
@@ -192,14 +192,14 @@ def test_r_srv_7_an_answer_cut_short_is_broken_and_nothing_is_sent_again(
     with peer(tmp_path, cut) as server:
         client = _wire(server)
         with pytest.raises(Broken):
-            client.request(b"POST", b"/v1/reserve", HEADERS, b"{}")
+            client.request(b"POST", b"/v1/reserve", b"{}")
         assert seen == [b"/v1/reserve"]
 
 
 def test_r_srv_7_no_service_is_connect_failed(tmp_path: Path) -> None:
-    client = Wire(unix_connector(str(tmp_path / "none.sock"), 1.0), 1.0)
+    client = Wire(unix_connector(str(tmp_path / "none.sock"), 1.0), 1.0, HEADERS)
     with pytest.raises(ConnectFailed):
-        client.request(b"GET", b"/a", HEADERS, b"")
+        client.request(b"GET", b"/a", b"")
 
 
 def test_r_srv_7_threads_sharing_a_client_never_share_a_connection(tmp_path: Path) -> None:
@@ -210,7 +210,7 @@ def test_r_srv_7_threads_sharing_a_client_never_share_a_connection(tmp_path: Pat
         def run(worker: int) -> None:
             for i in range(30):
                 body = b"%d-%d" % (worker, i)
-                got = client.request(b"POST", b"/x", HEADERS, body).content
+                got = client.request(b"POST", b"/x", body).content
                 if got != b"POST /x " + body:
                     wrong.append(got)
 
@@ -221,3 +221,47 @@ def test_r_srv_7_threads_sharing_a_client_never_share_a_connection(tmp_path: Pat
             thread.join(60)
         assert wrong == []
         assert server.connections <= 6
+
+
+def test_r_srv_7_headers_and_targets_http_cannot_carry_are_refused_before_sending(
+    tmp_path: Path,
+) -> None:
+    """A header value with a line break (a token pasted with its newline, say) or a target with
+    a space would split the request: refused when the client is made or the request built."""
+    connect = unix_connector(str(tmp_path / "none.sock"), 1.0)
+    for bad in ((b"authorization", b"Bearer abc\r\nx-evil: 1"), (b"bad name", b"x"),
+                (b"authorization", b"")):
+        with pytest.raises(ValueError, match="cannot carry"):
+            Wire(connect, 1.0, [*HEADERS, bad])
+    client = Wire(connect, 1.0, HEADERS)
+    for target in (b"/a b", b"a", b"/\xc3\xa9", b"/a\r\nx: y"):
+        with pytest.raises(ValueError, match="cannot carry"):
+            client.request(b"GET", target)
+
+
+def test_r_srv_7_an_answer_in_many_small_writes_is_read_whole(tmp_path: Path) -> None:
+    """The answer arrives a few bytes at a time (head and body split anywhere)."""
+    body = b'{"id": 1, "source": "' + b"s" * 3000 + b'"}'
+
+    class Trickle(Peer):
+        def _answer(self, sock: socket.socket, number: int) -> None:
+            conn = h11.Connection(h11.SERVER)
+            while not isinstance(event := conn.next_event(), h11.EndOfMessage):
+                if event is h11.NEED_DATA:
+                    data = sock.recv(65536)
+                    if not data:
+                        return
+                    conn.receive_data(data)
+            whole = b"".join(conn.send(e) or b"" for e in ok(body))
+            for at in range(0, len(whole), 7):
+                sock.sendall(whole[at:at + 7])
+            sock.recv(1)  # until the client closes
+
+    server = Trickle(tmp_path / "t.sock", echo)
+    try:
+        client = _wire(server)
+        answer = client.request(b"GET", b"/a")
+        assert (answer.status_code, answer.content) == (200, body)
+        client.close()
+    finally:
+        server.close()
