@@ -33,6 +33,7 @@ class Peer:
         self.connections = 0
         self.reads: list[bytes] = []
         self.clients: list[Wire] = []
+        self.serving: list[threading.Thread] = []
         self.close_after_answer = False  # close each connection once it has answered
         self.closed = threading.Event()
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -49,7 +50,9 @@ class Peer:
                 return
             self.connections += 1
             number = self.connections
-            threading.Thread(target=self._serve, args=(sock, number), daemon=True).start()
+            serving = threading.Thread(target=self._serve, args=(sock, number), daemon=True)
+            self.serving.append(serving)
+            serving.start()
 
     def _serve(self, sock: socket.socket, number: int) -> None:
         with sock, suppress(OSError):  # the client went away: so does this connection
@@ -89,9 +92,18 @@ class Peer:
             conn.start_next_cycle()
 
     def close(self) -> None:
+        """Close the clients (their connections end), stop accepting, and wait for every thread
+        of the peer: none is left behind in the test process."""
         for client in self.clients:
             client.close()
+        with suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept (close alone does not)
         self.listener.close()
+        self.thread.join(10)
+        for serving in self.serving:
+            serving.join(10)
+        assert not self.thread.is_alive()
+        assert not any(serving.is_alive() for serving in self.serving)
 
 
 @contextmanager
