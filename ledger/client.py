@@ -377,9 +377,9 @@ class LedgerClient:
         target = str(server)
         headers: list[tuple[bytes, bytes]] = []
         self._token_given = False
-        # Plain connections (a unix socket, http://) on `ledger.wire` (h11 over a socket: a
-        # request costs a sixth of httpcore's CPU); TLS on httpx's transport. Either way the
-        # headers httpx sent but Accept-Encoding (the service never compresses an answer).
+        # Plain connections (a unix socket, http://) on `ledger.wire` (kept sockets, answers
+        # parsed by llhttp: a request costs a sixth of httpcore's CPU); TLS on httpx's transport.
+        # Either way the headers httpx sent but Accept-Encoding (the service never compresses).
         self._transport: httpx.HTTPTransport | None = None
         self._wire: Wire | None = None
         wire: Callable[[], socket.socket] | None = None
@@ -437,20 +437,14 @@ class LedgerClient:
         connect, or the service was draining) is sent again with backoff for `reconnect_s`."""
         first_failure: float | None = None
         pause = _RECONNECT_PAUSE_S[0]
-        headers = self._headers
         content = b""
         if body is not None:  # as httpx encodes `json=`
             content = json.dumps(
                 body, ensure_ascii=False, separators=(",", ":"), allow_nan=False
             ).encode()
-            headers = [
-                *headers,
-                (b"content-length", str(len(content)).encode()),
-                (b"content-type", b"application/json"),
-            ]
         while True:
             try:
-                answer = self._exchange(method, path, headers, content)
+                answer = self._exchange(method, path, content)
             except _NotConnected as exc:
                 if not self._reached:
                     raise errors.ServiceUnreachableError() from exc
@@ -467,9 +461,7 @@ class LedgerClient:
             time.sleep(min(pause, left))
             pause = min(pause * 2, _RECONNECT_PAUSE_S[1])
 
-    def _exchange(
-        self, method: str, path: str, headers: list[tuple[bytes, bytes]], content: bytes
-    ) -> _Answer:
+    def _exchange(self, method: str, path: str, content: bytes) -> _Answer:
         """One request and its answer; `_NotConnected` when nothing could be sent (no
         connection), `ServiceUnreachableError` for any other transport failure."""
         if self._wire is not None:
@@ -483,6 +475,13 @@ class LedgerClient:
                 raise errors.UsageError("a request path HTTP cannot carry") from None
             return _Answer(sent.status_code, sent.content)
         assert self._transport is not None
+        headers = self._headers
+        if content:  # the wire adds these itself
+            headers = [
+                *headers,
+                (b"content-length", str(len(content)).encode()),
+                (b"content-type", b"application/json"),
+            ]
         try:
             answer = self._transport._pool.request(
                 method, self._base + path, headers=headers, content=content,
